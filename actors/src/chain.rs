@@ -1,0 +1,83 @@
+//! The push interface of an operator chain.
+//!
+//! A chain is a tree of operators fused into one subtask: each operator pushes
+//! whole batches into the next through `ChainInput`, so a chained hop is one
+//! virtual call per batch and no mailbox. The leaves are record writers (network
+//! channels) or sinks. Watermarks and end-of-input travel the same path.
+
+use crate::element::{Batch, Timestamp};
+use crate::error::Result;
+
+/// Something that accepts the elements of a stream of `T`: an operator, a
+/// fan-out, or a record writer.
+pub trait ChainInput<T>: 'static {
+    /// Processes one batch of records.
+    fn process(&mut self, batch: Batch<T>) -> Result<()>;
+    /// Event time advanced to `watermark`.
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
+    /// The input is complete: flush and forward end-of-input.
+    fn end_of_input(&mut self) -> Result<()>;
+}
+
+impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
+    #[inline]
+    fn process(&mut self, batch: Batch<T>) -> Result<()> {
+        (**self).process(batch)
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        (**self).watermark(watermark)
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        (**self).end_of_input()
+    }
+}
+
+/// Sends every element to several consumers: clones for all but the last, which
+/// gets the original.
+pub struct Fanout<T> {
+    outputs: Vec<Box<dyn ChainInput<T>>>,
+}
+
+impl<T> Fanout<T> {
+    /// A fan-out over `outputs` (at least one).
+    pub fn new(outputs: Vec<Box<dyn ChainInput<T>>>) -> Self {
+        Fanout { outputs }
+    }
+}
+
+impl<T: Clone + 'static> ChainInput<T> for Fanout<T> {
+    fn process(&mut self, batch: Batch<T>) -> Result<()> {
+        if let Some((last, rest)) = self.outputs.split_last_mut() {
+            for out in rest {
+                out.process(batch.clone())?;
+            }
+            last.process(batch)?;
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.watermark(watermark))
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.end_of_input())
+    }
+}
+
+/// Discards everything (an operator output nobody consumes).
+pub struct Discard;
+
+impl<T: 'static> ChainInput<T> for Discard {
+    fn process(&mut self, _: Batch<T>) -> Result<()> {
+        Ok(())
+    }
+    fn watermark(&mut self, _: Timestamp) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,31 @@
+//! floe-actors: the runtime of floe.
+//!
+//! It runs a graph of operator chains, one actix actor per subtask, and knows
+//! nothing of windows or of the builder API. The pieces:
+//!
+//! - [`element`]: what a channel carries (batches of records, watermarks,
+//!   barriers, end-of-input), in order.
+//! - [`writer`] and [`subtask`]: the two ends of a channel, with credit-based
+//!   flow control; [`partitioner`] picks a record's channel.
+//! - [`chain`]: the push interface operators are fused through.
+//! - [`supervisor`]: the job lifecycle and failure handling.
+//! - [`keygroup`]: the stable key → key group → subtask mapping.
+//! - [`metrics`]: counters read by job handles.
+#![warn(missing_docs)]
+
+pub mod chain;
+pub mod config;
+pub mod element;
+pub mod error;
+pub mod ids;
+pub mod keygroup;
+pub mod messages;
+pub mod metrics;
+pub mod partitioner;
+pub mod source;
+pub mod subtask;
+pub mod supervisor;
+pub mod writer;
+
+pub use config::RuntimeConfig;
+pub use error::{Error, Result};

@@ -1,0 +1,222 @@
+//! The job supervisor actor: owns a job's lifecycle.
+//!
+//! It learns the job's subtasks once they are deployed, counts the ones that
+//! finish, and turns the first failure into the job's failure: every other
+//! subtask is cancelled and the job's result becomes that error, naming the
+//! operator and subtask. Restart strategies build on this actor.
+
+use crate::error::{Error, Result};
+use crate::messages::{CancelJob, CancelSubtask, SubtaskFailed, SubtaskFinished};
+use crate::metrics::{JobMetrics, OperatorSummary};
+use actix::prelude::*;
+use futures::channel::oneshot;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The states of a job, as in Flink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Built, not yet deployed.
+    Created,
+    /// Subtasks are running.
+    Running,
+    /// A subtask failed; the others are being cancelled.
+    Failing,
+    /// Restarting from the latest checkpoint.
+    Restarting,
+    /// Every subtask finished.
+    Finished,
+    /// The job failed for good.
+    Failed,
+    /// Cancel was requested; subtasks are stopping.
+    Canceling,
+    /// The job was cancelled.
+    Canceled,
+}
+
+impl JobStatus {
+    /// True for Finished, Failed and Canceled.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Finished | JobStatus::Failed | JobStatus::Canceled
+        )
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f).map(|_| ())?;
+        Ok(())
+    }
+}
+
+/// What a finished job reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobOutcome {
+    /// From deployment to the last subtask finishing.
+    pub elapsed: Duration,
+    /// Records in and out per operator.
+    pub operators: Vec<OperatorSummary>,
+    /// The most record batches queued on one input channel.
+    pub max_input_queued_batches: usize,
+    /// The most record batches queued on one output channel.
+    pub max_output_queued_batches: usize,
+}
+
+impl JobOutcome {
+    /// The totals of the operator named `name`, if there is one.
+    pub fn operator(&self, name: &str) -> Option<&OperatorSummary> {
+        self.operators.iter().find(|o| o.name == name)
+    }
+}
+
+/// Hands the supervisor the deployed subtasks and the arbiters they run on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Supervise {
+    /// Cancel handles of every subtask.
+    pub subtasks: Vec<Recipient<CancelSubtask>>,
+    /// The job's arbiters, stopped when the job ends.
+    pub arbiters: Vec<Arbiter>,
+}
+
+/// Supervises one job.
+pub struct JobSupervisor {
+    status: Arc<Mutex<JobStatus>>,
+    metrics: Arc<JobMetrics>,
+    started: Instant,
+    subtasks: Vec<Recipient<CancelSubtask>>,
+    arbiters: Vec<Arbiter>,
+    expected: Option<usize>,
+    finished: usize,
+    pending_error: Option<Error>,
+    done: Option<oneshot::Sender<Result<JobOutcome>>>,
+}
+
+impl JobSupervisor {
+    /// A supervisor reporting into `status` and `done`.
+    pub fn new(
+        status: Arc<Mutex<JobStatus>>,
+        metrics: Arc<JobMetrics>,
+        done: oneshot::Sender<Result<JobOutcome>>,
+    ) -> Self {
+        JobSupervisor {
+            status,
+            metrics,
+            started: Instant::now(),
+            subtasks: Vec::new(),
+            arbiters: Vec::new(),
+            expected: None,
+            finished: 0,
+            pending_error: None,
+            done: Some(done),
+        }
+    }
+
+    fn set_status(&self, s: JobStatus) {
+        *self.status.lock().expect("status lock poisoned") = s;
+    }
+
+    fn complete(&mut self, result: Result<()>, ctx: &mut Context<Self>) {
+        let Some(done) = self.done.take() else {
+            return;
+        };
+        let outcome = result.map(|()| JobOutcome {
+            elapsed: self.started.elapsed(),
+            operators: self.metrics.operator_summaries(),
+            max_input_queued_batches: self.metrics.max_input_batches(),
+            max_output_queued_batches: self.metrics.max_output_batches(),
+        });
+        self.set_status(match &outcome {
+            Ok(_) => JobStatus::Finished,
+            Err(Error::Cancelled) => JobStatus::Canceled,
+            Err(_) => JobStatus::Failed,
+        });
+        let _ = done.send(outcome);
+        for a in self.arbiters.drain(..) {
+            a.stop();
+        }
+        ctx.stop();
+    }
+
+    fn cancel_all(&mut self) {
+        for s in &self.subtasks {
+            s.do_send(CancelSubtask);
+        }
+    }
+
+    fn fail(&mut self, error: Error, ctx: &mut Context<Self>) {
+        if self.done.is_none() {
+            return;
+        }
+        if self.expected.is_none() {
+            // Not every subtask is known yet; finish once they are.
+            self.pending_error.get_or_insert(error);
+            self.set_status(JobStatus::Failing);
+            return;
+        }
+        self.set_status(if error == Error::Cancelled {
+            JobStatus::Canceling
+        } else {
+            JobStatus::Failing
+        });
+        self.cancel_all();
+        self.complete(Err(error), ctx);
+    }
+}
+
+impl Actor for JobSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(usize::MAX);
+    }
+}
+
+impl Handler<Supervise> for JobSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Supervise, ctx: &mut Context<Self>) {
+        self.expected = Some(msg.subtasks.len());
+        self.subtasks = msg.subtasks;
+        self.arbiters = msg.arbiters;
+        if let Some(e) = self.pending_error.take() {
+            self.fail(e, ctx);
+        } else if self.finished >= self.subtasks.len() {
+            self.complete(Ok(()), ctx);
+        } else {
+            self.set_status(JobStatus::Running);
+        }
+    }
+}
+
+impl Handler<SubtaskFinished> for JobSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubtaskFinished, ctx: &mut Context<Self>) {
+        tracing::debug!(vertex = %msg.vertex, subtask = %msg.subtask, "subtask finished");
+        self.finished += 1;
+        if Some(self.finished) == self.expected && self.pending_error.is_none() {
+            self.complete(Ok(()), ctx);
+        }
+    }
+}
+
+impl Handler<SubtaskFailed> for JobSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubtaskFailed, ctx: &mut Context<Self>) {
+        self.fail(msg.error, ctx);
+    }
+}
+
+impl Handler<CancelJob> for JobSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: CancelJob, ctx: &mut Context<Self>) {
+        self.fail(Error::Cancelled, ctx);
+    }
+}

@@ -1,0 +1,271 @@
+//! Record writers: the sending end of a chain's network edges.
+//!
+//! A record writer partitions records into one buffer per output channel, sends
+//! a buffer as one `Deliver` when it is full (or when the buffer timeout flushes
+//! it), and only while the channel holds credit. Without credit, batches wait in
+//! a per-channel queue; once any queue holds `output_queue_capacity` batches the
+//! subtask stops taking input, which is how backpressure reaches the sources.
+//! Watermarks and end-of-input need no credit but keep their place behind the
+//! records queued before them.
+
+use crate::chain::ChainInput;
+use crate::element::{Batch, Record, StreamElement, Timestamp};
+use crate::error::Result;
+use crate::ids::ChannelId;
+use crate::messages::{ConnectChannel, Deliver, GrantCredit};
+use crate::metrics::QueueMetrics;
+use crate::partitioner::{Partitioner, Target};
+use actix::Recipient;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The receiving end of one channel, as the sender sees it.
+pub struct OutputTarget<T: Send + 'static> {
+    /// Where data goes.
+    pub data: Recipient<Deliver<T>>,
+    /// Where the connect message goes (the same actor).
+    pub connect: Recipient<ConnectChannel>,
+    /// The channel's index at the receiver.
+    pub channel: ChannelId,
+}
+
+impl<T: Send + 'static> Clone for OutputTarget<T> {
+    fn clone(&self) -> Self {
+        OutputTarget {
+            data: self.data.clone(),
+            connect: self.connect.clone(),
+            channel: self.channel,
+        }
+    }
+}
+
+struct OutputChannel<T: Send + 'static> {
+    target: OutputTarget<T>,
+    credits: u32,
+    queue: VecDeque<StreamElement<T>>,
+    queued_batches: usize,
+    buffer: Batch<T>,
+}
+
+impl<T: Send + 'static> OutputChannel<T> {
+    #[inline]
+    fn deliver(&self, element: StreamElement<T>) {
+        self.target.data.do_send(Deliver {
+            channel: self.target.channel,
+            element,
+        });
+    }
+
+    fn send_records(&mut self, batch: Batch<T>, metrics: &QueueMetrics) {
+        if self.credits > 0 && self.queue.is_empty() {
+            self.credits -= 1;
+            self.deliver(StreamElement::Records(batch));
+        } else {
+            self.queue.push_back(StreamElement::Records(batch));
+            self.queued_batches += 1;
+            metrics.observe_output(self.queued_batches);
+        }
+    }
+
+    fn flush_buffer(&mut self, batch_size: usize, metrics: &QueueMetrics) {
+        if !self.buffer.is_empty() {
+            let full = std::mem::replace(&mut self.buffer, Vec::with_capacity(batch_size));
+            self.send_records(full, metrics);
+        }
+    }
+
+    fn send_event(&mut self, element: StreamElement<T>, batch_size: usize, metrics: &QueueMetrics) {
+        self.flush_buffer(batch_size, metrics);
+        if self.queue.is_empty() {
+            self.deliver(element);
+        } else {
+            self.queue.push_back(element);
+        }
+    }
+
+    fn grant(&mut self, credits: u32) {
+        self.credits += credits;
+        while let Some(front) = self.queue.front() {
+            if front.is_records() {
+                if self.credits == 0 {
+                    break;
+                }
+                self.credits -= 1;
+                self.queued_batches -= 1;
+            }
+            let element = self.queue.pop_front().expect("front exists");
+            self.deliver(element);
+        }
+    }
+}
+
+/// What the subtask actor needs of a record writer, whatever its record type.
+pub trait WriterControl {
+    /// Sends the connect message of every channel (once, before any data).
+    fn connect(&mut self, writer: u32, credit_to: &Recipient<GrantCredit>);
+    /// The receiver of channel `output` granted credits.
+    fn grant(&mut self, output: u32, credits: u32);
+    /// True when some channel has a full queue: stop taking input.
+    fn backpressured(&self) -> bool;
+    /// Sends partly filled batches (buffer timeout).
+    fn flush_partial(&mut self);
+    /// True when nothing is buffered or queued.
+    fn drained(&self) -> bool;
+}
+
+/// Partitions a stream of `T` over the channels of one network edge.
+pub struct RecordWriter<T: Send + 'static> {
+    channels: Vec<OutputChannel<T>>,
+    partitioner: Box<dyn Partitioner<T>>,
+    batch_size: usize,
+    queue_capacity: usize,
+    metrics: Arc<QueueMetrics>,
+    last_watermark: Timestamp,
+}
+
+impl<T: Send + Clone + 'static> RecordWriter<T> {
+    /// A writer over `targets` (one per connected downstream subtask, in order).
+    pub fn new(
+        targets: Vec<OutputTarget<T>>,
+        partitioner: Box<dyn Partitioner<T>>,
+        config: &crate::RuntimeConfig,
+        metrics: Arc<QueueMetrics>,
+    ) -> Self {
+        let channels = targets
+            .into_iter()
+            .map(|target| OutputChannel {
+                target,
+                credits: config.credits,
+                queue: VecDeque::new(),
+                queued_batches: 0,
+                buffer: Vec::with_capacity(config.batch_size),
+            })
+            .collect();
+        RecordWriter {
+            channels,
+            partitioner,
+            batch_size: config.batch_size,
+            queue_capacity: config.output_queue_capacity,
+            metrics,
+            last_watermark: crate::element::MIN_WATERMARK,
+        }
+    }
+
+    /// Wraps the writer so a chain can push into it and the subtask can control it.
+    pub fn shared(self) -> (WriterInput<T>, Rc<RefCell<dyn WriterControl>>) {
+        let rc = Rc::new(RefCell::new(self));
+        (WriterInput(rc.clone()), rc)
+    }
+
+    #[inline]
+    fn push(&mut self, c: usize, record: Record<T>) {
+        let ch = &mut self.channels[c];
+        ch.buffer.push(record);
+        if ch.buffer.len() >= self.batch_size {
+            ch.flush_buffer(self.batch_size, &self.metrics);
+        }
+    }
+
+    fn write_batch(&mut self, batch: Batch<T>) {
+        if self.channels.len() == 1 {
+            let bs = self.batch_size;
+            let ch = &mut self.channels[0];
+            if ch.buffer.is_empty() && batch.len() <= bs {
+                // Move the whole batch: no per-record copy.
+                ch.buffer = batch;
+                if ch.buffer.len() >= bs {
+                    ch.flush_buffer(bs, &self.metrics);
+                }
+            } else {
+                for r in batch {
+                    self.push(0, r);
+                }
+            }
+            return;
+        }
+        let n = self.channels.len();
+        for record in batch {
+            match self.partitioner.select(&record.value, n) {
+                Target::One(c) => self.push(c, record),
+                Target::All => {
+                    for c in 0..n - 1 {
+                        self.push(c, record.clone());
+                    }
+                    self.push(n - 1, record);
+                }
+            }
+        }
+    }
+
+    fn broadcast_event(&mut self, element: StreamElement<T>) {
+        for ch in &mut self.channels {
+            ch.send_event(element.clone(), self.batch_size, &self.metrics);
+        }
+    }
+}
+
+impl<T: Send + 'static> WriterControl for RecordWriter<T> {
+    fn connect(&mut self, writer: u32, credit_to: &Recipient<GrantCredit>) {
+        for (i, ch) in self.channels.iter().enumerate() {
+            ch.target.connect.do_send(ConnectChannel {
+                channel: ch.target.channel,
+                writer,
+                output: i as u32,
+                credit_to: credit_to.clone(),
+            });
+        }
+    }
+
+    fn grant(&mut self, output: u32, credits: u32) {
+        if let Some(ch) = self.channels.get_mut(output as usize) {
+            ch.grant(credits);
+        }
+    }
+
+    fn backpressured(&self) -> bool {
+        self.channels
+            .iter()
+            .any(|c| c.queued_batches >= self.queue_capacity)
+    }
+
+    fn flush_partial(&mut self) {
+        for ch in &mut self.channels {
+            ch.flush_buffer(self.batch_size, &self.metrics);
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.channels
+            .iter()
+            .all(|c| c.queue.is_empty() && c.buffer.is_empty())
+    }
+}
+
+/// The chain-side handle of a record writer.
+pub struct WriterInput<T: Send + 'static>(Rc<RefCell<RecordWriter<T>>>);
+
+impl<T: Send + Clone + 'static> ChainInput<T> for WriterInput<T> {
+    #[inline]
+    fn process(&mut self, batch: Batch<T>) -> Result<()> {
+        self.0.borrow_mut().write_batch(batch);
+        Ok(())
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        let mut w = self.0.borrow_mut();
+        if watermark > w.last_watermark {
+            w.last_watermark = watermark;
+            w.broadcast_event(StreamElement::Watermark(watermark));
+        }
+        Ok(())
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        self.0
+            .borrow_mut()
+            .broadcast_event(StreamElement::EndOfInput);
+        Ok(())
+    }
+}

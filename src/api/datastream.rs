@@ -1,0 +1,364 @@
+//! `DataStream<T>`: a stream of records of type `T` and its transformations.
+
+use super::environment::StreamExecutionEnvironment;
+use super::graph::{
+    BuildOperator, Edge, ErasedChain, Node, NodeCtx, NodeId, NodeKind, Partition, Port, ops,
+    partition,
+};
+use super::keyed::KeyedStream;
+use crate::connectors::collect::Collected;
+use crate::connectors::file_sink::FileSink;
+use crate::connectors::print::PrintSink;
+use crate::operators::basic::{FilterOp, FlatMapOp, MapOp, TryMapOp};
+use crate::operators::keyed::KeyFn;
+use crate::operators::node::OperatorNode;
+use crate::operators::process::{ProcessFunction, ProcessOp};
+use crate::operators::sink::{SinkContext, SinkFunction, SinkOp};
+use crate::operators::{Operator, OutputTag};
+use crate::{Error, Result};
+use floe_actors::chain::ChainInput;
+use std::fmt::Display;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub(crate) struct StreamRef {
+    pub node: NodeId,
+    pub port: Port,
+    pub partition: Partition,
+}
+
+/// A stream of records of type `T`.
+///
+/// Transformations add operators to the environment's graph and return new
+/// streams; a stream can feed several operators (each gets every record).
+pub struct DataStream<T> {
+    pub(crate) env: StreamExecutionEnvironment,
+    pub(crate) refs: Vec<StreamRef>,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream {
+            env: self.env.clone(),
+            refs: self.refs.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> DataStream<T> {
+    pub(crate) fn from_node(
+        env: StreamExecutionEnvironment,
+        node: NodeId,
+        port: Port,
+        partition: Partition,
+    ) -> Self {
+        DataStream {
+            env,
+            refs: vec![StreamRef {
+                node,
+                port,
+                partition,
+            }],
+            _type: PhantomData,
+        }
+    }
+
+    /// The environment this stream belongs to.
+    pub fn env(&self) -> &StreamExecutionEnvironment {
+        &self.env
+    }
+
+    /// Adds an operator consuming this stream; `make` creates it per subtask.
+    pub fn transform<U, O, F>(&self, name: &str, make: F) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        O: Operator<T, U>,
+        F: Fn(&NodeCtxView) -> O + Send + Sync + 'static,
+    {
+        let build: BuildOperator = Arc::new(move |ctx: &NodeCtx, main: ErasedChain, sides| {
+            let next = *main
+                .downcast::<Box<dyn ChainInput<U>>>()
+                .map_err(|_| Error::Config("operator output type mismatch".into()))?;
+            let view = NodeCtxView {
+                subtask: ctx.subtask.0 as usize,
+                parallelism: ctx.parallelism,
+                max_parallelism: ctx.config.max_parallelism,
+            };
+            let node = OperatorNode::new(make(&view), next, sides, ctx.info());
+            let chain: Box<dyn ChainInput<T>> = Box::new(node);
+            Ok(Box::new(chain) as ErasedChain)
+        });
+        let id = self.env.add_node(Node {
+            name: name.to_string(),
+            parallelism: 0,
+            chainable: true,
+            fixed_parallelism: false,
+            kind: NodeKind::Operator(build),
+            inputs: self
+                .refs
+                .iter()
+                .map(|r| Edge {
+                    from: r.node,
+                    port: r.port,
+                    partition: r.partition.clone(),
+                })
+                .collect(),
+            in_type: ops::<T>(),
+            out_type: ops::<U>(),
+            side_types: Vec::new(),
+        });
+        DataStream::from_node(
+            self.env.clone(),
+            id,
+            Port::Main,
+            partition::forward::<U>(false),
+        )
+    }
+
+    /// Applies `f` to every record.
+    pub fn map<U, F>(&self, f: F) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        F: FnMut(T) -> U + Clone + Send + Sync + 'static,
+    {
+        self.transform("Map", move |_| MapOp(f.clone()))
+    }
+
+    /// Applies a fallible `f`; an error fails the job and names this operator.
+    pub fn try_map<U, F>(&self, f: F) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        F: FnMut(T) -> Result<U> + Clone + Send + Sync + 'static,
+    {
+        self.transform("Map", move |_| TryMapOp(f.clone()))
+    }
+
+    /// Keeps the records `f` accepts.
+    pub fn filter<F>(&self, f: F) -> DataStream<T>
+    where
+        F: FnMut(&T) -> bool + Clone + Send + Sync + 'static,
+    {
+        self.transform("Filter", move |_| FilterOp(f.clone()))
+    }
+
+    /// Replaces every record with the items `f` returns for it.
+    pub fn flat_map<U, I, F>(&self, f: F) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        I: IntoIterator<Item = U>,
+        F: FnMut(T) -> I + Clone + Send + Sync + 'static,
+    {
+        self.transform("Flat Map", move |_| FlatMapOp(f.clone()))
+    }
+
+    /// Runs a process function (records with context and side outputs).
+    pub fn process<U, P>(&self, function: P) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        P: ProcessFunction<T, U> + Clone + Sync,
+    {
+        self.transform("Process", move |_| ProcessOp::new(function.clone()))
+    }
+
+    /// Partitions by a computed key.
+    pub fn key_by<K, F>(&self, key: F) -> KeyedStream<T, K>
+    where
+        K: Hash + Eq + Clone + Send + 'static,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        self.keyed(KeyFn::Owned(Arc::new(key)))
+    }
+
+    /// Partitions by a key that is a field of the record; no key copy per record.
+    ///
+    /// # Examples
+    /// ```
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let words = env.from_collection(vec![("a".to_string(), 1u64), ("b".into(), 1), ("a".into(), 1)]);
+    /// let counts = words.key_by_field(|t| &t.0).sum(|t| &mut t.1).collect();
+    /// env.execute().unwrap();
+    /// let last_a = counts.take().into_iter().filter(|t| t.0 == "a").map(|t| t.1).max();
+    /// assert_eq!(last_a, Some(2));
+    /// ```
+    pub fn key_by_field<K>(&self, key: for<'a> fn(&'a T) -> &'a K) -> KeyedStream<T, K>
+    where
+        K: Hash + Eq + Clone + Send + 'static,
+    {
+        self.keyed(KeyFn::Borrowed(key))
+    }
+
+    fn keyed<K>(&self, key: KeyFn<T, K>) -> KeyedStream<T, K>
+    where
+        K: Hash + Eq + Clone + Send + 'static,
+    {
+        let max_parallelism = self.env.inner.borrow().config.max_parallelism;
+        let k2 = key.clone();
+        let hash: Arc<dyn Fn(&T) -> u64 + Send + Sync> =
+            Arc::new(move |v| k2.with_key(v, |k| floe_actors::keygroup::stable_hash(k)));
+        let part = partition::key_groups::<T>(hash, max_parallelism);
+        KeyedStream::new(self.repartition(part), key)
+    }
+
+    fn repartition(&self, partition: Partition) -> DataStream<T> {
+        let mut s = self.clone();
+        for r in &mut s.refs {
+            r.partition = partition.clone();
+        }
+        s
+    }
+
+    /// Round robin over every downstream subtask.
+    pub fn rebalance(&self) -> DataStream<T> {
+        self.repartition(partition::rebalance::<T>())
+    }
+
+    /// Round robin over a local subset of downstream subtasks.
+    pub fn rescale(&self) -> DataStream<T> {
+        self.repartition(partition::rescale::<T>())
+    }
+
+    /// A seeded random downstream subtask per record.
+    pub fn shuffle(&self) -> DataStream<T> {
+        self.repartition(partition::shuffle::<T>())
+    }
+
+    /// Every record to every downstream subtask.
+    pub fn broadcast(&self) -> DataStream<T> {
+        self.repartition(partition::broadcast::<T>())
+    }
+
+    /// Subtask i to subtask i (requires equal parallelism).
+    pub fn forward(&self) -> DataStream<T> {
+        self.repartition(partition::forward::<T>(true))
+    }
+
+    /// `f(record, n)` picks the downstream subtask (taken modulo n).
+    pub fn partition_custom<F>(&self, f: F) -> DataStream<T>
+    where
+        F: Fn(&T, usize) -> usize + Send + Sync + 'static,
+    {
+        self.repartition(partition::custom::<T>(Arc::new(f)))
+    }
+
+    /// This stream together with `others` (same record type).
+    pub fn union(&self, others: &[&DataStream<T>]) -> DataStream<T> {
+        let mut s = self.clone();
+        for o in others {
+            s.refs.extend(o.refs.iter().cloned());
+        }
+        s
+    }
+
+    /// The side output `tag` of the operator that produced this stream.
+    pub fn get_side_output<X: Clone + Send + 'static>(&self, tag: &OutputTag<X>) -> DataStream<X> {
+        let node = self.refs[0].node;
+        {
+            let mut inner = self.env.inner.borrow_mut();
+            let n = &mut inner.nodes[node];
+            if !n.side_types.iter().any(|(t, _)| *t == tag.id()) {
+                n.side_types.push((tag.id(), ops::<X>()));
+            }
+        }
+        DataStream::from_node(
+            self.env.clone(),
+            node,
+            Port::Side(tag.id()),
+            partition::forward::<X>(false),
+        )
+    }
+
+    fn with_node(self, f: impl FnOnce(&mut Node)) -> Self {
+        if let Some(r) = self.refs.first() {
+            f(&mut self.env.inner.borrow_mut().nodes[r.node]);
+        }
+        self
+    }
+
+    /// Names the operator that produced this stream.
+    pub fn name(self, name: &str) -> Self {
+        self.with_node(|n| n.name = name.to_string())
+    }
+
+    /// Sets the parallelism of the operator that produced this stream.
+    pub fn set_parallelism(self, parallelism: usize) -> Self {
+        self.with_node(|n| {
+            n.parallelism = parallelism;
+            n.fixed_parallelism = true;
+        })
+    }
+
+    /// Keeps the operator that produced this stream out of any chain.
+    pub fn disable_chaining(self) -> Self {
+        self.with_node(|n| n.chainable = false)
+    }
+
+    /// Writes the stream to a sink; one sink instance is cloned per subtask.
+    pub fn add_sink<S>(&self, sink: S) -> DataStream<()>
+    where
+        S: SinkFunction<T> + Clone + Sync,
+    {
+        let name = std::any::type_name::<S>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("Sink")
+            .to_string();
+        self.add_named_sink(&name, sink)
+    }
+
+    fn add_named_sink<S>(&self, name: &str, sink: S) -> DataStream<()>
+    where
+        S: SinkFunction<T> + Clone + Sync,
+    {
+        let sink = Arc::new(std::sync::Mutex::new(sink));
+        self.transform(name, move |ctx| {
+            let s = sink.lock().expect("sink template lock poisoned").clone();
+            SinkOp::new(
+                s,
+                SinkContext {
+                    subtask: floe_actors::ids::SubtaskIndex(ctx.subtask as u32),
+                    parallelism: ctx.parallelism,
+                },
+            )
+        })
+    }
+
+    /// Collects the stream into memory; read it after the job ends.
+    pub fn collect(&self) -> Collected<T> {
+        let c = Collected::new();
+        self.add_named_sink("Collect Sink", c.sink());
+        c
+    }
+
+    /// Writes `T: Display` lines to a file (a directory of `part-N` files when
+    /// the sink runs in parallel).
+    pub fn write_as_text(&self, path: impl Into<PathBuf>) -> DataStream<()>
+    where
+        T: Display,
+    {
+        self.add_named_sink("Text File Sink", FileSink::new(path))
+    }
+
+    /// Prints every record on stdout.
+    pub fn print(&self) -> DataStream<()>
+    where
+        T: Display,
+    {
+        self.add_named_sink("Print Sink", PrintSink::default())
+    }
+}
+
+/// What an operator factory learns about its subtask.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeCtxView {
+    /// This subtask's index.
+    pub subtask: usize,
+    /// The operator's parallelism.
+    pub parallelism: usize,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+}

@@ -1,0 +1,332 @@
+//! From stream graph to running subtasks.
+//!
+//! 1. **Chaining.** A node joins its input's chain when it has exactly one input,
+//!    that edge is a default (forward) edge, both sides have the same parallelism,
+//!    and neither side disabled chaining. Otherwise it heads a new vertex.
+//! 2. **Channels.** Every (edge, upstream subtask, downstream subtask) pair the
+//!    edge's pattern connects becomes a channel, numbered per receiving subtask.
+//! 3. **Deployment.** Vertices are spawned downstream first, so each record
+//!    writer is built with the addresses of its receivers; subtask `i` of every
+//!    vertex runs on arbiter `i mod arbiters`, so connected subtasks share a
+//!    thread where they can. Each chain is built on its arbiter's thread.
+
+use super::graph::{ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx};
+use super::job::JobHandle;
+use crate::config::Config;
+use crate::{Error, Result};
+use actix::{Actor, Arbiter};
+use floe_actors::ids::{ChannelId, SubtaskIndex, VertexId};
+use floe_actors::metrics::{JobMetrics, QueueMetrics};
+use floe_actors::partitioner::{Pattern, connected};
+use floe_actors::subtask::{ChainBuilder, SubtaskSetup};
+use floe_actors::supervisor::{JobStatus, JobSupervisor, Supervise};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A consumer of a node's output: (port, consuming node, index of the edge in its inputs).
+type Consumer = (Port, NodeId, usize);
+
+pub(crate) struct Plan {
+    pub nodes: Vec<Node>,
+    pub consumers: Vec<Vec<Consumer>>,
+    pub chained: Vec<bool>,
+    pub vertex_of: Vec<usize>,
+    /// Head node of each vertex, in topological order.
+    pub heads: Vec<NodeId>,
+    /// Channel ids: (consumer node, edge index, upstream subtask, downstream subtask).
+    pub channels: HashMap<(NodeId, usize, usize, usize), ChannelId>,
+    pub inputs_per_subtask: Vec<Vec<usize>>,
+}
+
+impl Plan {
+    pub fn new(mut nodes: Vec<Node>, config: &Config) -> Result<Plan> {
+        if nodes.is_empty() {
+            return Err(Error::Config("the job has no operators".into()));
+        }
+        let n = nodes.len();
+        // Resolve default edges whose sides differ in parallelism to rebalance.
+        for id in 0..n {
+            let p = nodes[id].parallelism;
+            if p == 0 {
+                return Err(Error::Config(format!(
+                    "operator '{}' has parallelism 0; it must be at least 1",
+                    nodes[id].name
+                )));
+            }
+            for k in 0..nodes[id].inputs.len() {
+                let e = &nodes[id].inputs[k];
+                let up = nodes[e.from].parallelism;
+                if e.partition.pattern == Pattern::Pointwise && up != p {
+                    if e.partition.explicit {
+                        return Err(Error::Config(format!(
+                            "forward edge into '{}' needs equal parallelism ({} vs {})",
+                            nodes[id].name, up, p
+                        )));
+                    }
+                    let make = e.partition.fallback.clone().ok_or_else(|| {
+                        Error::Config(format!(
+                            "edge into '{}' cannot be rebalanced",
+                            nodes[id].name
+                        ))
+                    })?;
+                    nodes[id].inputs[k].partition = super::graph::Partition {
+                        pattern: Pattern::AllToAll,
+                        make,
+                        explicit: true,
+                        name: "rebalance",
+                        fallback: None,
+                    };
+                }
+            }
+        }
+        let mut consumers: Vec<Vec<Consumer>> = vec![Vec::new(); n];
+        for (id, node) in nodes.iter().enumerate() {
+            for (k, e) in node.inputs.iter().enumerate() {
+                if e.from >= id {
+                    return Err(Error::Config("the stream graph has a cycle".into()));
+                }
+                consumers[e.from].push((e.port, id, k));
+            }
+        }
+        let mut chained = vec![false; n];
+        let mut vertex_of = vec![0; n];
+        let mut heads = Vec::new();
+        for id in 0..n {
+            let node = &nodes[id];
+            let chain = config.chaining
+                && node.inputs.len() == 1
+                && !node.inputs[0].partition.explicit
+                && node.chainable
+                && nodes[node.inputs[0].from].chainable
+                && nodes[node.inputs[0].from].parallelism == node.parallelism;
+            chained[id] = chain;
+            if chain {
+                vertex_of[id] = vertex_of[node.inputs[0].from];
+            } else {
+                vertex_of[id] = heads.len();
+                heads.push(id);
+            }
+        }
+        let mut channels = HashMap::new();
+        let mut inputs_per_subtask = Vec::with_capacity(heads.len());
+        for &h in &heads {
+            let p = nodes[h].parallelism;
+            let mut next = vec![0usize; p];
+            for (k, e) in nodes[h].inputs.iter().enumerate() {
+                let up_p = nodes[e.from].parallelism;
+                for i in 0..up_p {
+                    for j in connected(e.partition.pattern, i, up_p, p) {
+                        channels.insert((h, k, i, j), ChannelId(next[j] as u32));
+                        next[j] += 1;
+                    }
+                }
+            }
+            inputs_per_subtask.push(next);
+        }
+        Ok(Plan {
+            nodes,
+            consumers,
+            chained,
+            vertex_of,
+            heads,
+            channels,
+            inputs_per_subtask,
+        })
+    }
+
+    /// Chain names, for logs: "source -> map -> sum".
+    fn vertex_name(&self, v: usize) -> String {
+        let names: Vec<&str> = (0..self.nodes.len())
+            .filter(|&id| self.vertex_of[id] == v)
+            .map(|id| self.nodes[id].name.as_str())
+            .collect();
+        names.join(" -> ")
+    }
+}
+
+/// Key of the precomputed output targets of one subtask: (node, port, consumer, edge index).
+type TargetKey = (NodeId, Port, NodeId, usize);
+
+/// Deploys `plan` in the current actix system and returns the job's handle.
+pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
+    config.validate()?;
+    let config = Arc::new(config);
+    let plan = Arc::new(plan);
+    let metrics = Arc::new(JobMetrics::default());
+    let status = Arc::new(Mutex::new(JobStatus::Created));
+    let (done_tx, done_rx) = futures::channel::oneshot::channel();
+    let arbiters: Vec<Arbiter> = (0..config.runtime.arbiters)
+        .map(|_| Arbiter::new())
+        .collect();
+    let supervisor = JobSupervisor::start_in_arbiter(&arbiters[0].handle(), {
+        let (status, metrics) = (status.clone(), metrics.clone());
+        move |_| JobSupervisor::new(status, metrics, done_tx)
+    });
+
+    let mut spawned: Vec<Vec<Spawned>> = (0..plan.heads.len()).map(|_| Vec::new()).collect();
+    for v in (0..plan.heads.len()).rev() {
+        let head = plan.heads[v];
+        let p = plan.nodes[head].parallelism;
+        let name = plan.vertex_name(v);
+        for j in 0..p {
+            // Output targets of every network edge leaving this vertex.
+            let mut targets: HashMap<TargetKey, Box<dyn Any + Send>> = HashMap::new();
+            for x in (0..plan.nodes.len()).filter(|&x| plan.vertex_of[x] == v) {
+                for &(port, c, k) in &plan.consumers[x] {
+                    if plan.chained[c] {
+                        continue;
+                    }
+                    let w = plan.vertex_of[c];
+                    let edge = &plan.nodes[c].inputs[k];
+                    let down_p = plan.nodes[c].parallelism;
+                    let to: Vec<_> = connected(edge.partition.pattern, j, p, down_p)
+                        .into_iter()
+                        .map(|d| (&spawned[w][d].addr, plan.channels[&(c, k, j, d)]))
+                        .collect();
+                    let ops = match port {
+                        Port::Main => &plan.nodes[x].out_type,
+                        Port::Side(tag) => side_ops(&plan.nodes[x], tag),
+                    };
+                    targets.insert((x, port, c, k), ops.targets(&to));
+                }
+            }
+            let setup = SubtaskSetup {
+                vertex: VertexId(v as u32),
+                name: name.clone(),
+                index: SubtaskIndex(j as u32),
+                inputs: plan.inputs_per_subtask[v][j],
+                config: config.runtime.clone(),
+                on_finished: supervisor.clone().recipient(),
+                on_failed: supervisor.clone().recipient(),
+                queue_metrics: metrics.queues(),
+            };
+            let build = {
+                let (plan, config, metrics) = (plan.clone(), config.clone(), metrics.clone());
+                let queue_metrics = setup.queue_metrics.clone();
+                Box::new(move |builder: &mut ChainBuilder| {
+                    let mut b = ChainBuild {
+                        plan: &plan,
+                        config: &config,
+                        metrics: &metrics,
+                        queue_metrics,
+                        subtask: j,
+                        targets,
+                        builder,
+                    };
+                    b.head(head).map_err(to_runtime)
+                })
+            };
+            let slot = if config.runtime.spread_vertices {
+                v + j
+            } else {
+                j
+            };
+            let arbiter = arbiters[slot % arbiters.len()].handle();
+            let s = plan.nodes[head].in_type.spawn(&arbiter, setup, build);
+            spawned[v].push(s);
+        }
+    }
+    let cancels = spawned
+        .iter()
+        .flat_map(|v| v.iter().map(|s| s.cancel.clone()))
+        .collect();
+    supervisor.do_send(Supervise {
+        subtasks: cancels,
+        arbiters,
+    });
+    Ok(JobHandle::new(supervisor, status, metrics, done_rx))
+}
+
+fn to_runtime(e: Error) -> floe_actors::Error {
+    match e {
+        Error::Runtime(r) => r,
+        other => floe_actors::Error::Runtime(other.to_string()),
+    }
+}
+
+fn side_ops(node: &Node, tag: u64) -> &Arc<dyn super::graph::TypeOps> {
+    &node
+        .side_types
+        .iter()
+        .find(|(t, _)| *t == tag)
+        .expect("side output consumed through get_side_output has a type")
+        .1
+}
+
+/// Builds one subtask's chain on its arbiter.
+struct ChainBuild<'a> {
+    plan: &'a Plan,
+    config: &'a Arc<Config>,
+    metrics: &'a Arc<JobMetrics>,
+    queue_metrics: Arc<QueueMetrics>,
+    subtask: usize,
+    targets: HashMap<TargetKey, Box<dyn Any + Send>>,
+    builder: &'a mut ChainBuilder,
+}
+
+impl ChainBuild<'_> {
+    fn head(&mut self, head: NodeId) -> Result<ErasedHead> {
+        let node = &self.plan.nodes[head];
+        let ctx = node_ctx(head, node, self.subtask, self.config, self.metrics);
+        let main = self.output(head, Port::Main)?;
+        match &node.kind {
+            NodeKind::Source(build) => Ok(ErasedHead::Source(build(&ctx, main)?)),
+            NodeKind::Operator(_) => Ok(ErasedHead::Inputs(self.operator(head, main)?)),
+        }
+    }
+
+    fn node(&mut self, id: NodeId) -> Result<ErasedChain> {
+        let main = self.output(id, Port::Main)?;
+        self.operator(id, main)
+    }
+
+    fn operator(&mut self, id: NodeId, main: ErasedChain) -> Result<ErasedChain> {
+        let node = &self.plan.nodes[id];
+        let mut sides = Vec::new();
+        for (tag, ops) in &node.side_types {
+            let next = self.output(id, Port::Side(*tag))?;
+            sides.push(ops.side_port(*tag, next));
+        }
+        let ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
+        match &node.kind {
+            NodeKind::Operator(build) => build(&ctx, main, sides),
+            NodeKind::Source(_) => Err(Error::Config(format!(
+                "source '{}' cannot be chained after another operator",
+                node.name
+            ))),
+        }
+    }
+
+    fn output(&mut self, id: NodeId, port: Port) -> Result<ErasedChain> {
+        let node = &self.plan.nodes[id];
+        let ops = match port {
+            Port::Main => node.out_type.clone(),
+            Port::Side(tag) => side_ops(node, tag).clone(),
+        };
+        let mut outs = Vec::new();
+        for &(p, c, k) in &self.plan.consumers[id] {
+            if p != port {
+                continue;
+            }
+            if self.plan.chained[c] {
+                outs.push(self.node(c)?);
+            } else {
+                let targets = self
+                    .targets
+                    .remove(&(id, port, c, k))
+                    .expect("targets precomputed for every network edge");
+                let edge = &self.plan.nodes[c].inputs[k];
+                let partitioner = (edge.partition.make)(self.subtask, self.config.seed);
+                outs.push(ops.writer(
+                    targets,
+                    partitioner,
+                    self.config,
+                    self.queue_metrics.clone(),
+                    self.builder,
+                ));
+            }
+        }
+        Ok(ops.fanout(outs))
+    }
+}

@@ -1,0 +1,304 @@
+//! The stream execution environment: configuration, sources, execution.
+
+use super::datastream::DataStream;
+use super::deploy::{Plan, launch};
+use super::graph::{ErasedChain, Node, NodeKind, Port, ops, partition};
+use super::job::{JobHandle, JobResult};
+use crate::config::Config;
+use crate::connectors::collection::{CollectionSource, IteratorSource};
+use crate::connectors::generator::GeneratorSource;
+use crate::connectors::text_file::TextFileSource;
+use crate::connectors::{SourceContext, SourceFunction, SourceNode};
+use crate::{Error, Result};
+use floe_actors::chain::ChainInput;
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(crate) struct EnvInner {
+    pub config: Config,
+    pub nodes: Vec<Node>,
+}
+
+/// Where a job is assembled and from where it runs.
+///
+/// # Examples
+/// ```
+/// use floe::StreamExecutionEnvironment;
+///
+/// let env = StreamExecutionEnvironment::new();
+/// env.set_parallelism(2);
+/// let out = env
+///     .from_collection(vec![1i64, 2, 3, 4])
+///     .map(|x| x * 10)
+///     .filter(|x| *x > 10)
+///     .collect();
+/// env.execute().unwrap();
+/// let mut got = out.take();
+/// got.sort();
+/// assert_eq!(got, vec![20, 30, 40]);
+/// ```
+#[derive(Clone)]
+pub struct StreamExecutionEnvironment {
+    pub(crate) inner: Rc<RefCell<EnvInner>>,
+}
+
+impl Default for StreamExecutionEnvironment {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamExecutionEnvironment {
+    /// An environment with the default configuration (parallelism = cores).
+    pub fn new() -> Self {
+        Self::with_config(Config::default())
+    }
+
+    /// An environment with `config`.
+    pub fn with_config(config: Config) -> Self {
+        StreamExecutionEnvironment {
+            inner: Rc::new(RefCell::new(EnvInner {
+                config,
+                nodes: Vec::new(),
+            })),
+        }
+    }
+
+    /// A copy of the current configuration.
+    pub fn config(&self) -> Config {
+        self.inner.borrow().config.clone()
+    }
+
+    /// Default parallelism of operators that do not set their own.
+    pub fn set_parallelism(&self, parallelism: usize) -> &Self {
+        self.inner.borrow_mut().config.parallelism = parallelism;
+        self
+    }
+
+    /// Number of key groups (default 128).
+    pub fn set_max_parallelism(&self, max_parallelism: u32) -> &Self {
+        self.inner.borrow_mut().config.max_parallelism = max_parallelism;
+        self
+    }
+
+    /// Records per batch (default 1024).
+    pub fn set_batch_size(&self, batch_size: usize) -> &Self {
+        self.inner.borrow_mut().config.runtime.batch_size = batch_size;
+        self
+    }
+
+    /// How long a partly filled batch may wait (zero: flush after each step).
+    pub fn set_buffer_timeout(&self, timeout: Duration) -> &Self {
+        self.inner.borrow_mut().config.runtime.buffer_timeout = timeout;
+        self
+    }
+
+    /// Number of arbiters (threads) to spread subtasks over.
+    pub fn set_arbiters(&self, arbiters: usize) -> &Self {
+        self.inner.borrow_mut().config.runtime.arbiters = arbiters;
+        self
+    }
+
+    /// Credits (batches) each receiver grants a channel.
+    pub fn set_credits(&self, credits: u32) -> &Self {
+        self.inner.borrow_mut().config.runtime.credits = credits;
+        self
+    }
+
+    /// The seed of seeded choices (shuffle partitioning).
+    pub fn set_seed(&self, seed: u64) -> &Self {
+        self.inner.borrow_mut().config.seed = seed;
+        self
+    }
+
+    /// Replaces the whole configuration (before operators are added).
+    pub fn set_config(&self, config: Config) -> &Self {
+        self.inner.borrow_mut().config = config;
+        self
+    }
+
+    /// Never fuse operators into chains.
+    pub fn disable_operator_chaining(&self) -> &Self {
+        self.inner.borrow_mut().config.chaining = false;
+        self
+    }
+
+    pub(crate) fn add_node(&self, node: Node) -> usize {
+        let mut inner = self.inner.borrow_mut();
+        inner.nodes.push(node);
+        inner.nodes.len() - 1
+    }
+
+    /// A stream from a custom source; `create` makes one source per subtask.
+    pub fn add_source<T, S, F>(&self, name: &str, create: F) -> DataStream<T>
+    where
+        T: Clone + Send + 'static,
+        S: SourceFunction<T>,
+        F: Fn(&SourceContext) -> Result<S> + Send + Sync + 'static,
+    {
+        self.source_node(name, None, move |ctx| {
+            create(ctx).map(|s| Box::new(s) as Box<dyn SourceFunction<T>>)
+        })
+    }
+
+    fn source_node<T, F>(&self, name: &str, parallelism: Option<usize>, create: F) -> DataStream<T>
+    where
+        T: Clone + Send + 'static,
+        F: Fn(&SourceContext) -> Result<Box<dyn SourceFunction<T>>> + Send + Sync + 'static,
+    {
+        let build = Arc::new(move |ctx: &super::graph::NodeCtx, main: ErasedChain| {
+            let next = *main
+                .downcast::<Box<dyn ChainInput<T>>>()
+                .map_err(|_| Error::Config("source output type mismatch".into()))?;
+            let source = create(&ctx.source_context())?;
+            let driver = SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
+            Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
+        });
+        let id = self.add_node(Node {
+            name: name.to_string(),
+            parallelism: parallelism.unwrap_or(0),
+            chainable: true,
+            fixed_parallelism: parallelism.is_some(),
+            kind: NodeKind::Source(build),
+            inputs: Vec::new(),
+            in_type: ops::<()>(),
+            out_type: ops::<T>(),
+            side_types: Vec::new(),
+        });
+        DataStream::from_node(self.clone(), id, Port::Main, partition::forward::<T>(false))
+    }
+
+    /// The elements of a vector, in order, from one source subtask.
+    pub fn from_collection<T>(&self, data: Vec<T>) -> DataStream<T>
+    where
+        T: Clone + Send + Sync + 'static,
+    {
+        let data = Arc::new(data);
+        self.source_node("Collection Source", Some(1), move |_| {
+            Ok(Box::new(CollectionSource::new(data.clone())) as Box<dyn SourceFunction<T>>)
+        })
+    }
+
+    /// The items of an iterator, from one source subtask. The job can run once.
+    pub fn from_iter<I>(&self, iter: I) -> DataStream<I::Item>
+    where
+        I: IntoIterator,
+        I::IntoIter: Send + 'static,
+        I::Item: Clone + Send + 'static,
+    {
+        let slot = Arc::new(Mutex::new(Some(iter.into_iter())));
+        self.source_node("Iterator Source", Some(1), move |_| {
+            Ok(Box::new(IteratorSource::new(slot.clone())) as Box<dyn SourceFunction<I::Item>>)
+        })
+    }
+
+    /// The numbers `from..=to`, split over the source's subtasks.
+    pub fn generate_sequence(&self, from: i64, to: i64) -> DataStream<i64> {
+        let count = if to >= from {
+            (to - from) as u64 + 1
+        } else {
+            0
+        };
+        self.from_generator(count, move |i| from + i as i64)
+            .name("Sequence Source")
+    }
+
+    /// Records `f(0) .. f(count - 1)`, split over the source's subtasks.
+    pub fn from_generator<T, F>(&self, count: u64, f: F) -> DataStream<T>
+    where
+        T: Clone + Send + 'static,
+        F: Fn(u64) -> T + Send + Sync + 'static,
+    {
+        self.generator(count, None, f)
+    }
+
+    /// Like [`from_generator`](Self::from_generator), at most `per_second`
+    /// records per second over all subtasks.
+    pub fn from_generator_rate_limited<T, F>(
+        &self,
+        count: u64,
+        per_second: f64,
+        f: F,
+    ) -> DataStream<T>
+    where
+        T: Clone + Send + 'static,
+        F: Fn(u64) -> T + Send + Sync + 'static,
+    {
+        self.generator(count, Some(per_second), f)
+    }
+
+    fn generator<T, F>(&self, count: u64, rate: Option<f64>, f: F) -> DataStream<T>
+    where
+        T: Clone + Send + 'static,
+        F: Fn(u64) -> T + Send + Sync + 'static,
+    {
+        let f: Arc<dyn Fn(u64) -> T + Send + Sync> = Arc::new(f);
+        self.source_node("Generator Source", None, move |ctx| {
+            Ok(Box::new(GeneratorSource::new(f.clone(), count, rate, ctx))
+                as Box<dyn SourceFunction<T>>)
+        })
+    }
+
+    /// The lines of a text file, read by one source subtask.
+    pub fn read_text_file(&self, path: impl Into<PathBuf>) -> DataStream<String> {
+        let path: PathBuf = path.into();
+        self.source_node("Text File Source", Some(1), move |_| {
+            Ok(Box::new(TextFileSource::open(&path)?) as Box<dyn SourceFunction<String>>)
+        })
+    }
+
+    fn take_plan(&self) -> Result<(Plan, Config)> {
+        let mut inner = self.inner.borrow_mut();
+        let config = inner.config.clone();
+        config.validate()?;
+        let mut nodes = std::mem::take(&mut inner.nodes);
+        for n in &mut nodes {
+            if !n.fixed_parallelism {
+                n.parallelism = config.parallelism;
+            }
+        }
+        Ok((Plan::new(nodes, &config)?, config))
+    }
+
+    /// Starts the job and returns at once with its handle.
+    ///
+    /// Inside an actix system the job's arbiters join that system; elsewhere
+    /// (a plain thread, a tokio runtime) the job gets an actix system of its own
+    /// on a background thread. The job's operators are taken out of the
+    /// environment.
+    pub fn execute_async(&self) -> Result<JobHandle> {
+        let (plan, config) = self.take_plan()?;
+        if actix::System::try_current().is_some() {
+            return launch(plan, config);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("floe-job".into())
+            .spawn(move || {
+                actix::System::new().block_on(async move {
+                    match launch(plan, config) {
+                        Ok(handle) => {
+                            let waiter = handle.clone();
+                            let _ = tx.send(Ok(handle));
+                            let _ = waiter.wait().await;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                });
+            })
+            .map_err(|e| Error::Runtime(floe_actors::Error::Runtime(e.to_string())))?;
+        rx.recv()
+            .map_err(|_| Error::Runtime(floe_actors::Error::Runtime("job thread died".into())))?
+    }
+
+    /// Runs the job to its end and returns its result.
+    pub fn execute(&self) -> Result<JobResult> {
+        let handle = self.execute_async()?;
+        futures::executor::block_on(handle.wait())
+    }
+}

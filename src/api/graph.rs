@@ -1,0 +1,335 @@
+//! The stream graph: the typed API's operators, erased to what deployment needs.
+//!
+//! Each node keeps closures, created where its record types were known, that
+//! build its operator for one subtask, fan out or write its output, and spawn a
+//! subtask actor headed by it. Deployment (`deploy.rs`) then works on this graph
+//! without knowing any record type.
+
+use crate::config::Config;
+use crate::connectors::SourceContext;
+use crate::operators::node::{NodeInfo, SidePort, TypedSidePort};
+use actix::{Addr, ArbiterHandle, Recipient};
+use floe_actors::chain::{ChainInput, Discard, Fanout};
+use floe_actors::ids::{ChannelId, OperatorId, SubtaskIndex};
+use floe_actors::messages::CancelSubtask;
+use floe_actors::metrics::{JobMetrics, QueueMetrics};
+use floe_actors::partitioner::{Partitioner, Pattern};
+use floe_actors::source::SourceDriver;
+use floe_actors::subtask::{ChainBuilder, Head, SubtaskActor, SubtaskSetup};
+use floe_actors::writer::{OutputTarget, RecordWriter};
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+pub(crate) type NodeId = usize;
+
+/// A chain element for records of some type: `Box<dyn ChainInput<T>>`, erased.
+pub(crate) type ErasedChain = Box<dyn Any>;
+
+/// Which output of a node an edge reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Port {
+    Main,
+    Side(u64),
+}
+
+/// How an edge distributes records; `make` builds a
+/// `Box<dyn Partitioner<T>>` (boxed again as `Any`) for one sending subtask.
+#[derive(Clone)]
+pub(crate) struct Partition {
+    pub pattern: Pattern,
+    pub make: MakePartitioner,
+    /// Set by the user (rebalance, key_by, ...); a default edge may chain.
+    pub explicit: bool,
+    pub name: &'static str,
+    /// For default edges: the round-robin factory used when the two sides end up
+    /// with different parallelism (as Flink does).
+    pub fallback: Option<MakePartitioner>,
+}
+
+pub(crate) type MakePartitioner = Arc<dyn Fn(usize, u64) -> Box<dyn Any> + Send + Sync>;
+
+/// An input edge of a node.
+#[derive(Clone)]
+pub(crate) struct Edge {
+    pub from: NodeId,
+    pub port: Port,
+    pub partition: Partition,
+}
+
+/// What a node needs to build itself in one subtask.
+pub(crate) struct NodeCtx {
+    pub operator: OperatorId,
+    pub name: String,
+    pub subtask: SubtaskIndex,
+    pub parallelism: usize,
+    pub config: Arc<Config>,
+    pub metrics: Arc<JobMetrics>,
+}
+
+impl NodeCtx {
+    pub fn info(&self) -> NodeInfo {
+        NodeInfo {
+            name: self.name.clone(),
+            subtask: self.subtask,
+            metrics: self
+                .metrics
+                .operator(self.operator, &self.name, self.subtask),
+        }
+    }
+
+    pub fn source_context(&self) -> SourceContext {
+        SourceContext {
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            seed: self.config.seed,
+        }
+    }
+}
+
+pub(crate) type BuildSource =
+    Arc<dyn Fn(&NodeCtx, ErasedChain) -> crate::Result<Box<dyn SourceDriver>> + Send + Sync>;
+pub(crate) type BuildOperator = Arc<
+    dyn Fn(&NodeCtx, ErasedChain, Vec<Box<dyn SidePort>>) -> crate::Result<ErasedChain>
+        + Send
+        + Sync,
+>;
+
+pub(crate) enum NodeKind {
+    Source(BuildSource),
+    Operator(BuildOperator),
+}
+
+pub(crate) struct Node {
+    pub name: String,
+    pub parallelism: usize,
+    /// False once `disable_chaining` was called on this operator.
+    pub chainable: bool,
+    /// Set when the user fixed the parallelism (sources of one subtask, say).
+    pub fixed_parallelism: bool,
+    pub kind: NodeKind,
+    pub inputs: Vec<Edge>,
+    pub in_type: Arc<dyn TypeOps>,
+    pub out_type: Arc<dyn TypeOps>,
+    pub side_types: Vec<(u64, Arc<dyn TypeOps>)>,
+}
+
+/// A spawned subtask: its address (erased) and its cancel handle.
+pub(crate) struct Spawned {
+    pub addr: Arc<dyn Any + Send + Sync>,
+    pub cancel: Recipient<CancelSubtask>,
+}
+
+pub(crate) enum ErasedHead {
+    Source(Box<dyn SourceDriver>),
+    Inputs(ErasedChain),
+}
+
+pub(crate) type BuildHead =
+    Box<dyn FnOnce(&mut ChainBuilder) -> floe_actors::Result<ErasedHead> + Send>;
+
+/// Type-specific operations on streams of one record type.
+pub(crate) trait TypeOps: Send + Sync {
+    /// Combines the consumers of an output into one chain input.
+    fn fanout(&self, outs: Vec<ErasedChain>) -> ErasedChain;
+    /// Wraps a chain input as a side port for `tag`.
+    fn side_port(&self, tag: u64, next: ErasedChain) -> Box<dyn SidePort>;
+    /// The output targets for `(subtask address, channel)` pairs.
+    fn targets(&self, to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)]) -> Box<dyn Any + Send>;
+    /// A record writer over `targets`, registered with `builder`.
+    fn writer(
+        &self,
+        targets: Box<dyn Any + Send>,
+        partitioner: Box<dyn Any>,
+        config: &Config,
+        metrics: Arc<QueueMetrics>,
+        builder: &mut ChainBuilder,
+    ) -> ErasedChain;
+    /// Spawns a subtask actor whose chain takes records of this type.
+    fn spawn(&self, arbiter: &ArbiterHandle, setup: SubtaskSetup, build: BuildHead) -> Spawned;
+}
+
+pub(crate) struct Ops<T>(PhantomData<fn() -> T>);
+
+pub(crate) fn ops<T: Clone + Send + 'static>() -> Arc<dyn TypeOps> {
+    Arc::new(Ops::<T>(PhantomData))
+}
+
+fn downcast<X: 'static>(b: Box<dyn Any>, what: &str) -> X {
+    *b.downcast::<X>()
+        .unwrap_or_else(|_| panic!("stream graph type mismatch in {what}"))
+}
+
+impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
+    fn fanout(&self, mut outs: Vec<ErasedChain>) -> ErasedChain {
+        let chain: Box<dyn ChainInput<T>> = match outs.len() {
+            0 => Box::new(Discard),
+            1 => downcast(outs.pop().expect("one output"), "fanout"),
+            _ => Box::new(Fanout::new(
+                outs.into_iter()
+                    .map(|o| downcast::<Box<dyn ChainInput<T>>>(o, "fanout"))
+                    .collect(),
+            )),
+        };
+        Box::new(chain)
+    }
+
+    fn side_port(&self, tag: u64, next: ErasedChain) -> Box<dyn SidePort> {
+        Box::new(TypedSidePort::<T> {
+            tag,
+            buffer: Vec::new(),
+            next: downcast(next, "side output"),
+        })
+    }
+
+    fn targets(&self, to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)]) -> Box<dyn Any + Send> {
+        let targets: Vec<OutputTarget<T>> = to
+            .iter()
+            .map(|(addr, channel)| {
+                let addr = addr
+                    .downcast_ref::<Addr<SubtaskActor<T>>>()
+                    .expect("edge connects subtasks of matching record types");
+                SubtaskActor::target(addr, *channel)
+            })
+            .collect();
+        Box::new(targets)
+    }
+
+    fn writer(
+        &self,
+        targets: Box<dyn Any + Send>,
+        partitioner: Box<dyn Any>,
+        config: &Config,
+        metrics: Arc<QueueMetrics>,
+        builder: &mut ChainBuilder,
+    ) -> ErasedChain {
+        let targets = *targets
+            .downcast::<Vec<OutputTarget<T>>>()
+            .expect("targets of matching record type");
+        let partitioner: Box<dyn Partitioner<T>> = downcast(partitioner, "partitioner");
+        let (input, control) =
+            RecordWriter::new(targets, partitioner, &config.runtime, metrics).shared();
+        builder.add_writer(control);
+        let chain: Box<dyn ChainInput<T>> = Box::new(input);
+        Box::new(chain)
+    }
+
+    fn spawn(&self, arbiter: &ArbiterHandle, setup: SubtaskSetup, build: BuildHead) -> Spawned {
+        let addr = SubtaskActor::<T>::spawn(arbiter, setup, move |builder| {
+            Ok(match build(builder)? {
+                ErasedHead::Source(s) => Head::Source(s),
+                ErasedHead::Inputs(c) => Head::Inputs(downcast(c, "chain head")),
+            })
+        });
+        Spawned {
+            cancel: addr.clone().recipient(),
+            addr: Arc::new(addr),
+        }
+    }
+}
+
+/// Partition helpers, each built where `T` is known.
+pub(crate) mod partition {
+    use super::*;
+    use floe_actors::partitioner::{Broadcast, Custom, Forward, KeyGroups, RoundRobin, Shuffle};
+
+    fn make<T: 'static, P: Partitioner<T> + 'static>(p: P) -> Box<dyn Any> {
+        let b: Box<dyn Partitioner<T>> = Box::new(p);
+        Box::new(b)
+    }
+
+    pub fn forward<T: 'static>(explicit: bool) -> Partition {
+        Partition {
+            pattern: Pattern::Pointwise,
+            make: Arc::new(|_, _| make::<T, _>(Forward)),
+            explicit,
+            name: "forward",
+            fallback: Some(rebalance::<T>().make),
+        }
+    }
+
+    pub fn rebalance<T: 'static>() -> Partition {
+        Partition {
+            pattern: Pattern::AllToAll,
+            make: Arc::new(|i, _| make::<T, _>(RoundRobin::starting_at(i))),
+            explicit: true,
+            name: "rebalance",
+            fallback: None,
+        }
+    }
+
+    pub fn rescale<T: 'static>() -> Partition {
+        Partition {
+            pattern: Pattern::Rescale,
+            make: Arc::new(|_, _| make::<T, _>(RoundRobin::default())),
+            explicit: true,
+            name: "rescale",
+            fallback: None,
+        }
+    }
+
+    pub fn shuffle<T: 'static>() -> Partition {
+        Partition {
+            pattern: Pattern::AllToAll,
+            make: Arc::new(|i, seed| {
+                make::<T, _>(Shuffle::new(
+                    seed ^ floe_actors::keygroup::fmix64(i as u64 + 1),
+                ))
+            }),
+            explicit: true,
+            name: "shuffle",
+            fallback: None,
+        }
+    }
+
+    pub fn broadcast<T: 'static>() -> Partition {
+        Partition {
+            pattern: Pattern::AllToAll,
+            make: Arc::new(|_, _| make::<T, _>(Broadcast)),
+            explicit: true,
+            name: "broadcast",
+            fallback: None,
+        }
+    }
+
+    pub fn key_groups<T: 'static>(
+        hash: Arc<dyn Fn(&T) -> u64 + Send + Sync>,
+        max_parallelism: u32,
+    ) -> Partition {
+        Partition {
+            pattern: Pattern::AllToAll,
+            make: Arc::new(move |_, _| make::<T, _>(KeyGroups::new(hash.clone(), max_parallelism))),
+            explicit: true,
+            name: "hash",
+            fallback: None,
+        }
+    }
+
+    pub fn custom<T: 'static>(f: Arc<dyn Fn(&T, usize) -> usize + Send + Sync>) -> Partition {
+        Partition {
+            pattern: Pattern::AllToAll,
+            make: Arc::new(move |_, _| make::<T, _>(Custom::new(f.clone()))),
+            explicit: true,
+            name: "custom",
+            fallback: None,
+        }
+    }
+}
+
+/// Graph-wide helper: builds a `NodeCtx`.
+pub(crate) fn node_ctx(
+    id: NodeId,
+    node: &Node,
+    subtask: usize,
+    config: &Arc<Config>,
+    metrics: &Arc<JobMetrics>,
+) -> NodeCtx {
+    NodeCtx {
+        operator: OperatorId(id as u32),
+        name: node.name.clone(),
+        subtask: SubtaskIndex(subtask as u32),
+        parallelism: node.parallelism,
+        config: config.clone(),
+        metrics: metrics.clone(),
+    }
+}

@@ -1,0 +1,68 @@
+//! Job handles: status, wait, cancel, live metrics of a running job.
+
+use crate::{Error, Result};
+use actix::Addr;
+use floe_actors::messages::CancelJob;
+use floe_actors::metrics::{JobMetrics, OperatorSummary};
+use floe_actors::supervisor::{JobOutcome, JobStatus, JobSupervisor};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use std::sync::{Arc, Mutex};
+
+/// What a finished job reports: elapsed time, records per operator, queue peaks.
+pub type JobResult = JobOutcome;
+
+/// A handle on a running job. Cloning it is cheap; every clone sees the same job.
+#[derive(Clone)]
+pub struct JobHandle {
+    supervisor: Addr<JobSupervisor>,
+    status: Arc<Mutex<JobStatus>>,
+    metrics: Arc<JobMetrics>,
+    done: Shared<BoxFuture<'static, floe_actors::Result<JobOutcome>>>,
+}
+
+impl JobHandle {
+    pub(crate) fn new(
+        supervisor: Addr<JobSupervisor>,
+        status: Arc<Mutex<JobStatus>>,
+        metrics: Arc<JobMetrics>,
+        done: futures::channel::oneshot::Receiver<floe_actors::Result<JobOutcome>>,
+    ) -> Self {
+        let done = async move {
+            match done.await {
+                Ok(r) => r,
+                Err(_) => Err(floe_actors::Error::Runtime(
+                    "the job supervisor stopped without a result".into(),
+                )),
+            }
+        }
+        .boxed()
+        .shared();
+        JobHandle {
+            supervisor,
+            status,
+            metrics,
+            done,
+        }
+    }
+
+    /// The job's current state.
+    pub fn status(&self) -> JobStatus {
+        *self.status.lock().expect("status lock poisoned")
+    }
+
+    /// Waits for the job to end: its result, or the error that ended it.
+    pub async fn wait(&self) -> Result<JobResult> {
+        self.done.clone().await.map_err(Error::Runtime)
+    }
+
+    /// Asks the job to cancel; `wait` then returns `Cancelled`.
+    pub fn cancel(&self) {
+        self.supervisor.do_send(CancelJob);
+    }
+
+    /// Records in and out per operator so far.
+    pub fn operator_metrics(&self) -> Vec<OperatorSummary> {
+        self.metrics.operator_summaries()
+    }
+}

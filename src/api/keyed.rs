@@ -1,0 +1,121 @@
+//! `KeyedStream<T, K>`: a stream partitioned by key, with keyed operators.
+
+use super::datastream::DataStream;
+use crate::operators::keyed::{
+    KeyFn, KeyedProcessFunction, KeyedProcessOp, Numeric, Rolling, RollingOp,
+};
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// A stream partitioned by key: every record of a key reaches the same subtask.
+pub struct KeyedStream<T, K> {
+    stream: DataStream<T>,
+    key: KeyFn<T, K>,
+}
+
+impl<T, K> Clone for KeyedStream<T, K> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<T, K> KeyedStream<T, K>
+where
+    T: Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + 'static,
+{
+    pub(crate) fn new(stream: DataStream<T>, key: KeyFn<T, K>) -> Self {
+        KeyedStream { stream, key }
+    }
+
+    /// The partitioned stream, for operators that do not need the key.
+    pub fn as_stream(&self) -> &DataStream<T> {
+        &self.stream
+    }
+
+    fn rolling<N: Numeric>(&self, name: &str, kind: Rolling<T, N>) -> DataStream<T>
+    where
+        K: Sync,
+    {
+        let key = self.key.clone();
+        self.stream
+            .transform(name, move |_| RollingOp::new(key.clone(), kind.clone()))
+    }
+
+    /// Rolling reduce: emits `f(accumulator, record)` for every record.
+    pub fn reduce<F>(&self, f: F) -> DataStream<T>
+    where
+        F: Fn(T, T) -> T + Send + Sync + 'static,
+        K: Sync,
+    {
+        self.rolling::<i64>("Keyed Reduce", Rolling::Reduce(Arc::new(f)))
+    }
+
+    /// Rolling sum of a field. Emits the incoming record with the field set to
+    /// the running sum (its other fields are the latest record's; Flink keeps the
+    /// first record's — equal whenever they derive from the key).
+    pub fn sum<N, F>(&self, field: F) -> DataStream<T>
+    where
+        N: Numeric,
+        F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
+        K: Sync,
+    {
+        self.rolling("Keyed Sum", Rolling::Sum(Arc::new(field)))
+    }
+
+    /// Rolling minimum of a field (other fields from the key's first record).
+    pub fn min<N, F>(&self, field: F) -> DataStream<T>
+    where
+        N: Numeric,
+        F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
+        K: Sync,
+    {
+        self.rolling("Keyed Min", Rolling::Min(Arc::new(field)))
+    }
+
+    /// Rolling maximum of a field (other fields from the key's first record).
+    pub fn max<N, F>(&self, field: F) -> DataStream<T>
+    where
+        N: Numeric,
+        F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
+        K: Sync,
+    {
+        self.rolling("Keyed Max", Rolling::Max(Arc::new(field)))
+    }
+
+    /// The record with the smallest field so far (the first among equals).
+    pub fn min_by<N, F>(&self, field: F) -> DataStream<T>
+    where
+        N: Numeric,
+        F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
+        K: Sync,
+    {
+        self.rolling("Keyed MinBy", Rolling::MinBy(Arc::new(field)))
+    }
+
+    /// The record with the largest field so far (the first among equals).
+    pub fn max_by<N, F>(&self, field: F) -> DataStream<T>
+    where
+        N: Numeric,
+        F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
+        K: Sync,
+    {
+        self.rolling("Keyed MaxBy", Rolling::MaxBy(Arc::new(field)))
+    }
+
+    /// Runs a keyed process function; its context knows the current key.
+    pub fn process<U, P>(&self, function: P) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        P: KeyedProcessFunction<K, T, U> + Clone + Sync,
+        K: Sync,
+    {
+        let key = self.key.clone();
+        self.stream.transform("Keyed Process", move |_| {
+            KeyedProcessOp::new(key.clone(), function.clone())
+        })
+    }
+}

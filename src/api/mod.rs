@@ -1,0 +1,17 @@
+//! The DataStream API: an environment, streams, keyed streams, job handles.
+//!
+//! A program builds a stream graph through [`StreamExecutionEnvironment`] and
+//! the methods of [`DataStream`] and [`KeyedStream`], then runs it with
+//! `execute` (blocking) or `execute_async` (returns a [`JobHandle`]).
+
+mod datastream;
+mod deploy;
+mod environment;
+mod graph;
+mod job;
+mod keyed;
+
+pub use datastream::DataStream;
+pub use environment::StreamExecutionEnvironment;
+pub use job::{JobHandle, JobResult};
+pub use keyed::KeyedStream;

@@ -1,0 +1,140 @@
+//! Argument parsing and dispatch for the `floe` binary.
+
+mod bench;
+mod progress;
+mod wordcount;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// floe: an embeddable, actor-model stream processor.
+#[derive(Parser, Debug)]
+#[command(name = "floe", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a demo job.
+    Run {
+        #[command(subcommand)]
+        job: Job,
+    },
+    /// Run a benchmark.
+    Bench {
+        #[command(subcommand)]
+        bench: Bench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Job {
+    /// Count words: of a text file, or of generated words.
+    Wordcount(WordcountArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// Records per second through one actor hop: raw actix vs floe channels.
+    Mailbox(bench::MailboxArgs),
+}
+
+/// Options of `floe run wordcount`.
+#[derive(Args, Debug, Clone)]
+pub struct WordcountArgs {
+    /// Text file to count (default: generated words).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Number of generated words.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub records: u64,
+    /// Size of the generated vocabulary.
+    #[arg(long, default_value_t = 10_000)]
+    pub vocabulary: usize,
+    /// Seed of the generated words.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Parallelism of the job.
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Records per batch.
+    #[arg(long, default_value_t = 1024)]
+    pub batch_size: usize,
+    /// Arbiters (threads); default: the number of cores.
+    #[arg(long)]
+    pub arbiters: Option<usize>,
+    /// Write `word,count` lines here instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// Runs the CLI and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return 0;
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first}");
+            return 2;
+        }
+    };
+    init_tracing();
+    let result = match cli.command {
+        Command::Run {
+            job: Job::Wordcount(args),
+        } => wordcount::run(&args),
+        Command::Bench {
+            bench: Bench::Mailbox(args),
+        } => bench::mailbox(&args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            let msg = e.to_string().replace('\n', " ");
+            eprintln!("error: {msg}");
+            1
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Checks that an input file can be opened before a job starts.
+pub fn check_readable(path: &std::path::Path) -> floe::Result<()> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| floe::Error::io("cannot open input file", path, e))?;
+    if meta.is_dir() {
+        return Err(floe::Error::io(
+            "cannot read input file",
+            path,
+            std::io::Error::other("is a directory"),
+        ));
+    }
+    std::fs::File::open(path).map_err(|e| floe::Error::io("cannot open input file", path, e))?;
+    Ok(())
+}
+
+/// Rejects a zero parallelism with a readable message.
+pub fn check_parallelism(p: usize) -> floe::Result<()> {
+    if p == 0 {
+        return Err(floe::Error::Config(
+            "--parallelism must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}

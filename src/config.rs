@@ -1,0 +1,58 @@
+//! Job configuration: parallelism, key groups, batching, chaining.
+
+use floe_actors::RuntimeConfig;
+use floe_actors::keygroup::DEFAULT_MAX_PARALLELISM;
+use std::time::Duration;
+
+/// The settings of a job, set on the environment before operators are added.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Default parallelism of operators (sources of collections and files use 1).
+    pub parallelism: usize,
+    /// Number of key groups (the upper bound of keyed parallelism).
+    pub max_parallelism: u32,
+    /// Fuse forward edges of equal parallelism into one subtask.
+    pub chaining: bool,
+    /// Seed of every seeded choice the runtime makes (shuffle partitioning).
+    pub seed: u64,
+    /// Batching and flow control.
+    pub runtime: RuntimeConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let runtime = RuntimeConfig::default();
+        Config {
+            parallelism: runtime.arbiters,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
+            chaining: true,
+            seed: 0x5eed,
+            runtime,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the settings, naming the first bad one.
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.parallelism == 0 {
+            return Err(crate::Error::Config(
+                "parallelism must be at least 1".into(),
+            ));
+        }
+        if self.max_parallelism == 0 || self.max_parallelism > 32_768 {
+            return Err(crate::Error::Config(
+                "max parallelism must be between 1 and 32768".into(),
+            ));
+        }
+        self.runtime
+            .validate()
+            .map_err(|e| crate::Error::Config(e.to_string()))
+    }
+
+    /// Sets the buffer timeout (zero flushes after every step).
+    pub fn with_buffer_timeout(mut self, timeout: Duration) -> Self {
+        self.runtime.buffer_timeout = timeout;
+        self
+    }
+}

@@ -1,0 +1,55 @@
+//! floe's error type.
+//!
+//! Runtime failures (a panic in user code, a lost subtask) arrive as
+//! [`floe_actors::Error`] and name the operator and subtask; the variants here add
+//! what the API and connectors can get wrong: configuration, I/O, bad records.
+
+use std::path::PathBuf;
+
+/// Errors of floe jobs and of the builder API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The job failed while running (names the operator and subtask).
+    #[error(transparent)]
+    Runtime(#[from] floe_actors::Error),
+    /// The configuration or the job graph is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A file could not be opened, read or written.
+    #[error("{action} '{path}': {source}")]
+    Io {
+        /// What was being done ("cannot open", "cannot write", ...).
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be parsed or is otherwise unusable.
+    #[error("bad record at line {line}: {message}")]
+    BadRecord {
+        /// 1-based line number in the input.
+        line: u64,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// User code returned an error.
+    #[error("{0}")]
+    User(String),
+}
+
+impl Error {
+    /// An I/O error with the file it concerns.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// floe's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,180 @@
+//! Adapts an [`Operator`](super::Operator) to the runtime's chain interface.
+//!
+//! The node owns the operator, the next element of the chain, and the side
+//! output ports. Every call into user code runs under `catch_unwind`; a panic or
+//! an error becomes a runtime error naming this operator and subtask.
+
+use super::{Operator, Output};
+use floe_actors::chain::ChainInput;
+use floe_actors::element::{Batch, Record, Timestamp};
+use floe_actors::error::panic_message;
+use floe_actors::ids::SubtaskIndex;
+use floe_actors::metrics::OperatorMetrics;
+use std::any::Any;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// A side output's buffer and its consumers.
+pub trait SidePort {
+    /// The tag id.
+    fn tag(&self) -> u64;
+    /// The buffer, as `Vec<Record<X>>`.
+    fn buffer(&mut self) -> &mut dyn Any;
+    /// Pushes the buffered records on.
+    fn flush(&mut self) -> floe_actors::Result<()>;
+    /// Forwards a watermark.
+    fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()>;
+    /// Forwards end of input.
+    fn end_of_input(&mut self) -> floe_actors::Result<()>;
+}
+
+/// The side port of records of type `X`.
+pub struct TypedSidePort<X> {
+    pub(crate) tag: u64,
+    pub(crate) buffer: Vec<Record<X>>,
+    pub(crate) next: Box<dyn ChainInput<X>>,
+}
+
+impl<X: 'static> SidePort for TypedSidePort<X> {
+    fn tag(&self) -> u64 {
+        self.tag
+    }
+    fn buffer(&mut self) -> &mut dyn Any {
+        super::as_any(&mut self.buffer)
+    }
+    fn flush(&mut self) -> floe_actors::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.buffer);
+        self.next.process(batch)
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        self.next.watermark(watermark)
+    }
+    fn end_of_input(&mut self) -> floe_actors::Result<()> {
+        self.next.end_of_input()
+    }
+}
+
+/// Identifies an operator instance in errors.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    /// Operator name.
+    pub name: String,
+    /// Subtask index.
+    pub subtask: SubtaskIndex,
+    /// Record counters.
+    pub metrics: Arc<OperatorMetrics>,
+}
+
+impl NodeInfo {
+    /// Converts the result of a call into user code into a runtime result.
+    pub fn check<R>(&self, r: std::thread::Result<crate::Result<R>>) -> floe_actors::Result<R> {
+        match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(crate::Error::Runtime(e))) => Err(e),
+            Ok(Err(e)) => Err(floe_actors::Error::operator(
+                self.name.clone(),
+                self.subtask,
+                e.to_string(),
+            )),
+            Err(p) => Err(floe_actors::Error::UserPanic {
+                operator: self.name.clone(),
+                subtask: self.subtask,
+                message: panic_message(&*p),
+            }),
+        }
+    }
+}
+
+/// An operator in a chain.
+pub struct OperatorNode<IN, OUT, O> {
+    op: O,
+    next: Box<dyn ChainInput<OUT>>,
+    sides: Vec<Box<dyn SidePort>>,
+    info: NodeInfo,
+    _in: PhantomData<fn(IN)>,
+}
+
+impl<IN, OUT, O> OperatorNode<IN, OUT, O>
+where
+    IN: 'static,
+    OUT: 'static,
+    O: Operator<IN, OUT>,
+{
+    /// A node running `op`, feeding `next` and `sides`.
+    pub fn new(
+        op: O,
+        next: Box<dyn ChainInput<OUT>>,
+        sides: Vec<Box<dyn SidePort>>,
+        info: NodeInfo,
+    ) -> Self {
+        OperatorNode {
+            op,
+            next,
+            sides,
+            info,
+            _in: PhantomData,
+        }
+    }
+
+    fn run(
+        &mut self,
+        capacity: usize,
+        f: impl FnOnce(&mut O, &mut Output<'_, OUT>) -> crate::Result<()>,
+    ) -> floe_actors::Result<()> {
+        let mut records = Vec::with_capacity(capacity);
+        let op = &mut self.op;
+        let sides = &mut self.sides;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let mut out = Output {
+                records: &mut records,
+                sides,
+            };
+            f(op, &mut out)
+        }));
+        self.info.check(r)?;
+        if !records.is_empty() {
+            self.info.metrics.add_out(records.len());
+            self.next.process(records)?;
+        }
+        for s in &mut self.sides {
+            s.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl<IN, OUT, O> ChainInput<IN> for OperatorNode<IN, OUT, O>
+where
+    IN: 'static,
+    OUT: 'static,
+    O: Operator<IN, OUT>,
+{
+    #[inline]
+    fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
+        let n = batch.len();
+        self.info.metrics.add_in(n);
+        self.run(n, move |op, out| op.process_batch(batch, out))
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        self.run(0, |op, out| op.on_watermark(watermark, out))?;
+        self.next.watermark(watermark)?;
+        for s in &mut self.sides {
+            s.watermark(watermark)?;
+        }
+        Ok(())
+    }
+
+    fn end_of_input(&mut self) -> floe_actors::Result<()> {
+        self.run(0, |op, out| op.on_end_of_input(out))?;
+        self.next.end_of_input()?;
+        for s in &mut self.sides {
+            s.end_of_input()?;
+        }
+        Ok(())
+    }
+}

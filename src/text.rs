@@ -1,0 +1,91 @@
+//! Text helpers shared by the word-count job, its tests and benches.
+
+/// The words of `line`: maximal runs of Unicode alphanumeric characters,
+/// lowercased.
+///
+/// # Examples
+/// ```
+/// assert_eq!(floe::tokenize("Hello, World! ÄÖ-42"), vec!["hello", "world", "äö", "42"]);
+/// ```
+pub fn tokenize(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for_each_word(line, |w| words.push(w));
+    words
+}
+
+/// Calls `f` with each word of `line` (see [`tokenize`]).
+pub fn for_each_word(line: &str, mut f: impl FnMut(String)) {
+    let mut start = None;
+    for (i, c) in line.char_indices() {
+        if c.is_alphanumeric() {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            f(lowercase(&line[s..i]));
+        }
+    }
+    if let Some(s) = start {
+        f(lowercase(&line[s..]));
+    }
+}
+
+fn lowercase(word: &str) -> String {
+    if word
+        .bytes()
+        .all(|b| b.is_ascii() && !b.is_ascii_uppercase())
+    {
+        word.to_owned()
+    } else {
+        word.to_lowercase()
+    }
+}
+
+/// The seeded word source of the generated word count: a vocabulary of distinct
+/// lowercase words and a pick of word `i` that depends only on the seed and `i`,
+/// so every parallelism generates the same multiset of words.
+#[derive(Clone, Debug)]
+pub struct WordGenerator {
+    vocabulary: Vec<String>,
+    seed: u64,
+}
+
+impl WordGenerator {
+    /// A vocabulary of `size` distinct words (at least one), chosen by `seed`.
+    pub fn new(size: usize, seed: u64) -> Self {
+        let size = size.max(1);
+        let mut seen = std::collections::HashSet::with_capacity(size);
+        let mut vocabulary = Vec::with_capacity(size);
+        let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+        while vocabulary.len() < size {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut r = floe_actors::keygroup::fmix64(state);
+            let len = 3 + (r % 8) as usize;
+            let mut w = String::with_capacity(len);
+            for _ in 0..len {
+                r = floe_actors::keygroup::fmix64(r.wrapping_add(0x632b_e59b_d9b4_e019));
+                w.push((b'a' + (r % 26) as u8) as char);
+            }
+            if seen.insert(w.clone()) {
+                vocabulary.push(w);
+            }
+        }
+        WordGenerator { vocabulary, seed }
+    }
+
+    /// The vocabulary.
+    pub fn vocabulary(&self) -> &[String] {
+        &self.vocabulary
+    }
+
+    /// The index into the vocabulary of word number `i`.
+    #[inline]
+    pub fn index(&self, i: u64) -> usize {
+        let r = floe_actors::keygroup::fmix64(self.seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        (r % self.vocabulary.len() as u64) as usize
+    }
+
+    /// Word number `i`, as an owned string.
+    #[inline]
+    pub fn word(&self, i: u64) -> String {
+        self.vocabulary[self.index(i)].clone()
+    }
+}
