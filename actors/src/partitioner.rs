@@ -144,14 +144,17 @@ impl<T> Partitioner<T> for KeyGroups<T> {
     }
 }
 
+/// A user function `(record, channels) -> channel`.
+pub type ChooseChannel<T> = Arc<dyn Fn(&T, usize) -> usize + Send + Sync>;
+
 /// A user function choosing the channel index from the record.
 pub struct Custom<T> {
-    f: Arc<dyn Fn(&T, usize) -> usize + Send + Sync>,
+    f: ChooseChannel<T>,
 }
 
 impl<T> Custom<T> {
     /// Partitions by `f(record, channels)`, taken modulo the channel count.
-    pub fn new(f: Arc<dyn Fn(&T, usize) -> usize + Send + Sync>) -> Self {
+    pub fn new(f: ChooseChannel<T>) -> Self {
         Custom { f }
     }
 }

@@ -346,8 +346,6 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Big enough that senders are never refused by the mailbox; credits bound it.
-        ctx.set_mailbox_capacity(usize::MAX);
         if let Some(e) = self.build_error.take() {
             self.fail(e, ctx);
             return;
@@ -432,10 +430,12 @@ impl<IN: Send + 'static> Handler<GrantCredit> for SubtaskActor<IN> {
         }
         match self.phase {
             Phase::Finishing => self.check_finished(ctx),
-            Phase::Running if was_blocked && !self.backpressured() => {
-                if self.has_input_work() || matches!(self.head, Some(Head::Source(_))) {
-                    self.schedule(ctx);
-                }
+            Phase::Running
+                if was_blocked
+                    && !self.backpressured()
+                    && (self.has_input_work() || matches!(self.head, Some(Head::Source(_)))) =>
+            {
+                self.schedule(ctx);
             }
             _ => {}
         }

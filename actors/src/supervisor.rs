@@ -170,10 +170,6 @@ impl JobSupervisor {
 
 impl Actor for JobSupervisor {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(usize::MAX);
-    }
 }
 
 impl Handler<Supervise> for JobSupervisor {

@@ -108,6 +108,17 @@ impl Plan {
                 heads.push(id);
             }
         }
+        for (id, node) in nodes.iter().enumerate() {
+            for e in &node.inputs {
+                tracing::debug!(
+                    from = %nodes[e.from].name,
+                    to = %node.name,
+                    partition = e.partition.name,
+                    chained = chained[id],
+                    "edge"
+                );
+            }
+        }
         let mut channels = HashMap::new();
         let mut inputs_per_subtask = Vec::with_capacity(heads.len());
         for &h in &heads {

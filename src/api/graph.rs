@@ -305,7 +305,7 @@ pub(crate) mod partition {
         }
     }
 
-    pub fn custom<T: 'static>(f: Arc<dyn Fn(&T, usize) -> usize + Send + Sync>) -> Partition {
+    pub fn custom<T: 'static>(f: floe_actors::partitioner::ChooseChannel<T>) -> Partition {
         Partition {
             pattern: Pattern::AllToAll,
             make: Arc::new(move |_, _| make::<T, _>(Custom::new(f.clone()))),

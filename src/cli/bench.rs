@@ -33,6 +33,9 @@ pub struct MailboxArgs {
     pub batch_size: usize,
 }
 
+/// One run of a bench: its duration and the checksum of what it received.
+type RunOnce<'a> = dyn Fn() -> floe::Result<(Duration, u64)> + 'a;
+
 pub fn mailbox(args: &MailboxArgs) -> floe::Result<()> {
     if args.records == 0 || args.reps == 0 || args.batch_size == 0 {
         return Err(floe::Error::Config(
@@ -41,7 +44,7 @@ pub fn mailbox(args: &MailboxArgs) -> floe::Result<()> {
     }
     let n = args.records;
     let expected = n * (n - 1) / 2;
-    let benches: [(&str, &dyn Fn() -> floe::Result<(Duration, u64)>); 3] = [
+    let benches: [(&str, &RunOnce); 3] = [
         ("actix-unbatched", &|| Ok(actix_unbatched(n))),
         ("floe-channel", &|| floe_hops(n, 1, args.batch_size)),
         ("floe-pipeline-2hop", &|| floe_hops(n, 2, args.batch_size)),
@@ -187,9 +190,6 @@ struct Consumer {
 
 impl Actor for Consumer {
     type Context = Context<Self>;
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(usize::MAX);
-    }
 }
 
 impl Handler<Item> for Consumer {
