@@ -37,8 +37,12 @@ pub mod connectors;
 pub mod error;
 pub mod operators;
 pub mod text;
+pub mod time;
+pub mod window;
 
-pub use api::{DataStream, JobHandle, JobResult, KeyedStream, StreamExecutionEnvironment};
+pub use api::{
+    DataStream, JobHandle, JobResult, KeyedStream, StreamExecutionEnvironment, WindowedStream,
+};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use floe_actors::element::{Record, Timestamp};

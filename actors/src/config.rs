@@ -34,8 +34,8 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             batch_size: 1024,
             buffer_timeout: Duration::from_millis(100),
-            credits: 4,
-            output_queue_capacity: 2,
+            credits: 16,
+            output_queue_capacity: 4,
             batches_per_step: 8,
             arbiters: std::thread::available_parallelism()
                 .map(|n| n.get())

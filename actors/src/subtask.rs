@@ -426,7 +426,12 @@ impl<IN: Send + 'static> Handler<GrantCredit> for SubtaskActor<IN> {
     fn handle(&mut self, msg: GrantCredit, ctx: &mut Context<Self>) {
         let was_blocked = self.backpressured();
         if let Some(w) = self.writers.get(msg.writer as usize) {
-            w.borrow_mut().grant(msg.output, msg.credits);
+            let mut w = w.borrow_mut();
+            w.grant(msg.output, msg.credits);
+            if self.setup.config.buffer_timeout.is_zero() {
+                // A partial batch held back by a full queue may go now.
+                w.flush_partial();
+            }
         }
         match self.phase {
             Phase::Finishing => self.check_finished(ctx),

@@ -109,7 +109,8 @@ pub trait WriterControl {
     fn grant(&mut self, output: u32, credits: u32);
     /// True when some channel has a full queue: stop taking input.
     fn backpressured(&self) -> bool;
-    /// Sends partly filled batches (buffer timeout).
+    /// Sends partly filled batches (buffer timeout) to channels whose queue is
+    /// not full.
     fn flush_partial(&mut self);
     /// True when nothing is buffered or queued.
     fn drained(&self) -> bool;
@@ -232,7 +233,11 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
 
     fn flush_partial(&mut self) {
         for ch in &mut self.channels {
-            ch.flush_buffer(self.batch_size, &self.metrics);
+            // A full queue keeps its partial batch until credit drains it, so
+            // timed flushes never push a queue past its capacity.
+            if ch.queued_batches < self.queue_capacity {
+                ch.flush_buffer(self.batch_size, &self.metrics);
+            }
         }
     }
 

@@ -165,6 +165,20 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.transform("Process", move |_| ProcessOp::new(function.clone()))
     }
 
+    /// Assigns event timestamps and generates watermarks (chained after this stream).
+    pub fn assign_timestamps_and_watermarks(
+        &self,
+        strategy: crate::time::WatermarkStrategy<T>,
+    ) -> DataStream<T>
+    where
+        T: Sync,
+    {
+        let strategy = std::sync::Mutex::new(strategy);
+        self.transform("Timestamps/Watermarks", move |_| {
+            crate::time::TimestampsOp::new(strategy.lock().expect("strategy lock poisoned").clone())
+        })
+    }
+
     /// Partitions by a computed key.
     pub fn key_by<K, F>(&self, key: F) -> KeyedStream<T, K>
     where

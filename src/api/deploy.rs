@@ -56,6 +56,12 @@ impl Plan {
             }
             for k in 0..nodes[id].inputs.len() {
                 let e = &nodes[id].inputs[k];
+                if e.partition.name == "hash" && p > config.max_parallelism as usize {
+                    return Err(Error::Config(format!(
+                        "keyed operator '{}' has parallelism {} above the max parallelism {}",
+                        nodes[id].name, p, config.max_parallelism
+                    )));
+                }
                 let up = nodes[e.from].parallelism;
                 if e.partition.pattern == Pattern::Pointwise && up != p {
                     if e.partition.explicit {

@@ -106,6 +106,14 @@ where
         self.rolling("Keyed MaxBy", Rolling::MaxBy(Arc::new(field)))
     }
 
+    /// Groups the stream into event-time windows.
+    pub fn window(&self, assigner: crate::window::WindowAssigner<T>) -> super::WindowedStream<T, K>
+    where
+        K: Sync,
+    {
+        super::WindowedStream::new(self.stream.clone(), self.key.clone(), assigner)
+    }
+
     /// Runs a keyed process function; its context knows the current key.
     pub fn process<U, P>(&self, function: P) -> DataStream<U>
     where

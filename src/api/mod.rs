@@ -10,8 +10,10 @@ mod environment;
 mod graph;
 mod job;
 mod keyed;
+mod windowed;
 
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use job::{JobHandle, JobResult};
 pub use keyed::KeyedStream;
+pub use windowed::WindowedStream;

@@ -18,10 +18,11 @@ where
     #[inline]
     fn process_batch(&mut self, batch: Batch<IN>, out: &mut Output<'_, OUT>) -> Result<()> {
         let f = &mut self.0;
-        out.records.extend(batch.into_iter().map(|r| Record {
+        let mapped = batch.into_iter().map(|r| Record {
             value: f(r.value),
             timestamp: r.timestamp,
-        }));
+        });
+        out.extend_or_reuse(mapped);
         Ok(())
     }
 }

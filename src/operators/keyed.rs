@@ -179,14 +179,10 @@ where
 {
     #[inline]
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, T>) -> Result<()> {
-        for r in batch {
-            let ts = r.timestamp;
-            let value = self.update(r.value);
-            out.records.push(Record {
-                value,
-                timestamp: ts,
-            });
-        }
+        out.extend_or_reuse(batch.into_iter().map(|r| Record {
+            value: self.update(r.value),
+            timestamp: r.timestamp,
+        }));
         Ok(())
     }
 }

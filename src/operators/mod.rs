@@ -31,6 +31,12 @@ pub trait Operator<IN, OUT>: Send + 'static {
     fn on_end_of_input(&mut self, _out: &mut Output<'_, OUT>) -> Result<()> {
         Ok(())
     }
+
+    /// Whether input watermarks pass through this operator (the final one
+    /// always does). Watermark generators return false.
+    fn forwards_watermarks(&self) -> bool {
+        true
+    }
 }
 
 /// A named side output of type `T`.
@@ -81,6 +87,8 @@ impl<T> OutputTag<T> {
 pub struct Output<'a, T> {
     pub(crate) records: &'a mut Vec<Record<T>>,
     pub(crate) sides: &'a mut [Box<dyn node::SidePort>],
+    /// Watermarks emitted between records: (number of records before it, watermark).
+    pub(crate) watermarks: &'a mut Vec<(usize, Timestamp)>,
 }
 
 impl<T> Output<'_, T> {
@@ -88,6 +96,24 @@ impl<T> Output<'_, T> {
     #[inline]
     pub fn emit(&mut self, record: Record<T>) {
         self.records.push(record);
+    }
+
+    /// Emits all records of `records`. When nothing was emitted yet, the output
+    /// vector is collected from the iterator, which reuses the input batch's
+    /// allocation in place when the record types have the same layout.
+    #[inline]
+    pub fn extend_or_reuse(&mut self, records: impl Iterator<Item = Record<T>>) {
+        if self.records.is_empty() {
+            *self.records = records.collect();
+        } else {
+            self.records.extend(records);
+        }
+    }
+
+    /// Emits a watermark after the records emitted so far.
+    #[inline]
+    pub fn emit_watermark(&mut self, watermark: Timestamp) {
+        self.watermarks.push((self.records.len(), watermark));
     }
 
     /// Emits a value without timestamp.

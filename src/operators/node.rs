@@ -122,23 +122,43 @@ where
 
     fn run(
         &mut self,
-        capacity: usize,
         f: impl FnOnce(&mut O, &mut Output<'_, OUT>) -> crate::Result<()>,
     ) -> floe_actors::Result<()> {
-        let mut records = Vec::with_capacity(capacity);
+        // Empty: operators either collect into it in place or grow it.
+        let mut records = Vec::new();
+        let mut watermarks = Vec::new();
         let op = &mut self.op;
         let sides = &mut self.sides;
         let r = catch_unwind(AssertUnwindSafe(|| {
             let mut out = Output {
                 records: &mut records,
                 sides,
+                watermarks: &mut watermarks,
             };
             f(op, &mut out)
         }));
         self.info.check(r)?;
-        if !records.is_empty() {
-            self.info.metrics.add_out(records.len());
-            self.next.process(records)?;
+        self.info.metrics.add_out(records.len());
+        if watermarks.is_empty() {
+            if !records.is_empty() {
+                self.next.process(records)?;
+            }
+        } else {
+            // Records and the watermarks emitted between them, in order.
+            let mut it = records.into_iter();
+            let mut sent = 0;
+            for (pos, wm) in watermarks {
+                let segment: Vec<_> = it.by_ref().take(pos - sent).collect();
+                sent = pos;
+                if !segment.is_empty() {
+                    self.next.process(segment)?;
+                }
+                self.next.watermark(wm)?;
+            }
+            let rest: Vec<_> = it.collect();
+            if !rest.is_empty() {
+                self.next.process(rest)?;
+            }
         }
         for s in &mut self.sides {
             s.flush()?;
@@ -157,11 +177,14 @@ where
     fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
         let n = batch.len();
         self.info.metrics.add_in(n);
-        self.run(n, move |op, out| op.process_batch(batch, out))
+        self.run(move |op, out| op.process_batch(batch, out))
     }
 
     fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
-        self.run(0, |op, out| op.on_watermark(watermark, out))?;
+        self.run(|op, out| op.on_watermark(watermark, out))?;
+        if !self.op.forwards_watermarks() && watermark != floe_actors::element::MAX_WATERMARK {
+            return Ok(());
+        }
         self.next.watermark(watermark)?;
         for s in &mut self.sides {
             s.watermark(watermark)?;
@@ -170,7 +193,7 @@ where
     }
 
     fn end_of_input(&mut self) -> floe_actors::Result<()> {
-        self.run(0, |op, out| op.on_end_of_input(out))?;
+        self.run(|op, out| op.on_end_of_input(out))?;
         self.next.end_of_input()?;
         for s in &mut self.sides {
             s.end_of_input()?;

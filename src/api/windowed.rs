@@ -1,0 +1,109 @@
+//! `WindowedStream<T, K>`: a keyed stream grouped into event-time windows.
+
+use super::datastream::DataStream;
+use crate::operators::OutputTag;
+use crate::operators::keyed::KeyFn;
+use crate::window::assigner::{TimeWindow, WindowAssigner};
+use crate::window::function::{AggregateFunction, CollectAll, ReduceAggregate, WindowFunction};
+use crate::window::operator::{WindowOp, WindowSpec};
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// A keyed stream with a window assigner, waiting for its window function.
+pub struct WindowedStream<T, K> {
+    stream: DataStream<T>,
+    key: KeyFn<T, K>,
+    spec: WindowSpec<T>,
+}
+
+impl<T, K> WindowedStream<T, K>
+where
+    T: Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(
+        stream: DataStream<T>,
+        key: KeyFn<T, K>,
+        assigner: WindowAssigner<T>,
+    ) -> Self {
+        WindowedStream {
+            stream,
+            key,
+            spec: WindowSpec {
+                assigner,
+                allowed_lateness: 0,
+                late_tag: None,
+            },
+        }
+    }
+
+    /// Keeps window state `ms` after the window's end, refiring on late records.
+    pub fn allowed_lateness(mut self, ms: i64) -> Self {
+        self.spec.allowed_lateness = ms.max(0);
+        self
+    }
+
+    /// Sends late records to the side output `tag` of the resulting stream.
+    pub fn side_output_late_data(mut self, tag: &OutputTag<T>) -> Self {
+        self.spec.late_tag = Some(tag.clone());
+        self
+    }
+
+    /// Incremental aggregation plus a function of key, window and result.
+    pub fn aggregate_with<ACC, R, OUT, A, F>(&self, agg: A, window_fn: F) -> DataStream<OUT>
+    where
+        ACC: Send + 'static,
+        R: 'static,
+        OUT: Clone + Send + 'static,
+        A: AggregateFunction<T, ACC, R>,
+        F: Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + Send + Sync + 'static,
+    {
+        let (key, spec) = (self.key.clone(), self.spec.clone());
+        let agg = Arc::new(agg);
+        let wf: WindowFunction<K, R, OUT> = Arc::new(window_fn);
+        if let Err(e) = spec.assigner.validate() {
+            // Surface the bad parameters when the job is executed.
+            let msg = e.to_string();
+            return self
+                .stream
+                .try_map(move |_| -> crate::Result<OUT> { Err(crate::Error::Config(msg.clone())) })
+                .name("Window");
+        }
+        let late = spec.late_tag.clone();
+        let out = self.stream.transform("Window", move |_| {
+            WindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
+        });
+        if let Some(tag) = late {
+            // Register the side output's type on the window operator.
+            let _ = out.get_side_output(&tag);
+        }
+        out
+    }
+
+    /// Incremental aggregation; emits the aggregate's result per firing.
+    pub fn aggregate<ACC, R, A>(&self, agg: A) -> DataStream<R>
+    where
+        ACC: Send + 'static,
+        R: Clone + Send + 'static,
+        A: AggregateFunction<T, ACC, R>,
+    {
+        self.aggregate_with(agg, |_, _, r, out| out.push(r))
+    }
+
+    /// Incremental reduce; emits the reduced record per firing.
+    pub fn reduce<F>(&self, f: F) -> DataStream<T>
+    where
+        F: Fn(T, T) -> T + Send + Sync + 'static,
+    {
+        self.aggregate(ReduceAggregate::new(f))
+    }
+
+    /// Whole-window processing: all records of the window with its key and bounds.
+    pub fn process<OUT, F>(&self, f: F) -> DataStream<OUT>
+    where
+        OUT: Clone + Send + 'static,
+        F: Fn(&K, &TimeWindow, Vec<T>, &mut Vec<OUT>) + Send + Sync + 'static,
+    {
+        self.aggregate_with(CollectAll, f)
+    }
+}

@@ -1,0 +1,284 @@
+//! Window assigners: which windows a record with a given timestamp belongs to.
+//!
+//! The rules are Flink's: a tumbling window of size `s` and offset `o` starts at
+//! `t - ((t - o) mod s)` (with a non-negative remainder, so negative timestamps
+//! work); a sliding window of size `s` and slide `l` assigns every window whose
+//! start is `start(t, l) - k*l > t - s`; a session window starts as `[t, t+gap)`
+//! and merges with every window it intersects (touching windows merge too).
+
+use floe_actors::element::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// A time window `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TimeWindow {
+    /// First timestamp in the window.
+    pub start: Timestamp,
+    /// First timestamp after the window.
+    pub end: Timestamp,
+}
+
+impl TimeWindow {
+    /// The window `[start, end)`.
+    pub fn new(start: Timestamp, end: Timestamp) -> Self {
+        TimeWindow { start, end }
+    }
+
+    /// The largest timestamp in the window: `end - 1`.
+    #[inline]
+    pub fn max_timestamp(&self) -> Timestamp {
+        self.end - 1
+    }
+
+    /// True when the windows overlap or touch (Flink's `intersects`).
+    #[inline]
+    pub fn intersects(&self, other: &TimeWindow) -> bool {
+        self.start <= other.end && self.end >= other.start
+    }
+
+    /// The smallest window covering both.
+    #[inline]
+    pub fn cover(&self, other: &TimeWindow) -> TimeWindow {
+        TimeWindow::new(self.start.min(other.start), self.end.max(other.end))
+    }
+}
+
+/// The start of the window of `size` (shifted by `offset`) containing `ts`.
+#[inline]
+pub fn window_start(ts: Timestamp, offset: i64, size: i64) -> Timestamp {
+    let rem = (ts - offset).rem_euclid(size);
+    ts - rem
+}
+
+/// Session gap of a record, for dynamic session windows.
+pub type GapFn<T> = Arc<dyn Fn(&T) -> i64 + Send + Sync>;
+
+/// How records are grouped into windows.
+pub enum WindowAssigner<T> {
+    /// Fixed-size, non-overlapping windows.
+    Tumbling {
+        /// Window length (ms).
+        size: i64,
+        /// Shift of window starts (ms), `|offset| < size`.
+        offset: i64,
+    },
+    /// Fixed-size windows starting every `slide`.
+    Sliding {
+        /// Window length (ms).
+        size: i64,
+        /// Distance between window starts (ms).
+        slide: i64,
+        /// Shift of window starts (ms), `|offset| < slide`.
+        offset: i64,
+    },
+    /// Windows of activity separated by a gap of inactivity.
+    Session {
+        /// The gap: fixed, or computed from each record.
+        gap: SessionGap<T>,
+    },
+}
+
+/// The gap of session windows.
+pub enum SessionGap<T> {
+    /// The same gap for every record.
+    Static(i64),
+    /// A gap per record.
+    Dynamic(GapFn<T>),
+}
+
+impl<T> Clone for WindowAssigner<T> {
+    fn clone(&self) -> Self {
+        match self {
+            WindowAssigner::Tumbling { size, offset } => WindowAssigner::Tumbling {
+                size: *size,
+                offset: *offset,
+            },
+            WindowAssigner::Sliding {
+                size,
+                slide,
+                offset,
+            } => WindowAssigner::Sliding {
+                size: *size,
+                slide: *slide,
+                offset: *offset,
+            },
+            WindowAssigner::Session { gap } => WindowAssigner::Session {
+                gap: match gap {
+                    SessionGap::Static(g) => SessionGap::Static(*g),
+                    SessionGap::Dynamic(f) => SessionGap::Dynamic(f.clone()),
+                },
+            },
+        }
+    }
+}
+
+impl<T> WindowAssigner<T> {
+    /// Tumbling event-time windows of `size` ms.
+    pub fn tumbling(size: i64) -> Self {
+        WindowAssigner::Tumbling { size, offset: 0 }
+    }
+
+    /// Sliding event-time windows of `size` ms every `slide` ms.
+    pub fn sliding(size: i64, slide: i64) -> Self {
+        WindowAssigner::Sliding {
+            size,
+            slide,
+            offset: 0,
+        }
+    }
+
+    /// Session windows with a fixed gap of `gap` ms.
+    pub fn session(gap: i64) -> Self {
+        WindowAssigner::Session {
+            gap: SessionGap::Static(gap),
+        }
+    }
+
+    /// Session windows whose gap comes from each record.
+    pub fn dynamic_session(gap: impl Fn(&T) -> i64 + Send + Sync + 'static) -> Self {
+        WindowAssigner::Session {
+            gap: SessionGap::Dynamic(Arc::new(gap)),
+        }
+    }
+
+    /// Shifts window starts by `offset` ms (tumbling and sliding).
+    pub fn with_offset(self, offset: i64) -> Self {
+        match self {
+            WindowAssigner::Tumbling { size, .. } => WindowAssigner::Tumbling { size, offset },
+            WindowAssigner::Sliding { size, slide, .. } => WindowAssigner::Sliding {
+                size,
+                slide,
+                offset,
+            },
+            other => other,
+        }
+    }
+
+    /// Checks the parameters as Flink does.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: &str| Err(crate::Error::Config(m.to_string()));
+        match self {
+            WindowAssigner::Tumbling { size, offset } => {
+                if *size <= 0 || offset.abs() >= *size {
+                    return bad("tumbling windows need size > 0 and |offset| < size");
+                }
+            }
+            WindowAssigner::Sliding {
+                size,
+                slide,
+                offset,
+            } => {
+                if *size <= 0 || *slide <= 0 || offset.abs() >= *slide {
+                    return bad("sliding windows need size > 0, slide > 0 and |offset| < slide");
+                }
+            }
+            WindowAssigner::Session { gap } => {
+                if let SessionGap::Static(g) = gap
+                    && *g <= 0
+                {
+                    return bad("session windows need a gap > 0");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True for session windows, whose windows merge.
+    pub fn is_merging(&self) -> bool {
+        matches!(self, WindowAssigner::Session { .. })
+    }
+
+    /// Calls `f` with every window `value` (at `ts`) belongs to.
+    #[inline]
+    pub fn assign(&self, value: &T, ts: Timestamp, mut f: impl FnMut(TimeWindow)) {
+        match self {
+            WindowAssigner::Tumbling { size, offset } => {
+                let start = window_start(ts, *offset, *size);
+                f(TimeWindow::new(start, start + size));
+            }
+            WindowAssigner::Sliding {
+                size,
+                slide,
+                offset,
+            } => {
+                let mut start = window_start(ts, *offset, *slide);
+                while start > ts - size {
+                    f(TimeWindow::new(start, start + size));
+                    start -= slide;
+                }
+            }
+            WindowAssigner::Session { gap } => {
+                let g = match gap {
+                    SessionGap::Static(g) => *g,
+                    SessionGap::Dynamic(gf) => gf(value),
+                };
+                f(TimeWindow::new(ts, ts + g));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn windows(a: &WindowAssigner<()>, ts: i64) -> Vec<TimeWindow> {
+        let mut v = Vec::new();
+        a.assign(&(), ts, |w| v.push(w));
+        v
+    }
+
+    #[test]
+    fn tumbling_examples() {
+        let a = WindowAssigner::<()>::tumbling(1000);
+        assert_eq!(windows(&a, 0), vec![TimeWindow::new(0, 1000)]);
+        assert_eq!(windows(&a, 999), vec![TimeWindow::new(0, 1000)]);
+        assert_eq!(windows(&a, -1), vec![TimeWindow::new(-1000, 0)]);
+        let o = WindowAssigner::<()>::tumbling(1000).with_offset(100);
+        assert_eq!(windows(&o, 50), vec![TimeWindow::new(-900, 100)]);
+    }
+
+    #[test]
+    fn sliding_examples() {
+        let a = WindowAssigner::<()>::sliding(10, 4);
+        assert_eq!(
+            windows(&a, 9),
+            vec![
+                TimeWindow::new(8, 18),
+                TimeWindow::new(4, 14),
+                TimeWindow::new(0, 10)
+            ]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn tumbling_contains_exactly_once(ts in -1_000_000i64..1_000_000, size in 1i64..5000, off in 0i64..5000) {
+            let offset = off % size;
+            let a = WindowAssigner::<()>::tumbling(size).with_offset(offset);
+            let w = windows(&a, ts);
+            prop_assert_eq!(w.len(), 1);
+            prop_assert!(w[0].start <= ts && ts < w[0].end);
+            prop_assert_eq!((w[0].start - offset).rem_euclid(size), 0);
+        }
+
+        #[test]
+        fn sliding_matches_brute_force(ts in -100_000i64..100_000, size in 1i64..300, slide in 1i64..300, off in 0i64..300) {
+            let offset = off % slide;
+            let a = WindowAssigner::<()>::sliding(size, slide).with_offset(offset);
+            let mut got = windows(&a, ts);
+            got.sort();
+            // Every window start s ≡ offset (mod slide) with s <= ts < s + size.
+            let mut want = Vec::new();
+            let mut s = window_start(ts - size + 1, offset, slide);
+            if s < ts - size + 1 { s += slide; }
+            while s <= ts {
+                want.push(TimeWindow::new(s, s + size));
+                s += slide;
+            }
+            prop_assert_eq!(got, want);
+        }
+    }
+}

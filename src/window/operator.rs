@@ -1,0 +1,271 @@
+//! The keyed window operator (event time).
+//!
+//! State is one accumulator per (key, window). Each window gets a firing timer
+//! at `max_timestamp` and a cleanup timer at `max_timestamp + allowed_lateness`
+//! when it is created; timers live in a map ordered by time and are checked
+//! against the live windows when they fire, so windows that were merged away
+//! (sessions) need no timer deletion.
+
+use super::assigner::{TimeWindow, WindowAssigner};
+use super::function::{AggregateFunction, WindowFunction};
+use crate::operators::keyed::KeyFn;
+use crate::operators::{Operator, Output, OutputTag};
+use crate::{Error, Result};
+use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// Settings of a window operator.
+pub struct WindowSpec<T> {
+    /// Which windows a record belongs to.
+    pub assigner: WindowAssigner<T>,
+    /// How long (ms) after `max_timestamp` a window still accepts records.
+    pub allowed_lateness: i64,
+    /// Where late records go (dropped when `None`).
+    pub late_tag: Option<OutputTag<T>>,
+}
+
+impl<T> Clone for WindowSpec<T> {
+    fn clone(&self) -> Self {
+        WindowSpec {
+            assigner: self.assigner.clone(),
+            allowed_lateness: self.allowed_lateness,
+            late_tag: self.late_tag.clone(),
+        }
+    }
+}
+
+/// Keyed event-time windows with an incremental aggregate and a window function.
+pub struct WindowOp<T, K, ACC, R, OUT, A> {
+    key: KeyFn<T, K>,
+    spec: WindowSpec<T>,
+    agg: Arc<A>,
+    window_fn: WindowFunction<K, R, OUT>,
+    watermark: Timestamp,
+    state: FxHashMap<K, Vec<(TimeWindow, ACC)>>,
+    timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
+    fired: Vec<OUT>,
+    windows: Vec<TimeWindow>,
+}
+
+impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
+    /// A window operator with empty state.
+    pub fn new(
+        key: KeyFn<T, K>,
+        spec: WindowSpec<T>,
+        agg: Arc<A>,
+        window_fn: WindowFunction<K, R, OUT>,
+    ) -> Self {
+        WindowOp {
+            key,
+            spec,
+            agg,
+            window_fn,
+            watermark: MIN_WATERMARK,
+            state: FxHashMap::default(),
+            timers: BTreeMap::new(),
+            fired: Vec::new(),
+            windows: Vec::new(),
+        }
+    }
+}
+
+impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + 'static,
+    K: Hash + Eq + Clone,
+    A: AggregateFunction<T, ACC, R>,
+    OUT: 'static,
+{
+    fn is_late(&self, w: &TimeWindow) -> bool {
+        w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
+    }
+
+    fn register(&mut self, key: &K, w: TimeWindow) {
+        let fire = w.max_timestamp();
+        let cleanup = fire.saturating_add(self.spec.allowed_lateness);
+        if fire > self.watermark || cleanup == fire {
+            self.timers.entry(fire).or_default().push((key.clone(), w));
+        }
+        if cleanup != fire {
+            self.timers
+                .entry(cleanup)
+                .or_default()
+                .push((key.clone(), w));
+        }
+    }
+
+    fn emit(&mut self, key: &K, w: TimeWindow, acc_result: R, out: &mut Output<'_, OUT>) {
+        (self.window_fn)(key, &w, acc_result, &mut self.fired);
+        for v in self.fired.drain(..) {
+            out.emit(Record::with_timestamp(v, w.max_timestamp()));
+        }
+    }
+
+    fn fire_if_present(&mut self, key: &K, w: TimeWindow, out: &mut Output<'_, OUT>) {
+        let result = self
+            .state
+            .get(key)
+            .and_then(|ws| ws.iter().find(|(x, _)| *x == w))
+            .map(|(_, acc)| self.agg.get_result(acc));
+        if let Some(r) = result {
+            self.emit(key, w, r, out);
+        }
+    }
+
+    fn purge(&mut self, key: &K, w: TimeWindow) {
+        if let Some(ws) = self.state.get_mut(key) {
+            ws.retain(|(x, _)| *x != w);
+            if ws.is_empty() {
+                self.state.remove(key);
+            }
+        }
+    }
+
+    fn element(&mut self, value: T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
+        let key = self.key.with_key(&value, K::clone);
+        if self.spec.assigner.is_merging() {
+            return self.merging_element(key, value, ts, out);
+        }
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.clear();
+        self.spec.assigner.assign(&value, ts, |w| windows.push(w));
+        let mut live = false;
+        for &w in &windows {
+            if self.is_late(&w) {
+                continue;
+            }
+            live = true;
+            let list = self.state.entry(key.clone()).or_default();
+            let created = match list.iter_mut().find(|(x, _)| *x == w) {
+                Some((_, acc)) => {
+                    self.agg.add(value.clone(), acc);
+                    false
+                }
+                None => {
+                    let mut acc = self.agg.create_accumulator();
+                    self.agg.add(value.clone(), &mut acc);
+                    list.push((w, acc));
+                    true
+                }
+            };
+            if created {
+                self.register(&key, w);
+            }
+            if w.max_timestamp() <= self.watermark {
+                // Late but allowed: fire again with the updated result.
+                self.fire_if_present(&key, w, out);
+            }
+        }
+        self.windows = windows;
+        live
+    }
+
+    fn merging_element(
+        &mut self,
+        key: K,
+        value: T,
+        ts: Timestamp,
+        out: &mut Output<'_, OUT>,
+    ) -> bool {
+        let mut own = None;
+        self.spec.assigner.assign(&value, ts, |w| own = Some(w));
+        let Some(mut merged) = own else {
+            return false;
+        };
+        let list = self.state.entry(key.clone()).or_default();
+        let mut absorbed: Vec<(TimeWindow, ACC)> = Vec::new();
+        while let Some(i) = list.iter().position(|(x, _)| x.intersects(&merged)) {
+            let (w, acc) = list.swap_remove(i);
+            merged = merged.cover(&w);
+            absorbed.push((w, acc));
+        }
+        let list_empty = list.is_empty();
+        if absorbed.is_empty() && self.is_late(&merged) {
+            if list_empty {
+                self.state.remove(&key);
+            }
+            return false;
+        }
+        let existed = absorbed.len() == 1 && absorbed[0].0 == merged;
+        let mut acc = match absorbed.len() {
+            0 => self.agg.create_accumulator(),
+            _ => {
+                let mut it = absorbed.into_iter().map(|(_, a)| a);
+                let first = it.next().expect("one absorbed window");
+                it.fold(first, |a, b| self.agg.merge(a, b))
+            }
+        };
+        self.agg.add(value, &mut acc);
+        self.state
+            .get_mut(&key)
+            .expect("entry created above")
+            .push((merged, acc));
+        if !existed {
+            self.register(&key, merged);
+        }
+        if merged.max_timestamp() <= self.watermark {
+            self.fire_if_present(&key, merged, out);
+        }
+        true
+    }
+}
+
+impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for WindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + 'static,
+    ACC: Send + 'static,
+    R: 'static,
+    OUT: Send + 'static,
+    A: AggregateFunction<T, ACC, R>,
+{
+    fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
+        for r in batch {
+            let ts = r.timestamp.ok_or_else(|| {
+                Error::User(
+                    "record without timestamp reached an event-time window; \
+                     call assign_timestamps_and_watermarks first"
+                        .into(),
+                )
+            })?;
+            let late_record = if self.spec.late_tag.is_some() {
+                Some(r.value.clone())
+            } else {
+                None
+            };
+            let live = self.element(r.value, ts, out);
+            if !live
+                && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
+                && let (Some(tag), Some(v)) = (&self.spec.late_tag, late_record)
+            {
+                out.side(tag, v, Some(ts));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        while let Some(entry) = self.timers.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            let (t, due) = entry.remove_entry();
+            for (key, w) in due {
+                if t == w.max_timestamp() {
+                    self.fire_if_present(&key, w, out);
+                }
+                if t == w.max_timestamp().saturating_add(self.spec.allowed_lateness) {
+                    self.purge(&key, w);
+                }
+            }
+        }
+        Ok(())
+    }
+}
