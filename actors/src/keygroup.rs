@@ -102,10 +102,11 @@ pub fn stable_hash<K: Hash + ?Sized>(key: &K) -> u64 {
     h.finish()
 }
 
-/// The key group of a key hash.
+/// The key group of a key hash: the high 32 bits of the hash scaled to
+/// `0..max_parallelism` (a multiply and a shift, no division).
 #[inline]
 pub fn key_group_of_hash(hash: u64, max_parallelism: u32) -> u32 {
-    (hash % u64::from(max_parallelism)) as u32
+    (((hash >> 32) * u64::from(max_parallelism)) >> 32) as u32
 }
 
 /// The key group of a key.

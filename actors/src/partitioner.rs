@@ -124,6 +124,9 @@ impl<T> Partitioner<T> for Broadcast {
 pub struct KeyGroups<T> {
     hash: Arc<dyn Fn(&T) -> u64 + Send + Sync>,
     max_parallelism: u32,
+    /// Owner subtask of each key group, for `owners_for` channels.
+    owners: Vec<u32>,
+    owners_for: usize,
 }
 
 impl<T> KeyGroups<T> {
@@ -132,6 +135,8 @@ impl<T> KeyGroups<T> {
         KeyGroups {
             hash,
             max_parallelism,
+            owners: Vec::new(),
+            owners_for: 0,
         }
     }
 }
@@ -139,8 +144,15 @@ impl<T> KeyGroups<T> {
 impl<T> Partitioner<T> for KeyGroups<T> {
     #[inline]
     fn select(&mut self, value: &T, channels: usize) -> Target {
+        if self.owners_for != channels {
+            // One table lookup per record instead of a division.
+            self.owners = (0..self.max_parallelism)
+                .map(|kg| subtask_for_key_group(kg, self.max_parallelism, channels as u32))
+                .collect();
+            self.owners_for = channels;
+        }
         let kg = key_group_of_hash((self.hash)(value), self.max_parallelism);
-        Target::One(subtask_for_key_group(kg, self.max_parallelism, channels as u32) as usize)
+        Target::One(self.owners[kg as usize] as usize)
     }
 }
 

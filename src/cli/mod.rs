@@ -2,6 +2,7 @@
 
 mod bench;
 mod progress;
+mod window;
 mod wordcount;
 
 use clap::{Args, Parser, Subcommand};
@@ -33,6 +34,46 @@ enum Command {
 enum Job {
     /// Count words: of a text file, or of generated words.
     Wordcount(WordcountArgs),
+    /// Keyed event-time windows over `key,timestamp_ms,value` lines.
+    Window(WindowArgs),
+}
+
+/// Options of `floe run window`.
+#[derive(Args, Debug, Clone)]
+pub struct WindowArgs {
+    /// Input file of `key,timestamp_ms,value` lines.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// `tumbling:SIZE`, `sliding:SIZE,SLIDE` or `session:GAP` (milliseconds).
+    #[arg(long)]
+    pub window: String,
+    /// Aggregation of the values in each window.
+    #[arg(long, value_enum)]
+    pub agg: window::Agg,
+    /// Bound of out-of-orderness for watermarks (ms).
+    #[arg(long, default_value_t = 0)]
+    pub out_of_orderness: i64,
+    /// Allowed lateness of windows (ms).
+    #[arg(long, default_value_t = 0)]
+    pub allowed_lateness: i64,
+    /// Watermark emission: periodic (default) or per-record (deterministic).
+    #[arg(long, value_enum, default_value = "periodic")]
+    pub watermarks: window::Watermarks,
+    /// Parallelism of the windowing.
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Arbiters (threads); default: the number of cores.
+    #[arg(long)]
+    pub arbiters: Option<usize>,
+    /// Write firings here instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Write late records here.
+    #[arg(long)]
+    pub late_output: Option<PathBuf>,
+    /// What to do with a malformed line: fail (default) or skip.
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_bad_record: window::OnBadRecord,
 }
 
 #[derive(Subcommand, Debug)]
@@ -59,8 +100,8 @@ pub struct WordcountArgs {
     /// Parallelism of the job.
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
-    /// Records per batch.
-    #[arg(long, default_value_t = 1024)]
+    /// Records per batch (larger batches amortise per-batch costs).
+    #[arg(long, default_value_t = 4096)]
     pub batch_size: usize,
     /// Arbiters (threads); default: the number of cores.
     #[arg(long)]
@@ -91,6 +132,9 @@ pub fn main() -> i32 {
         Command::Run {
             job: Job::Wordcount(args),
         } => wordcount::run(&args),
+        Command::Run {
+            job: Job::Window(args),
+        } => window::run(&args),
         Command::Bench {
             bench: Bench::Mailbox(args),
         } => bench::mailbox(&args),

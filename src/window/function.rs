@@ -8,8 +8,9 @@ use std::sync::Arc;
 pub trait AggregateFunction<IN, ACC, OUT>: Send + Sync + 'static {
     /// A new, empty accumulator.
     fn create_accumulator(&self) -> ACC;
-    /// Adds a record to an accumulator.
-    fn add(&self, value: IN, acc: &mut ACC);
+    /// Adds a record to an accumulator (by reference: a record in several
+    /// windows is not copied for each).
+    fn add(&self, value: &IN, acc: &mut ACC);
     /// The result of an accumulator.
     fn get_result(&self, acc: &ACC) -> OUT;
     /// Merges two accumulators (session windows).
@@ -40,10 +41,10 @@ where
     fn create_accumulator(&self) -> Option<T> {
         None
     }
-    fn add(&self, value: T, acc: &mut Option<T>) {
+    fn add(&self, value: &T, acc: &mut Option<T>) {
         *acc = Some(match acc.take() {
-            Some(a) => (self.f)(a, value),
-            None => value,
+            Some(a) => (self.f)(a, value.clone()),
+            None => value.clone(),
         });
     }
     fn get_result(&self, acc: &Option<T>) -> T {
@@ -66,8 +67,8 @@ impl<T: Clone + Send + 'static> AggregateFunction<T, Vec<T>, Vec<T>> for Collect
     fn create_accumulator(&self) -> Vec<T> {
         Vec::new()
     }
-    fn add(&self, value: T, acc: &mut Vec<T>) {
-        acc.push(value);
+    fn add(&self, value: &T, acc: &mut Vec<T>) {
+        acc.push(value.clone());
     }
     fn get_result(&self, acc: &Vec<T>) -> Vec<T> {
         acc.clone()

@@ -124,14 +124,14 @@ where
         }
     }
 
-    fn element(&mut self, value: T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
-        let key = self.key.with_key(&value, K::clone);
+    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
+        let key = self.key.with_key(value, K::clone);
         if self.spec.assigner.is_merging() {
             return self.merging_element(key, value, ts, out);
         }
         let mut windows = std::mem::take(&mut self.windows);
         windows.clear();
-        self.spec.assigner.assign(&value, ts, |w| windows.push(w));
+        self.spec.assigner.assign(value, ts, |w| windows.push(w));
         let mut live = false;
         for &w in &windows {
             if self.is_late(&w) {
@@ -141,12 +141,12 @@ where
             let list = self.state.entry(key.clone()).or_default();
             let created = match list.iter_mut().find(|(x, _)| *x == w) {
                 Some((_, acc)) => {
-                    self.agg.add(value.clone(), acc);
+                    self.agg.add(value, acc);
                     false
                 }
                 None => {
                     let mut acc = self.agg.create_accumulator();
-                    self.agg.add(value.clone(), &mut acc);
+                    self.agg.add(value, &mut acc);
                     list.push((w, acc));
                     true
                 }
@@ -166,12 +166,12 @@ where
     fn merging_element(
         &mut self,
         key: K,
-        value: T,
+        value: &T,
         ts: Timestamp,
         out: &mut Output<'_, OUT>,
     ) -> bool {
         let mut own = None;
-        self.spec.assigner.assign(&value, ts, |w| own = Some(w));
+        self.spec.assigner.assign(value, ts, |w| own = Some(w));
         let Some(mut merged) = own else {
             return false;
         };
@@ -231,17 +231,12 @@ where
                         .into(),
                 )
             })?;
-            let late_record = if self.spec.late_tag.is_some() {
-                Some(r.value.clone())
-            } else {
-                None
-            };
-            let live = self.element(r.value, ts, out);
+            let live = self.element(&r.value, ts, out);
             if !live
                 && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
-                && let (Some(tag), Some(v)) = (&self.spec.late_tag, late_record)
+                && let Some(tag) = &self.spec.late_tag
             {
-                out.side(tag, v, Some(ts));
+                out.side(tag, r.value, Some(ts));
             }
         }
         Ok(())
