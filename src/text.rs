@@ -89,3 +89,10 @@ impl WordGenerator {
         self.vocabulary[self.index(i)].clone()
     }
 }
+
+/// splitmix64's finaliser: a well-mixed 64-bit function of `x` (for seeded,
+/// index-addressable generators).
+#[inline]
+pub fn mix64(x: u64) -> u64 {
+    floe_actors::keygroup::fmix64(x)
+}

@@ -34,7 +34,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             batch_size: 1024,
             buffer_timeout: Duration::from_millis(100),
-            credits: 16,
+            credits: 8,
             output_queue_capacity: 4,
             batches_per_step: 8,
             arbiters: std::thread::available_parallelism()

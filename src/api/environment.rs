@@ -20,6 +20,8 @@ use std::time::Duration;
 pub(crate) struct EnvInner {
     pub config: Config,
     pub nodes: Vec<Node>,
+    /// Problems found while the graph was built, reported by `execute`.
+    pub errors: Vec<String>,
 }
 
 /// Where a job is assembled and from where it runs.
@@ -63,6 +65,7 @@ impl StreamExecutionEnvironment {
             inner: Rc::new(RefCell::new(EnvInner {
                 config,
                 nodes: Vec::new(),
+                errors: Vec::new(),
             })),
         }
     }
@@ -254,6 +257,12 @@ impl StreamExecutionEnvironment {
         let mut inner = self.inner.borrow_mut();
         let config = inner.config.clone();
         config.validate()?;
+        if let Some(e) = inner.errors.first() {
+            let e = e.clone();
+            inner.nodes.clear();
+            inner.errors.clear();
+            return Err(Error::Config(e));
+        }
         let mut nodes = std::mem::take(&mut inner.nodes);
         for n in &mut nodes {
             if !n.fixed_parallelism {

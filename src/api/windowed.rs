@@ -33,6 +33,7 @@ where
                 assigner,
                 allowed_lateness: 0,
                 late_tag: None,
+                panes: true,
             },
         }
     }
@@ -52,7 +53,7 @@ where
     /// Incremental aggregation plus a function of key, window and result.
     pub fn aggregate_with<ACC, R, OUT, A, F>(&self, agg: A, window_fn: F) -> DataStream<OUT>
     where
-        ACC: Send + 'static,
+        ACC: Clone + Send + 'static,
         R: 'static,
         OUT: Clone + Send + 'static,
         A: AggregateFunction<T, ACC, R>,
@@ -62,12 +63,13 @@ where
         let agg = Arc::new(agg);
         let wf: WindowFunction<K, R, OUT> = Arc::new(window_fn);
         if let Err(e) = spec.assigner.validate() {
-            // Surface the bad parameters when the job is executed.
-            let msg = e.to_string();
-            return self
-                .stream
-                .try_map(move |_| -> crate::Result<OUT> { Err(crate::Error::Config(msg.clone())) })
-                .name("Window");
+            // Reported by `execute`, before anything runs.
+            self.stream
+                .env()
+                .inner
+                .borrow_mut()
+                .errors
+                .push(e.to_string());
         }
         let late = spec.late_tag.clone();
         let out = self.stream.transform("Window", move |_| {
@@ -83,7 +85,7 @@ where
     /// Incremental aggregation; emits the aggregate's result per firing.
     pub fn aggregate<ACC, R, A>(&self, agg: A) -> DataStream<R>
     where
-        ACC: Send + 'static,
+        ACC: Clone + Send + 'static,
         R: Clone + Send + 'static,
         A: AggregateFunction<T, ACC, R>,
     {
@@ -104,6 +106,12 @@ where
         OUT: Clone + Send + 'static,
         F: Fn(&K, &TimeWindow, Vec<T>, &mut Vec<OUT>) + Send + Sync + 'static,
     {
-        self.aggregate_with(CollectAll, f)
+        let mut whole = WindowedStream {
+            stream: self.stream.clone(),
+            key: self.key.clone(),
+            spec: self.spec.clone(),
+        };
+        whole.spec.panes = false;
+        whole.aggregate_with(CollectAll, f)
     }
 }

@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch for the `floe` binary.
 
 mod bench;
+mod bench_window;
 mod progress;
 mod window;
 mod wordcount;
@@ -80,6 +81,8 @@ pub struct WindowArgs {
 enum Bench {
     /// Records per second through one actor hop: raw actix vs floe channels.
     Mailbox(bench::MailboxArgs),
+    /// Keyed event-time window sums (tumbling 1 s, sliding 10 s / 1 s).
+    Window(bench_window::WindowBenchArgs),
 }
 
 /// Options of `floe run wordcount`.
@@ -138,6 +141,9 @@ pub fn main() -> i32 {
         Command::Bench {
             bench: Bench::Mailbox(args),
         } => bench::mailbox(&args),
+        Command::Bench {
+            bench: Bench::Window(args),
+        } => bench_window::window(&args),
     };
     match result {
         Ok(()) => 0,

@@ -45,6 +45,7 @@ impl<T> TimestampsOp<T> {
 impl<T: Send + 'static> Operator<T, T> for TimestampsOp<T> {
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, T>) -> Result<()> {
         let per_record = self.strategy.emission == WatermarkEmission::PerRecord;
+        out.records.reserve(batch.len());
         for mut r in batch {
             let ts = match &self.strategy.assigner {
                 Some(f) => f(&r.value, r.timestamp),

@@ -160,7 +160,7 @@ impl<T> WindowAssigner<T> {
         let bad = |m: &str| Err(crate::Error::Config(m.to_string()));
         match self {
             WindowAssigner::Tumbling { size, offset } => {
-                if *size <= 0 || offset.abs() >= *size {
+                if *size <= 0 || offset.unsigned_abs() >= size.unsigned_abs() {
                     return bad("tumbling windows need size > 0 and |offset| < size");
                 }
             }
@@ -169,7 +169,7 @@ impl<T> WindowAssigner<T> {
                 slide,
                 offset,
             } => {
-                if *size <= 0 || *slide <= 0 || offset.abs() >= *slide {
+                if *size <= 0 || *slide <= 0 || offset.unsigned_abs() >= slide.unsigned_abs() {
                     return bad("sliding windows need size > 0, slide > 0 and |offset| < slide");
                 }
             }
