@@ -6,6 +6,7 @@ use crate::operators::keyed::KeyFn;
 use crate::window::assigner::{TimeWindow, WindowAssigner};
 use crate::window::function::{AggregateFunction, CollectAll, ReduceAggregate, WindowFunction};
 use crate::window::operator::{WindowOp, WindowSpec};
+use crate::window::sliced::SlicedWindowOp;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -72,9 +73,17 @@ where
                 .push(e.to_string());
         }
         let late = spec.late_tag.clone();
-        let out = self.stream.transform("Window", move |_| {
-            WindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
-        });
+        let sliced = spec.panes && !spec.assigner.is_merging() && spec.assigner.validate().is_ok();
+        let out = if sliced {
+            self.stream.transform("Window", move |_| {
+                SlicedWindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
+                    .expect("aligned assigner checked above")
+            })
+        } else {
+            self.stream.transform("Window", move |_| {
+                WindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
+            })
+        };
         if let Some(tag) = late {
             // Register the side output's type on the window operator.
             let _ = out.get_side_output(&tag);

@@ -47,8 +47,9 @@ impl TimeWindow {
 /// The start of the window of `size` (shifted by `offset`) containing `ts`.
 #[inline]
 pub fn window_start(ts: Timestamp, offset: i64, size: i64) -> Timestamp {
-    let rem = (ts - offset).rem_euclid(size);
-    ts - rem
+    // In i128 so that timestamps near the ends of the range cannot overflow.
+    let rem = (i128::from(ts) - i128::from(offset)).rem_euclid(i128::from(size));
+    (i128::from(ts) - rem).max(i128::from(i64::MIN)) as i64
 }
 
 /// Session gap of a record, for dynamic session windows.
@@ -195,7 +196,7 @@ impl<T> WindowAssigner<T> {
         match self {
             WindowAssigner::Tumbling { size, offset } => {
                 let start = window_start(ts, *offset, *size);
-                f(TimeWindow::new(start, start + size));
+                f(TimeWindow::new(start, start.saturating_add(*size)));
             }
             WindowAssigner::Sliding {
                 size,
@@ -203,9 +204,12 @@ impl<T> WindowAssigner<T> {
                 offset,
             } => {
                 let mut start = window_start(ts, *offset, *slide);
-                while start > ts - size {
-                    f(TimeWindow::new(start, start + size));
-                    start -= slide;
+                while start > ts.saturating_sub(*size) {
+                    f(TimeWindow::new(start, start.saturating_add(*size)));
+                    start = start.saturating_sub(*slide);
+                    if start == i64::MIN {
+                        break;
+                    }
                 }
             }
             WindowAssigner::Session { gap } => {
@@ -213,7 +217,7 @@ impl<T> WindowAssigner<T> {
                     SessionGap::Static(g) => *g,
                     SessionGap::Dynamic(gf) => gf(value),
                 };
-                f(TimeWindow::new(ts, ts + g));
+                f(TimeWindow::new(ts, ts.saturating_add(g)));
             }
         }
     }

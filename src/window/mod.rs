@@ -10,6 +10,7 @@
 pub mod assigner;
 pub mod function;
 pub mod operator;
+pub mod sliced;
 
 pub use assigner::{TimeWindow, WindowAssigner};
 pub use function::{AggregateFunction, WindowFunction};

@@ -1,0 +1,291 @@
+//! Aligned windows (tumbling and sliding) computed from shared slices.
+//!
+//! Time is cut into panes of `gcd(size, slide)`; each pane holds one hash map
+//! from key to accumulator. A record updates exactly one pane, whatever the
+//! number of windows it belongs to, and a window's result for a key merges the
+//! key's accumulators of the panes inside the window. Windows fire in order of
+//! their end as the watermark passes `end - 1`; a pane is dropped once the last
+//! window containing it is past `max_timestamp + allowed_lateness`.
+//!
+//! The results equal per-window state: a pane lies inside exactly the windows
+//! that contain its records' timestamps, and a window that was late for a
+//! record has already fired for the last time, so adding the record to the
+//! shared pane cannot change any later output.
+
+use super::assigner::{TimeWindow, WindowAssigner, window_start};
+use super::function::{AggregateFunction, WindowFunction};
+use super::operator::WindowSpec;
+use crate::operators::keyed::KeyFn;
+use crate::operators::{Operator, Output};
+use crate::{Error, Result};
+use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::hash::Hash;
+use std::sync::Arc;
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Keyed tumbling or sliding event-time windows over shared panes.
+pub struct SlicedWindowOp<T, K, ACC, R, OUT, A> {
+    key: KeyFn<T, K>,
+    spec: WindowSpec<T>,
+    agg: Arc<A>,
+    window_fn: WindowFunction<K, R, OUT>,
+    size: i64,
+    slide: i64,
+    offset: i64,
+    pane: i64,
+    watermark: Timestamp,
+    /// Panes sorted by start.
+    panes: VecDeque<(Timestamp, FxHashMap<K, ACC>)>,
+    /// End of the next window to fire.
+    next_end: Option<Timestamp>,
+    /// End of the last window fired by the watermark.
+    fired_upto: Timestamp,
+    fired: Vec<OUT>,
+    windows: Vec<TimeWindow>,
+}
+
+impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
+    /// An operator for `spec`, whose assigner must be tumbling or sliding.
+    pub fn new(
+        key: KeyFn<T, K>,
+        spec: WindowSpec<T>,
+        agg: Arc<A>,
+        window_fn: WindowFunction<K, R, OUT>,
+    ) -> Result<Self> {
+        let (size, slide, offset) = match spec.assigner {
+            WindowAssigner::Tumbling { size, offset } => (size, size, offset),
+            WindowAssigner::Sliding {
+                size,
+                slide,
+                offset,
+            } => (size, slide, offset),
+            WindowAssigner::Session { .. } => {
+                return Err(Error::Config(
+                    "session windows cannot be sliced".to_string(),
+                ));
+            }
+        };
+        Ok(SlicedWindowOp {
+            key,
+            spec,
+            agg,
+            window_fn,
+            size,
+            slide,
+            offset,
+            pane: gcd(size, slide),
+            watermark: MIN_WATERMARK,
+            panes: VecDeque::new(),
+            next_end: None,
+            fired_upto: MIN_WATERMARK,
+            fired: Vec::new(),
+            windows: Vec::new(),
+        })
+    }
+}
+
+impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + 'static,
+    K: Hash + Eq + Clone,
+    ACC: Clone,
+    A: AggregateFunction<T, ACC, R>,
+    OUT: 'static,
+{
+    #[inline]
+    fn is_late(&self, w: &TimeWindow) -> bool {
+        w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
+    }
+
+    /// The smallest window end above `t` (ends are aligned like starts + size).
+    #[inline]
+    fn end_after(&self, t: Timestamp) -> Timestamp {
+        let end_offset = (self.offset + self.size).rem_euclid(self.slide);
+        window_start(t, end_offset, self.slide).saturating_add(self.slide)
+    }
+
+    /// The end of the last window containing the pane starting at `p`.
+    #[inline]
+    fn last_end(&self, p: Timestamp) -> Timestamp {
+        window_start(p, self.offset, self.slide).saturating_add(self.size)
+    }
+
+    fn emit(&mut self, key: &K, w: TimeWindow, acc: &ACC, out: &mut Output<'_, OUT>) {
+        let r = self.agg.get_result(acc);
+        (self.window_fn)(key, &w, r, &mut self.fired);
+        for v in self.fired.drain(..) {
+            out.emit(Record::with_timestamp(v, w.max_timestamp()));
+        }
+    }
+
+    /// Merges `key`'s accumulators of the panes inside `w`.
+    fn merged_for(&self, key: &K, w: &TimeWindow) -> Option<ACC> {
+        let mut merged: Option<ACC> = None;
+        for (start, map) in &self.panes {
+            if *start < w.start {
+                continue;
+            }
+            if *start >= w.end {
+                break;
+            }
+            if let Some(acc) = map.get(key) {
+                merged = Some(match merged.take() {
+                    None => acc.clone(),
+                    Some(m) => self.agg.merge(m, acc.clone()),
+                });
+            }
+        }
+        merged
+    }
+
+    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.clear();
+        self.spec.assigner.assign(value, ts, |w| windows.push(w));
+        windows.retain(|w| !self.is_late(w));
+        if windows.is_empty() {
+            self.windows = windows;
+            return false;
+        }
+        let key = self.key.with_key(value, K::clone);
+        let p = window_start(ts, self.offset, self.pane);
+        // Panes arrive mostly in order: search from the back.
+        let idx = match self.panes.iter().rposition(|(s, _)| *s <= p) {
+            Some(i) if self.panes[i].0 == p => i,
+            found => {
+                let at = found.map_or(0, |i| i + 1);
+                self.panes.insert(at, (p, FxHashMap::default()));
+                let first_end = self.end_after(p.saturating_add(self.pane - 1));
+                // Windows ending at or before the watermark have fired already.
+                let candidate = if self.watermark == MIN_WATERMARK {
+                    first_end
+                } else {
+                    first_end.max(self.end_after(self.watermark.saturating_add(1)))
+                };
+                self.next_end = Some(self.next_end.map_or(candidate, |e| e.min(candidate)));
+                at
+            }
+        };
+        let agg = &self.agg;
+        let acc = self.panes[idx]
+            .1
+            .entry(key.clone())
+            .or_insert_with(|| agg.create_accumulator());
+        agg.add(value, acc);
+        for &w in &windows {
+            if w.max_timestamp() <= self.watermark
+                && let Some(acc) = self.merged_for(&key, &w)
+            {
+                // Late but allowed: fire again with the updated result.
+                self.emit(&key, w, &acc, out);
+            }
+        }
+        self.windows = windows;
+        true
+    }
+
+    fn advance(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) {
+        while let Some(end) = self.next_end {
+            if end - 1 > watermark {
+                break;
+            }
+            let w = TimeWindow::new(end.saturating_sub(self.size), end);
+            let inside: Vec<usize> = (0..self.panes.len())
+                .filter(|&i| w.start <= self.panes[i].0 && self.panes[i].0 < w.end)
+                .collect();
+            if let [only] = inside[..] {
+                // One pane (tumbling windows): its accumulators are the results.
+                let pane = std::mem::take(&mut self.panes[only].1);
+                for (k, acc) in &pane {
+                    self.emit(k, w, acc, out);
+                }
+                self.panes[only].1 = pane;
+            } else {
+                let mut merged: FxHashMap<K, ACC> = FxHashMap::default();
+                for &i in &inside {
+                    for (k, acc) in &self.panes[i].1 {
+                        match merged.get_mut(k) {
+                            Some(m) => {
+                                let prev = std::mem::replace(m, acc.clone());
+                                *m = self.agg.merge(prev, acc.clone());
+                            }
+                            None => {
+                                merged.insert(k.clone(), acc.clone());
+                            }
+                        }
+                    }
+                }
+                for (k, acc) in &merged {
+                    self.emit(k, w, acc, out);
+                }
+            }
+            self.fired_upto = end;
+            self.drop_panes(watermark);
+            self.next_end = self.panes.front().map(|(p, _)| {
+                end.saturating_add(self.slide)
+                    .max(self.end_after(p.saturating_add(self.pane - 1)))
+            });
+        }
+        self.drop_panes(watermark);
+        if self.panes.is_empty() {
+            self.next_end = None;
+        }
+    }
+
+    /// Drops the panes whose last window has fired and is past its lateness.
+    fn drop_panes(&mut self, watermark: Timestamp) {
+        while let Some((p, _)) = self.panes.front() {
+            let last_end = self.last_end(*p);
+            let cleanup = (last_end - 1).saturating_add(self.spec.allowed_lateness);
+            if last_end <= self.fired_upto && cleanup <= watermark {
+                self.panes.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + 'static,
+    ACC: Clone + Send + 'static,
+    R: 'static,
+    OUT: Send + 'static,
+    A: AggregateFunction<T, ACC, R>,
+{
+    fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
+        for r in batch {
+            let ts = r.timestamp.ok_or_else(|| {
+                Error::User(
+                    "record without timestamp reached an event-time window; \
+                     call assign_timestamps_and_watermarks first"
+                        .into(),
+                )
+            })?;
+            let live = self.element(&r.value, ts, out);
+            if !live
+                && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
+                && let Some(tag) = &self.spec.late_tag
+            {
+                out.side(tag, r.value, Some(ts));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        self.advance(watermark, out);
+        Ok(())
+    }
+}
