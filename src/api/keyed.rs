@@ -4,6 +4,7 @@ use super::datastream::DataStream;
 use crate::operators::keyed::{
     KeyFn, KeyedProcessFunction, KeyedProcessOp, Numeric, Rolling, RollingOp,
 };
+use crate::time::{Clock, SystemClock};
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -106,6 +107,27 @@ where
         self.rolling("Keyed MaxBy", Rolling::MaxBy(Arc::new(field)))
     }
 
+    /// Tumbling count windows: fire and purge every `size` records of a key.
+    pub fn count_window(&self, size: u64) -> super::WindowedStream<T, K>
+    where
+        K: Sync,
+    {
+        use crate::window::trigger::{CountTrigger, PurgingTrigger};
+        self.window(crate::window::WindowAssigner::global())
+            .trigger(PurgingTrigger(CountTrigger(size)))
+    }
+
+    /// Sliding count windows: every `slide` records, the last `size` records of a key.
+    pub fn count_window_sliding(&self, size: u64, slide: u64) -> super::WindowedStream<T, K>
+    where
+        K: Sync,
+    {
+        use crate::window::trigger::{CountEvictor, CountTrigger};
+        self.window(crate::window::WindowAssigner::global())
+            .trigger(CountTrigger(slide))
+            .evictor(CountEvictor(size as usize))
+    }
+
     /// Groups the stream into event-time windows.
     pub fn window(&self, assigner: crate::window::WindowAssigner<T>) -> super::WindowedStream<T, K>
     where
@@ -114,16 +136,55 @@ where
         super::WindowedStream::new(self.stream.clone(), self.key.clone(), assigner)
     }
 
-    /// Runs a keyed process function; its context knows the current key.
+    /// Runs a keyed process function; its context knows the current key and
+    /// offers timers for it. Processing time is the system clock.
     pub fn process<U, P>(&self, function: P) -> DataStream<U>
     where
         U: Clone + Send + 'static,
         P: KeyedProcessFunction<K, T, U> + Clone + Sync,
         K: Sync,
     {
+        self.process_with_clock(function, SystemClock)
+    }
+
+    /// Like [`process`](Self::process), with processing time (and so
+    /// processing-time timers) read from `clock`, shared by all subtasks —
+    /// for example a [`ManualClock`](crate::time::ManualClock) a test drives.
+    ///
+    /// # Examples
+    /// ```
+    /// use floe::operators::process::ProcessContext;
+    /// use floe::time::ManualClock;
+    ///
+    /// let clock = ManualClock::new(7);
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let out = env
+    ///     .from_collection(vec![1i64, 2])
+    ///     .key_by(|x| *x)
+    ///     .process_with_clock(
+    ///         |x: i64, ctx: &mut ProcessContext<'_, '_, (i64, i64), i64>| {
+    ///             ctx.collect((x, ctx.current_processing_time()));
+    ///             Ok(())
+    ///         },
+    ///         clock,
+    ///     )
+    ///     .collect();
+    /// env.execute().unwrap();
+    /// let mut got = out.take();
+    /// got.sort();
+    /// assert_eq!(got, vec![(1, 7), (2, 7)]);
+    /// ```
+    pub fn process_with_clock<U, P, C>(&self, function: P, clock: C) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        P: KeyedProcessFunction<K, T, U> + Clone + Sync,
+        C: Clock + 'static,
+        K: Sync,
+    {
         let key = self.key.clone();
+        let clock: Arc<dyn Clock> = Arc::new(clock);
         self.stream.transform("Keyed Process", move |_| {
-            KeyedProcessOp::new(key.clone(), function.clone())
+            KeyedProcessOp::with_clock(key.clone(), function.clone(), clock.clone())
         })
     }
 }

@@ -7,6 +7,8 @@ use crate::window::assigner::{TimeWindow, WindowAssigner};
 use crate::window::function::{AggregateFunction, CollectAll, ReduceAggregate, WindowFunction};
 use crate::window::operator::{WindowOp, WindowSpec};
 use crate::window::sliced::SlicedWindowOp;
+use crate::window::trigger::{EventTimeTrigger, Evictor, NeverTrigger, Trigger};
+use crate::window::triggered::{ClockFn, TriggeredWindowOp, system_clock};
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -15,6 +17,22 @@ pub struct WindowedStream<T, K> {
     stream: DataStream<T>,
     key: KeyFn<T, K>,
     spec: WindowSpec<T>,
+    trigger: Option<Arc<dyn Trigger<T>>>,
+    evictor: Option<Arc<dyn Evictor<T>>>,
+    clock: ClockFn,
+}
+
+impl<T, K> Clone for WindowedStream<T, K> {
+    fn clone(&self) -> Self {
+        WindowedStream {
+            stream: self.stream.clone(),
+            key: self.key.clone(),
+            spec: self.spec.clone(),
+            trigger: self.trigger.clone(),
+            evictor: self.evictor.clone(),
+            clock: self.clock.clone(),
+        }
+    }
 }
 
 impl<T, K> WindowedStream<T, K>
@@ -36,7 +54,29 @@ where
                 late_tag: None,
                 panes: true,
             },
+            trigger: None,
+            evictor: None,
+            clock: system_clock(),
         }
+    }
+
+    /// Replaces the default trigger (event time for time windows, never for
+    /// global windows).
+    pub fn trigger(mut self, trigger: impl Trigger<T>) -> Self {
+        self.trigger = Some(Arc::new(trigger));
+        self
+    }
+
+    /// Removes records from each window before the window function runs.
+    pub fn evictor(mut self, evictor: impl Evictor<T>) -> Self {
+        self.evictor = Some(Arc::new(evictor));
+        self
+    }
+
+    /// The processing-time clock of triggers, in ms (tests drive it by hand).
+    pub fn with_clock(mut self, clock: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// Keeps window state `ms` after the window's end, refiring on late records.
@@ -73,8 +113,36 @@ where
                 .push(e.to_string());
         }
         let late = spec.late_tag.clone();
-        let sliced = spec.panes && !spec.assigner.is_merging() && spec.assigner.validate().is_ok();
-        let out = if sliced {
+        let global = matches!(spec.assigner, WindowAssigner::Global);
+        let custom = self.trigger.is_some() || self.evictor.is_some() || global;
+        if custom && spec.assigner.is_merging() {
+            self.stream.env().inner.borrow_mut().errors.push(
+                "custom triggers and evictors are not supported on session windows yet".into(),
+            );
+        }
+        let sliced = !custom
+            && spec.panes
+            && !spec.assigner.is_merging()
+            && spec.assigner.validate().is_ok();
+        let out = if custom {
+            let trigger: Arc<dyn Trigger<T>> = match &self.trigger {
+                Some(t) => t.clone(),
+                None if global => Arc::new(NeverTrigger),
+                None => Arc::new(EventTimeTrigger),
+            };
+            let (evictor, clock) = (self.evictor.clone(), self.clock.clone());
+            self.stream.transform("Window", move |_| {
+                TriggeredWindowOp::new(
+                    key.clone(),
+                    spec.clone(),
+                    trigger.clone(),
+                    evictor.clone(),
+                    clock.clone(),
+                    agg.clone(),
+                    wf.clone(),
+                )
+            })
+        } else if sliced {
             self.stream.transform("Window", move |_| {
                 SlicedWindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
                     .expect("aligned assigner checked above")
@@ -115,11 +183,7 @@ where
         OUT: Clone + Send + 'static,
         F: Fn(&K, &TimeWindow, Vec<T>, &mut Vec<OUT>) + Send + Sync + 'static,
     {
-        let mut whole = WindowedStream {
-            stream: self.stream.clone(),
-            key: self.key.clone(),
-            spec: self.spec.clone(),
-        };
+        let mut whole = self.clone();
         whole.spec.panes = false;
         whole.aggregate_with(CollectAll, f)
     }

@@ -4,10 +4,23 @@
 //! the same subtask. A rolling aggregation emits the updated value for every
 //! record, as Flink's streaming `reduce`/`sum` do; the final value per key is
 //! the last one emitted for it.
+//!
+//! A keyed process function may register timers for the current key; the
+//! [`KeyedProcessOp`] keeps them in a [`TimerService`] and calls the function's
+//! `on_timer` when they are due:
+//! - event-time timers when the watermark reaches them (`timestamp <=
+//!   watermark`), in timestamp order, before the watermark is forwarded; the
+//!   final watermark (`i64::MAX`) at the end of input fires all that remain;
+//! - processing-time timers when the operator's [`Clock`] has reached them.
+//!   The runtime has no per-operator wake-up yet, so the operator looks at the
+//!   clock before and after each input batch and on each watermark: a timer
+//!   fires at the first such check at or after its time. Timers still pending
+//!   at the end of input are dropped without firing, as Flink does by default.
 
-use super::process::ProcessContext;
+use super::process::{OnTimerContext, ProcessContext};
 use super::{Operator, Output};
 use crate::Result;
+use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
@@ -187,7 +200,62 @@ where
     }
 }
 
-/// A process function on a keyed stream: the context knows the current key.
+/// A process function on a keyed stream: the context knows the current key
+/// and offers timers for it.
+///
+/// Closures `FnMut(value, ctx) -> Result<()>` are keyed process functions
+/// without `on_timer`; implement the trait on a type to handle timers.
+///
+/// # Examples
+/// ```
+/// use floe::operators::keyed::KeyedProcessFunction;
+/// use floe::operators::process::{OnTimerContext, ProcessContext};
+/// use floe::time::WatermarkStrategy;
+///
+/// /// Emits `(key, count so far)` for each key once the watermark reaches 100.
+/// #[derive(Clone, Default)]
+/// struct CountUntil100(std::collections::HashMap<String, u64>);
+///
+/// impl KeyedProcessFunction<String, (String, i64), (String, u64)> for CountUntil100 {
+///     fn process_element(
+///         &mut self,
+///         value: (String, i64),
+///         ctx: &mut ProcessContext<'_, '_, (String, u64), String>,
+///     ) -> floe::Result<()> {
+///         *self.0.entry(value.0).or_default() += 1;
+///         ctx.register_event_time_timer(100);
+///         Ok(())
+///     }
+///
+///     fn on_timer(
+///         &mut self,
+///         _timestamp: i64,
+///         ctx: &mut OnTimerContext<'_, '_, (String, u64), String>,
+///     ) -> floe::Result<()> {
+///         let key = ctx.current_key().clone();
+///         let n = self.0.get(&key).copied().unwrap_or(0);
+///         ctx.collect((key, n));
+///         Ok(())
+///     }
+/// }
+///
+/// let env = floe::StreamExecutionEnvironment::new();
+/// let data = vec![("a".to_string(), 1), ("b".into(), 50), ("a".into(), 99), ("a".into(), 200)];
+/// let out = env
+///     .from_collection(data)
+///     .assign_timestamps_and_watermarks(
+///         WatermarkStrategy::monotonous_timestamps().with_timestamp_assigner(|e: &(String, i64), _| e.1).per_record(),
+///     )
+///     .key_by_field(|e| &e.0)
+///     .process(CountUntil100::default())
+///     .collect();
+/// env.execute().unwrap();
+/// let mut got = out.take();
+/// got.sort();
+/// // The watermark 199 follows the record at 200, so that record is counted
+/// // when it fires both timers.
+/// assert_eq!(got, vec![("a".to_string(), 3), ("b".to_string(), 1)]);
+/// ```
 pub trait KeyedProcessFunction<K, IN, OUT>: Send + 'static {
     /// Handles one record.
     fn process_element(
@@ -195,9 +263,20 @@ pub trait KeyedProcessFunction<K, IN, OUT>: Send + 'static {
         value: IN,
         ctx: &mut ProcessContext<'_, '_, OUT, K>,
     ) -> Result<()>;
+
+    /// A timer of the current key fired; `timestamp` is the timer's time.
+    /// The default does nothing.
+    fn on_timer(
+        &mut self,
+        _timestamp: Timestamp,
+        _ctx: &mut OnTimerContext<'_, '_, OUT, K>,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
-/// Any `FnMut(value, ctx) -> Result<()>` is a keyed process function.
+/// Any `FnMut(value, ctx) -> Result<()>` is a keyed process function (its
+/// timers fire into the default, empty `on_timer`).
 impl<K, IN, OUT, F> KeyedProcessFunction<K, IN, OUT> for F
 where
     F: for<'a, 'o> FnMut(IN, &mut ProcessContext<'a, 'o, OUT, K>) -> Result<()> + Send + 'static,
@@ -211,31 +290,106 @@ where
     }
 }
 
-/// Runs a [`KeyedProcessFunction`].
+/// Runs a [`KeyedProcessFunction`] and its timers.
 pub struct KeyedProcessOp<T, K, P> {
     key: KeyFn<T, K>,
     function: P,
     watermark: Timestamp,
+    timers: TimerService<K>,
 }
 
 impl<T, K, P> KeyedProcessOp<T, K, P> {
-    /// Wraps a keyed process function.
+    /// Wraps a keyed process function; processing time is the system clock.
     pub fn new(key: KeyFn<T, K>, function: P) -> Self {
+        Self::with_clock(key, function, Arc::new(SystemClock))
+    }
+
+    /// Wraps a keyed process function whose processing time is `clock`.
+    pub fn with_clock(key: KeyFn<T, K>, function: P, clock: Arc<dyn Clock>) -> Self {
         KeyedProcessOp {
             key,
             function,
             watermark: MIN_WATERMARK,
+            timers: TimerService::new(clock),
         }
+    }
+}
+
+impl<T, K, P> KeyedProcessOp<T, K, P>
+where
+    K: Hash + Eq + Clone,
+{
+    /// Calls `on_timer` for one fired timer.
+    fn fire<OUT>(
+        &mut self,
+        domain: TimeDomain,
+        timestamp: Timestamp,
+        key: K,
+        out: &mut Output<'_, OUT>,
+    ) -> Result<()>
+    where
+        P: KeyedProcessFunction<K, T, OUT>,
+    {
+        let inner = ProcessContext {
+            out,
+            // Flink: event-time firings emit at the timer's time, processing
+            // time firings without timestamp.
+            timestamp: (domain == TimeDomain::EventTime).then_some(timestamp),
+            watermark: self.watermark,
+            key: Some(&key),
+            timers: Some(&mut self.timers),
+            timer_misuse: false,
+        };
+        let mut ctx = OnTimerContext {
+            inner,
+            key: &key,
+            timestamp,
+            domain,
+        };
+        self.function.on_timer(timestamp, &mut ctx)
+    }
+
+    /// Fires every event-time timer `<= watermark`, including those that
+    /// `on_timer` registers meanwhile; returns how many fired.
+    fn fire_event_time<OUT>(&mut self, out: &mut Output<'_, OUT>) -> Result<usize>
+    where
+        P: KeyedProcessFunction<K, T, OUT>,
+    {
+        let mut fired = 0;
+        while let Some((ts, key)) = self.timers.pop_due(TimeDomain::EventTime, self.watermark) {
+            self.fire(TimeDomain::EventTime, ts, key, out)?;
+            fired += 1;
+        }
+        Ok(fired)
+    }
+
+    /// Reads the clock once and fires every processing-time timer at or before
+    /// it; returns how many fired.
+    fn fire_processing_time<OUT>(&mut self, out: &mut Output<'_, OUT>) -> Result<usize>
+    where
+        P: KeyedProcessFunction<K, T, OUT>,
+    {
+        if self.timers.len(TimeDomain::ProcessingTime) == 0 {
+            return Ok(0);
+        }
+        let now = self.timers.current_processing_time();
+        let mut fired = 0;
+        while let Some((ts, key)) = self.timers.pop_due(TimeDomain::ProcessingTime, now) {
+            self.fire(TimeDomain::ProcessingTime, ts, key, out)?;
+            fired += 1;
+        }
+        Ok(fired)
     }
 }
 
 impl<T, K, OUT, P> Operator<T, OUT> for KeyedProcessOp<T, K, P>
 where
     T: Send + 'static,
-    K: Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + 'static,
     P: KeyedProcessFunction<K, T, OUT>,
 {
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
+        self.fire_processing_time(out)?;
         for r in batch {
             let key = self.key.with_key(&r.value, K::clone);
             let mut ctx = ProcessContext {
@@ -243,14 +397,42 @@ where
                 timestamp: r.timestamp,
                 watermark: self.watermark,
                 key: Some(&key),
+                timers: Some(&mut self.timers),
+                timer_misuse: false,
             };
             self.function.process_element(r.value, &mut ctx)?;
+        }
+        self.fire_processing_time(out)?;
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        // Event time first (the watermark is what arrived), then the clock;
+        // repeat while processing-time callbacks register due event-time timers.
+        loop {
+            self.fire_event_time(out)?;
+            if self.fire_processing_time(out)? == 0 {
+                break;
+            }
+            let due = self
+                .timers
+                .next_timestamp(TimeDomain::EventTime)
+                .is_some_and(|t| t <= self.watermark);
+            if !due {
+                break;
+            }
         }
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: Timestamp, _: &mut Output<'_, OUT>) -> Result<()> {
-        self.watermark = watermark;
+    fn on_end_of_input(&mut self, _: &mut Output<'_, OUT>) -> Result<()> {
+        // The final watermark has fired every event-time timer. Pending
+        // processing-time timers are dropped, as in Flink.
+        let dropped = self.timers.clear(TimeDomain::ProcessingTime);
+        if dropped > 0 {
+            tracing::debug!(dropped, "processing-time timers pending at end of input");
+        }
         Ok(())
     }
 }

@@ -2,11 +2,25 @@
 //!
 //! A process function sees one record at a time with its context: the record's
 //! timestamp, the current watermark, the main output and side outputs (and, on
-//! a keyed stream, the current key). Timers come with event time.
+//! a keyed stream, the current key and a timer service). Timers exist only on
+//! keyed streams, as in Flink: registering one from a process function on a
+//! non-keyed stream fails the job once the call returns. A keyed function's
+//! timers call back into [`KeyedProcessFunction::on_timer`] with an
+//! [`OnTimerContext`].
+//!
+//! [`KeyedProcessFunction::on_timer`]: super::keyed::KeyedProcessFunction::on_timer
 
 use super::{Operator, Output, OutputTag};
-use crate::Result;
+use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
+use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Timestamp};
+use std::hash::Hash;
+use std::ops::{Deref, DerefMut};
+
+/// The error of a timer call on a non-keyed stream.
+pub(crate) fn timers_need_keys() -> Error {
+    Error::User("timers are only supported on keyed streams: use key_by(..).process(..)".into())
+}
 
 /// The context a process function gets with each record.
 pub struct ProcessContext<'a, 'o, OUT, K = ()> {
@@ -14,6 +28,28 @@ pub struct ProcessContext<'a, 'o, OUT, K = ()> {
     pub(crate) timestamp: Option<Timestamp>,
     pub(crate) watermark: Timestamp,
     pub(crate) key: Option<&'a K>,
+    /// The keyed operator's timers; `None` on non-keyed streams.
+    pub(crate) timers: Option<&'a mut TimerService<K>>,
+    /// Set when a timer call was made without a timer service.
+    pub(crate) timer_misuse: bool,
+}
+
+impl<'a, 'o, OUT, K> ProcessContext<'a, 'o, OUT, K> {
+    /// A context without key and timers (non-keyed streams).
+    pub(crate) fn unkeyed(
+        out: &'a mut Output<'o, OUT>,
+        timestamp: Option<Timestamp>,
+        watermark: Timestamp,
+    ) -> Self {
+        ProcessContext {
+            out,
+            timestamp,
+            watermark,
+            key: None,
+            timers: None,
+            timer_misuse: false,
+        }
+    }
 }
 
 impl<OUT, K> ProcessContext<'_, '_, OUT, K> {
@@ -25,6 +61,16 @@ impl<OUT, K> ProcessContext<'_, '_, OUT, K> {
     /// The operator's current watermark.
     pub fn current_watermark(&self) -> Timestamp {
         self.watermark
+    }
+
+    /// The current processing time in milliseconds: the keyed operator's clock
+    /// (see `KeyedStream::process_with_clock`), or the system clock on
+    /// non-keyed streams.
+    pub fn current_processing_time(&self) -> Timestamp {
+        match &self.timers {
+            Some(t) => t.current_processing_time(),
+            None => SystemClock.now_ms(),
+        }
     }
 
     /// Emits a value with the current record's timestamp.
@@ -45,6 +91,94 @@ impl<OUT, K> ProcessContext<'_, '_, OUT, K> {
     /// The key of the current record (keyed streams only).
     pub fn current_key(&self) -> Option<&K> {
         self.key
+    }
+}
+
+impl<OUT, K: Hash + Eq + Clone> ProcessContext<'_, '_, OUT, K> {
+    fn timer_call(&mut self, domain: TimeDomain, timestamp: Timestamp, register: bool) {
+        match (self.timers.as_deref_mut(), self.key) {
+            (Some(timers), Some(key)) => {
+                if register {
+                    timers.register(domain, key, timestamp);
+                } else {
+                    timers.delete(domain, key, timestamp);
+                }
+            }
+            _ => self.timer_misuse = true,
+        }
+    }
+
+    /// Registers an event-time timer for the current key: `on_timer` runs
+    /// once the watermark reaches `timestamp` (at the latest with the final
+    /// watermark at the end of input). Registering the same (key, timestamp)
+    /// again changes nothing. Keyed streams only: on other streams the job
+    /// fails.
+    pub fn register_event_time_timer(&mut self, timestamp: Timestamp) {
+        self.timer_call(TimeDomain::EventTime, timestamp, true);
+    }
+
+    /// Deletes the current key's event-time timer at `timestamp`, if pending.
+    pub fn delete_event_time_timer(&mut self, timestamp: Timestamp) {
+        self.timer_call(TimeDomain::EventTime, timestamp, false);
+    }
+
+    /// Registers a processing-time timer for the current key: `on_timer` runs
+    /// at the operator's first clock check at or after `timestamp` (before and
+    /// after each input batch, and on each watermark). Timers still pending at
+    /// the end of input are dropped, as in Flink. Keyed streams only.
+    pub fn register_processing_time_timer(&mut self, timestamp: Timestamp) {
+        self.timer_call(TimeDomain::ProcessingTime, timestamp, true);
+    }
+
+    /// Deletes the current key's processing-time timer at `timestamp`, if
+    /// pending.
+    pub fn delete_processing_time_timer(&mut self, timestamp: Timestamp) {
+        self.timer_call(TimeDomain::ProcessingTime, timestamp, false);
+    }
+}
+
+/// The context of a firing timer: everything a [`ProcessContext`] offers
+/// (through `Deref`) — output, side outputs, watermark, processing time,
+/// registering and deleting timers for the same key — plus the timer's key,
+/// timestamp and [`TimeDomain`].
+///
+/// Values collected from an event-time timer carry the timer's timestamp;
+/// those from a processing-time timer carry none (Flink's rules).
+pub struct OnTimerContext<'a, 'o, OUT, K> {
+    pub(crate) inner: ProcessContext<'a, 'o, OUT, K>,
+    pub(crate) key: &'a K,
+    pub(crate) timestamp: Timestamp,
+    pub(crate) domain: TimeDomain,
+}
+
+impl<OUT, K> OnTimerContext<'_, '_, OUT, K> {
+    /// The key the timer was registered for.
+    pub fn current_key(&self) -> &K {
+        self.key
+    }
+
+    /// The timer's timestamp.
+    pub fn timestamp(&self) -> Timestamp {
+        self.timestamp
+    }
+
+    /// Whether this is an event-time or a processing-time timer.
+    pub fn time_domain(&self) -> TimeDomain {
+        self.domain
+    }
+}
+
+impl<'a, 'o, OUT, K> Deref for OnTimerContext<'a, 'o, OUT, K> {
+    type Target = ProcessContext<'a, 'o, OUT, K>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
+}
+
+impl<OUT, K> DerefMut for OnTimerContext<'_, '_, OUT, K> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
     }
 }
 
@@ -91,13 +225,11 @@ where
 {
     fn process_batch(&mut self, batch: Batch<IN>, out: &mut Output<'_, OUT>) -> Result<()> {
         for r in batch {
-            let mut ctx = ProcessContext {
-                out,
-                timestamp: r.timestamp,
-                watermark: self.watermark,
-                key: None,
-            };
+            let mut ctx = ProcessContext::unkeyed(out, r.timestamp, self.watermark);
             self.function.process_element(r.value, &mut ctx)?;
+            if ctx.timer_misuse {
+                return Err(timers_need_keys());
+            }
         }
         Ok(())
     }
@@ -108,12 +240,11 @@ where
     }
 
     fn on_end_of_input(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
-        let mut ctx = ProcessContext {
-            out,
-            timestamp: None,
-            watermark: self.watermark,
-            key: None,
-        };
-        self.function.on_end_of_input(&mut ctx)
+        let mut ctx = ProcessContext::unkeyed(out, None, self.watermark);
+        self.function.on_end_of_input(&mut ctx)?;
+        if ctx.timer_misuse {
+            return Err(timers_need_keys());
+        }
+        Ok(())
     }
 }

@@ -8,8 +8,12 @@
 //! results deterministic.
 
 mod assign;
+pub mod clock;
+pub mod timers;
 
 pub use assign::TimestampsOp;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use timers::{TimeDomain, TimerService};
 
 use floe_actors::element::Timestamp;
 use std::sync::Arc;

@@ -78,6 +78,9 @@ pub enum WindowAssigner<T> {
         /// The gap: fixed, or computed from each record.
         gap: SessionGap<T>,
     },
+    /// One window per key holding every record; it fires only through a
+    /// custom trigger (count windows use it).
+    Global,
 }
 
 /// The gap of session windows.
@@ -110,6 +113,7 @@ impl<T> Clone for WindowAssigner<T> {
                     SessionGap::Dynamic(f) => SessionGap::Dynamic(f.clone()),
                 },
             },
+            WindowAssigner::Global => WindowAssigner::Global,
         }
     }
 }
@@ -141,6 +145,11 @@ impl<T> WindowAssigner<T> {
         WindowAssigner::Session {
             gap: SessionGap::Dynamic(Arc::new(gap)),
         }
+    }
+
+    /// The single global window (fires only through a custom trigger).
+    pub fn global() -> Self {
+        WindowAssigner::Global
     }
 
     /// Shifts window starts by `offset` ms (tumbling and sliding).
@@ -181,6 +190,7 @@ impl<T> WindowAssigner<T> {
                     return bad("session windows need a gap > 0");
                 }
             }
+            WindowAssigner::Global => {}
         }
         Ok(())
     }
@@ -219,6 +229,7 @@ impl<T> WindowAssigner<T> {
                 };
                 f(TimeWindow::new(ts, ts.saturating_add(g)));
             }
+            WindowAssigner::Global => f(TimeWindow::new(i64::MIN, i64::MAX)),
         }
     }
 }

@@ -11,6 +11,13 @@ pub mod assigner;
 pub mod function;
 pub mod operator;
 pub mod sliced;
+pub mod trigger;
+pub mod triggered;
 
 pub use assigner::{TimeWindow, WindowAssigner};
 pub use function::{AggregateFunction, WindowFunction};
+pub use trigger::{
+    ContinuousEventTimeTrigger, CountEvictor, CountTrigger, EventTimeTrigger, Evictor,
+    NeverTrigger, ProcessingTimeTrigger, PurgingTrigger, TimeEvictor, Trigger, TriggerContext,
+    TriggerResult,
+};

@@ -64,9 +64,9 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
                 slide,
                 offset,
             } => (size, slide, offset),
-            WindowAssigner::Session { .. } => {
+            WindowAssigner::Session { .. } | WindowAssigner::Global => {
                 return Err(Error::Config(
-                    "session windows cannot be sliced".to_string(),
+                    "only tumbling and sliding windows can be sliced".to_string(),
                 ));
             }
         };

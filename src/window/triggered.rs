@@ -1,0 +1,297 @@
+//! Windows with a custom trigger or evictor, and global windows.
+//!
+//! The window keeps its records (evictors need them); on firing, the evictor
+//! trims them and the aggregate runs over what is left. Timers requested by the
+//! trigger are kept in time order; event-time timers fire as the watermark
+//! passes them, processing-time timers when the clock has passed them at the
+//! next batch or watermark. Time windows are also cleaned up at
+//! `max_timestamp + allowed_lateness`; a global window lives until the job ends.
+
+use super::assigner::{TimeWindow, WindowAssigner};
+use super::function::{AggregateFunction, WindowFunction};
+use super::operator::WindowSpec;
+use super::trigger::{Evictor, TimerRequest, Trigger, TriggerContext, TriggerResult, TriggerState};
+use crate::operators::keyed::KeyFn;
+use crate::operators::{Operator, Output};
+use crate::{Error, Result};
+use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// The processing-time clock of triggers (ms).
+pub type ClockFn = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The system clock in ms since the epoch.
+pub fn system_clock() -> ClockFn {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    })
+}
+
+struct Entry<T> {
+    window: TimeWindow,
+    records: Vec<Record<T>>,
+    state: TriggerState,
+}
+
+/// Keyed windows driven by a trigger, with an optional evictor.
+pub struct TriggeredWindowOp<T, K, ACC, R, OUT, A> {
+    key: KeyFn<T, K>,
+    spec: WindowSpec<T>,
+    trigger: Arc<dyn Trigger<T>>,
+    evictor: Option<Arc<dyn Evictor<T>>>,
+    clock: ClockFn,
+    agg: Arc<A>,
+    window_fn: WindowFunction<K, R, OUT>,
+    watermark: Timestamp,
+    state: FxHashMap<K, Vec<Entry<T>>>,
+    event_timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
+    processing_timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
+    requests: Vec<TimerRequest>,
+    fired: Vec<OUT>,
+    _acc: std::marker::PhantomData<fn() -> ACC>,
+}
+
+impl<T, K, ACC, R, OUT, A> TriggeredWindowOp<T, K, ACC, R, OUT, A> {
+    /// A window operator with `trigger` and `evictor`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        key: KeyFn<T, K>,
+        spec: WindowSpec<T>,
+        trigger: Arc<dyn Trigger<T>>,
+        evictor: Option<Arc<dyn Evictor<T>>>,
+        clock: ClockFn,
+        agg: Arc<A>,
+        window_fn: WindowFunction<K, R, OUT>,
+    ) -> Self {
+        TriggeredWindowOp {
+            key,
+            spec,
+            trigger,
+            evictor,
+            clock,
+            agg,
+            window_fn,
+            watermark: MIN_WATERMARK,
+            state: FxHashMap::default(),
+            event_timers: BTreeMap::new(),
+            processing_timers: BTreeMap::new(),
+            requests: Vec::new(),
+            fired: Vec::new(),
+            _acc: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T, K, ACC, R, OUT, A> TriggeredWindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + 'static,
+    K: Hash + Eq + Clone,
+    A: AggregateFunction<T, ACC, R>,
+    OUT: 'static,
+{
+    fn global(&self) -> bool {
+        matches!(self.spec.assigner, WindowAssigner::Global)
+    }
+
+    fn is_late(&self, w: &TimeWindow) -> bool {
+        !self.global()
+            && w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
+    }
+
+    fn cleanup_time(&self, w: &TimeWindow) -> Option<Timestamp> {
+        (!self.global()).then(|| w.max_timestamp().saturating_add(self.spec.allowed_lateness))
+    }
+
+    fn apply_requests(&mut self, key: &K, w: TimeWindow) {
+        for r in self.requests.drain(..) {
+            let (map, t) = match r {
+                TimerRequest::EventTime(t) => (&mut self.event_timers, t),
+                TimerRequest::ProcessingTime(t) => (&mut self.processing_timers, t),
+            };
+            let due = map.entry(t).or_default();
+            if !due.iter().any(|(k, x)| *x == w && k == key) {
+                due.push((key.clone(), w));
+            }
+        }
+    }
+
+    /// Runs `f` on the trigger with the window's state; applies its timers and result.
+    fn with_trigger(
+        &mut self,
+        key: &K,
+        w: TimeWindow,
+        out: &mut Output<'_, OUT>,
+        f: impl FnOnce(&dyn Trigger<T>, &mut TriggerContext<'_>) -> TriggerResult,
+    ) {
+        let now = (self.clock)();
+        let watermark = self.watermark;
+        let trigger = self.trigger.clone();
+        let Some(entry) = self
+            .state
+            .get_mut(key)
+            .and_then(|es| es.iter_mut().find(|e| e.window == w))
+        else {
+            return;
+        };
+        let mut ctx = TriggerContext {
+            watermark,
+            processing_time: now,
+            state: &mut entry.state,
+            timers: &mut self.requests,
+        };
+        let result = f(&*trigger, &mut ctx);
+        self.apply_requests(key, w);
+        self.handle(key, w, result, out);
+    }
+
+    fn handle(&mut self, key: &K, w: TimeWindow, result: TriggerResult, out: &mut Output<'_, OUT>) {
+        if result == TriggerResult::Continue {
+            return;
+        }
+        let Some(entry) = self
+            .state
+            .get_mut(key)
+            .and_then(|es| es.iter_mut().find(|e| e.window == w))
+        else {
+            return;
+        };
+        if result.fires() && !entry.records.is_empty() {
+            if let Some(ev) = &self.evictor {
+                ev.evict_before(&mut entry.records, &w);
+            }
+            let mut acc = self.agg.create_accumulator();
+            for r in &entry.records {
+                self.agg.add(&r.value, &mut acc);
+            }
+            if let Some(ev) = &self.evictor {
+                ev.evict_after(&mut entry.records, &w);
+            }
+            let r = self.agg.get_result(&acc);
+            (self.window_fn)(key, &w, r, &mut self.fired);
+            for v in self.fired.drain(..) {
+                out.emit(Record::with_timestamp(v, w.max_timestamp()));
+            }
+        }
+        if result.purges() {
+            entry.records.clear();
+        }
+    }
+
+    fn remove(&mut self, key: &K, w: TimeWindow) {
+        if let Some(es) = self.state.get_mut(key) {
+            es.retain(|e| e.window != w);
+            if es.is_empty() {
+                self.state.remove(key);
+            }
+        }
+    }
+
+    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
+        let key = self.key.with_key(value, K::clone);
+        let mut windows = Vec::new();
+        self.spec.assigner.assign(value, ts, |w| windows.push(w));
+        let mut live = false;
+        for w in windows {
+            if self.is_late(&w) {
+                continue;
+            }
+            live = true;
+            let entries = self.state.entry(key.clone()).or_default();
+            let created = match entries.iter_mut().find(|e| e.window == w) {
+                Some(e) => {
+                    e.records.push(Record::with_timestamp(value.clone(), ts));
+                    false
+                }
+                None => {
+                    entries.push(Entry {
+                        window: w,
+                        records: vec![Record::with_timestamp(value.clone(), ts)],
+                        state: TriggerState::default(),
+                    });
+                    true
+                }
+            };
+            if created && let Some(t) = self.cleanup_time(&w) {
+                self.requests.push(TimerRequest::EventTime(t));
+                self.apply_requests(&key, w);
+            }
+            self.with_trigger(&key, w, out, |t, ctx| t.on_element(value, ts, &w, ctx));
+        }
+        live
+    }
+
+    fn fire_processing_timers(&mut self, out: &mut Output<'_, OUT>) {
+        let now = (self.clock)();
+        while let Some(entry) = self.processing_timers.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            let (t, due) = entry.remove_entry();
+            for (key, w) in due {
+                self.with_trigger(&key, w, out, |g, ctx| g.on_processing_time(t, &w, ctx));
+            }
+        }
+    }
+}
+
+impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for TriggeredWindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + 'static,
+    ACC: Send + 'static,
+    R: 'static,
+    OUT: Send + 'static,
+    A: AggregateFunction<T, ACC, R>,
+{
+    fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
+        self.fire_processing_timers(out);
+        for r in batch {
+            let ts = match (r.timestamp, self.global()) {
+                (Some(ts), _) => ts,
+                (None, true) => MIN_WATERMARK,
+                (None, false) => {
+                    return Err(Error::User(
+                        "record without timestamp reached an event-time window; \
+                         call assign_timestamps_and_watermarks first"
+                            .into(),
+                    ));
+                }
+            };
+            let live = self.element(&r.value, ts, out);
+            if !live
+                && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
+                && let Some(tag) = &self.spec.late_tag
+            {
+                out.side(tag, r.value, Some(ts));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        while let Some(entry) = self.event_timers.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            let (t, due) = entry.remove_entry();
+            for (key, w) in due {
+                self.with_trigger(&key, w, out, |g, ctx| g.on_event_time(t, &w, ctx));
+                if self.cleanup_time(&w) == Some(t) {
+                    self.remove(&key, w);
+                }
+            }
+        }
+        self.fire_processing_timers(out);
+        Ok(())
+    }
+}
