@@ -5,7 +5,7 @@
 //! virtual call per batch and no mailbox. The leaves are record writers (network
 //! channels) or sinks. Watermarks and end-of-input travel the same path.
 
-use crate::element::{Batch, Timestamp};
+use crate::element::{Batch, Timestamp, WatermarkStatus};
 use crate::error::Result;
 
 /// Something that accepts the elements of a stream of `T`: an operator, a
@@ -17,6 +17,18 @@ pub trait ChainInput<T>: 'static {
     fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
     /// The input is complete: flush and forward end-of-input.
     fn end_of_input(&mut self) -> Result<()>;
+
+    /// The stream became idle or active again (it does not hold back
+    /// watermarks while idle). Elements that forward must override this.
+    fn watermark_status(&mut self, _status: WatermarkStatus) -> Result<()> {
+        Ok(())
+    }
+
+    /// A processing-time tick (ms since the epoch): periodic watermarks,
+    /// idleness and processing-time timers advance here even without records.
+    fn processing_time(&mut self, _now_ms: Timestamp) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
@@ -29,6 +41,12 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
     }
     fn end_of_input(&mut self) -> Result<()> {
         (**self).end_of_input()
+    }
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+        (**self).watermark_status(status)
+    }
+    fn processing_time(&mut self, now_ms: Timestamp) -> Result<()> {
+        (**self).processing_time(now_ms)
     }
 }
 
@@ -64,6 +82,18 @@ impl<T: Clone + 'static> ChainInput<T> for Fanout<T> {
 
     fn end_of_input(&mut self) -> Result<()> {
         self.outputs.iter_mut().try_for_each(|o| o.end_of_input())
+    }
+
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.watermark_status(status))
+    }
+
+    fn processing_time(&mut self, now_ms: Timestamp) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.processing_time(now_ms))
     }
 }
 

@@ -24,6 +24,9 @@ pub struct RuntimeConfig {
     pub batches_per_step: usize,
     /// Number of arbiters (threads) the job's subtasks are spread over.
     pub arbiters: usize,
+    /// How often a subtask without a source ticks its chain with the
+    /// processing time (periodic watermarks, idleness, processing-time timers).
+    pub tick_interval: Duration,
     /// Place subtask `i` of vertex `v` on arbiter `(v + i) mod arbiters` instead
     /// of `i mod arbiters`: connected subtasks then sit on different threads.
     pub spread_vertices: bool,
@@ -40,6 +43,7 @@ impl Default for RuntimeConfig {
             arbiters: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            tick_interval: Duration::from_millis(50),
             spread_vertices: false,
         }
     }

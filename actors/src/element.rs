@@ -16,6 +16,14 @@ pub const MAX_WATERMARK: Timestamp = i64::MAX;
 /// The watermark before any watermark was seen.
 pub const MIN_WATERMARK: Timestamp = i64::MIN;
 
+/// The wall-clock time in milliseconds since the epoch.
+pub fn now_ms() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Timestamp)
+        .unwrap_or(0)
+}
+
 /// One record: a value and its optional event timestamp.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record<T> {

@@ -104,6 +104,8 @@ pub struct SubtaskActor<IN: Send + 'static> {
     next_channel: usize,
     watermark: Timestamp,
     grant_threshold: u32,
+    /// Whether this subtask told its outputs that it is idle.
+    idle_out: bool,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -153,6 +155,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 next_channel: 0,
                 watermark: MIN_WATERMARK,
                 grant_threshold,
+                idle_out: false,
             }
         })
     }
@@ -273,17 +276,23 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     /// Handles one input element; returns the budget it used.
     fn handle_element(&mut self, c: usize, element: StreamElement<IN>) -> Result<usize> {
-        let Some(Head::Inputs(chain)) = self.head.as_mut() else {
+        if !matches!(self.head, Some(Head::Inputs(_))) {
             return Ok(1);
-        };
+        }
         match element {
             StreamElement::Records(batch) => {
                 let ch = &mut self.inputs[c];
                 ch.queued_batches -= 1;
                 ch.ungranted += 1;
                 if ch.idle {
+                    // Data makes an idle channel active again.
                     ch.idle = false;
+                    self.update_idleness()?;
                 }
+                let Some(Head::Inputs(chain)) = self.head.as_mut() else {
+                    return Ok(1);
+                };
+                let ch = &mut self.inputs[c];
                 if ch.ungranted >= self.grant_threshold
                     && let Some((to, writer, output)) = &ch.credit_to
                 {
@@ -307,6 +316,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             }
             StreamElement::WatermarkStatus(status) => {
                 self.inputs[c].idle = status == WatermarkStatus::Idle;
+                self.update_idleness()?;
                 self.advance_watermark()?;
                 Ok(0)
             }
@@ -323,6 +333,47 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     self.phase = Phase::Finishing;
                 }
                 Ok(0)
+            }
+        }
+    }
+
+    /// Tells the chain when every live input went idle, or one became active.
+    fn update_idleness(&mut self) -> Result<()> {
+        let live: Vec<&InputChannel<IN>> = self.inputs.iter().filter(|c| !c.ended).collect();
+        let all_idle = !live.is_empty() && live.iter().all(|c| c.idle);
+        if all_idle != self.idle_out {
+            self.idle_out = all_idle;
+            if let Some(Head::Inputs(chain)) = self.head.as_mut() {
+                chain.watermark_status(if all_idle {
+                    WatermarkStatus::Idle
+                } else {
+                    WatermarkStatus::Active
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ticks the chain with the processing time.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        let now = crate::element::now_ms();
+        let r = catch_unwind(AssertUnwindSafe(|| match self.head.as_mut() {
+            Some(Head::Inputs(chain)) => chain.processing_time(now),
+            _ => Ok(()),
+        }));
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.fail(e, ctx),
+            Err(p) => {
+                let e = Error::UserPanic {
+                    operator: self.setup.name.clone(),
+                    subtask: self.setup.index,
+                    message: panic_message(&*p),
+                };
+                self.fail(e, ctx)
             }
         }
     }
@@ -357,6 +408,11 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
         let timeout = self.setup.config.buffer_timeout;
         if !timeout.is_zero() && !self.writers.is_empty() {
             ctx.run_interval(timeout, |actor, _| actor.flush_partial());
+        }
+        let tick = self.setup.config.tick_interval;
+        if !tick.is_zero() && matches!(self.head, Some(Head::Inputs(_))) && !self.inputs.is_empty()
+        {
+            ctx.run_interval(tick, |actor, ctx| actor.tick(ctx));
         }
         if matches!(self.head, Some(Head::Source(_))) || self.inputs.is_empty() {
             if self.inputs.is_empty() && matches!(self.head, Some(Head::Inputs(_))) {

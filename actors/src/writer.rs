@@ -9,7 +9,7 @@
 //! records queued before them.
 
 use crate::chain::ChainInput;
-use crate::element::{Batch, Record, StreamElement, Timestamp};
+use crate::element::{Batch, Record, StreamElement, Timestamp, WatermarkStatus};
 use crate::error::Result;
 use crate::ids::ChannelId;
 use crate::messages::{ConnectChannel, Deliver, GrantCredit};
@@ -124,6 +124,7 @@ pub struct RecordWriter<T: Send + 'static> {
     queue_capacity: usize,
     metrics: Arc<QueueMetrics>,
     last_watermark: Timestamp,
+    last_status: WatermarkStatus,
 }
 
 impl<T: Send + Clone + 'static> RecordWriter<T> {
@@ -151,6 +152,7 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
             queue_capacity: config.output_queue_capacity,
             metrics,
             last_watermark: crate::element::MIN_WATERMARK,
+            last_status: WatermarkStatus::Active,
         }
     }
 
@@ -271,6 +273,15 @@ impl<T: Send + Clone + 'static> ChainInput<T> for WriterInput<T> {
         self.0
             .borrow_mut()
             .broadcast_event(StreamElement::EndOfInput);
+        Ok(())
+    }
+
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+        let mut w = self.0.borrow_mut();
+        if w.last_status != status {
+            w.last_status = status;
+            w.broadcast_event(StreamElement::WatermarkStatus(status));
+        }
         Ok(())
     }
 }

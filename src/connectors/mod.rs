@@ -95,6 +95,8 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             self.info.metrics.add_out(batch.len());
             self.next.process(batch)?;
         }
+        // Periodic watermarks and idleness advance even when nothing came.
+        self.next.processing_time(floe_actors::element::now_ms())?;
         Ok(match poll {
             SourcePoll::Ready => SourceStep::Emitted,
             SourcePoll::Wait(d) => SourceStep::Wait(d),

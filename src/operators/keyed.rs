@@ -406,6 +406,11 @@ where
         Ok(())
     }
 
+    fn on_processing_time(&mut self, _now_ms: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
+        // The operator's own clock decides which timers are due.
+        self.fire_processing_time(out).map(|_| ())
+    }
+
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
         // Event time first (the watermark is what arrived), then the clock;

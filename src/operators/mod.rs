@@ -32,6 +32,12 @@ pub trait Operator<IN, OUT>: Send + 'static {
         Ok(())
     }
 
+    /// A processing-time tick (ms since the epoch); arrives between batches
+    /// and periodically while no records come.
+    fn on_processing_time(&mut self, _now_ms: Timestamp, _out: &mut Output<'_, OUT>) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether input watermarks pass through this operator (the final one
     /// always does). Watermark generators return false.
     fn forwards_watermarks(&self) -> bool {
@@ -87,8 +93,16 @@ impl<T> OutputTag<T> {
 pub struct Output<'a, T> {
     pub(crate) records: &'a mut Vec<Record<T>>,
     pub(crate) sides: &'a mut [Box<dyn node::SidePort>],
-    /// Watermarks emitted between records: (number of records before it, watermark).
-    pub(crate) watermarks: &'a mut Vec<(usize, Timestamp)>,
+    /// Watermarks and status changes emitted between records:
+    /// (number of records before it, marker).
+    pub(crate) watermarks: &'a mut Vec<(usize, Marker)>,
+}
+
+/// A watermark or watermark-status change emitted between records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Marker {
+    Watermark(Timestamp),
+    Status(floe_actors::element::WatermarkStatus),
 }
 
 impl<T> Output<'_, T> {
@@ -113,7 +127,15 @@ impl<T> Output<'_, T> {
     /// Emits a watermark after the records emitted so far.
     #[inline]
     pub fn emit_watermark(&mut self, watermark: Timestamp) {
-        self.watermarks.push((self.records.len(), watermark));
+        self.watermarks
+            .push((self.records.len(), Marker::Watermark(watermark)));
+    }
+
+    /// Marks the stream idle or active again, after the records emitted so far.
+    #[inline]
+    pub fn emit_watermark_status(&mut self, status: floe_actors::element::WatermarkStatus) {
+        self.watermarks
+            .push((self.records.len(), Marker::Status(status)));
     }
 
     /// Emits a value without timestamp.

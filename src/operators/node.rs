@@ -4,9 +4,10 @@
 //! output ports. Every call into user code runs under `catch_unwind`; a panic or
 //! an error becomes a runtime error naming this operator and subtask.
 
+use super::Marker;
 use super::{Operator, Output};
 use floe_actors::chain::ChainInput;
-use floe_actors::element::{Batch, Record, Timestamp};
+use floe_actors::element::{Batch, Record, Timestamp, WatermarkStatus};
 use floe_actors::error::panic_message;
 use floe_actors::ids::SubtaskIndex;
 use floe_actors::metrics::OperatorMetrics;
@@ -27,6 +28,10 @@ pub trait SidePort {
     fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()>;
     /// Forwards end of input.
     fn end_of_input(&mut self) -> floe_actors::Result<()>;
+    /// Forwards a watermark status change.
+    fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()>;
+    /// Forwards a processing-time tick.
+    fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()>;
 }
 
 /// The side port of records of type `X`.
@@ -55,6 +60,12 @@ impl<X: 'static> SidePort for TypedSidePort<X> {
     }
     fn end_of_input(&mut self) -> floe_actors::Result<()> {
         self.next.end_of_input()
+    }
+    fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {
+        self.next.watermark_status(status)
+    }
+    fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()> {
+        self.next.processing_time(now_ms)
     }
 }
 
@@ -147,13 +158,16 @@ where
             // Records and the watermarks emitted between them, in order.
             let mut it = records.into_iter();
             let mut sent = 0;
-            for (pos, wm) in watermarks {
+            for (pos, marker) in watermarks {
                 let segment: Vec<_> = it.by_ref().take(pos - sent).collect();
                 sent = pos;
                 if !segment.is_empty() {
                     self.next.process(segment)?;
                 }
-                self.next.watermark(wm)?;
+                match marker {
+                    Marker::Watermark(wm) => self.next.watermark(wm)?,
+                    Marker::Status(st) => self.next.watermark_status(st)?,
+                }
             }
             let rest: Vec<_> = it.collect();
             if !rest.is_empty() {
@@ -188,6 +202,27 @@ where
         self.next.watermark(watermark)?;
         for s in &mut self.sides {
             s.watermark(watermark)?;
+        }
+        Ok(())
+    }
+
+    fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {
+        if !self.op.forwards_watermarks() {
+            // A watermark generator decides the status of its own output.
+            return Ok(());
+        }
+        self.next.watermark_status(status)?;
+        for s in &mut self.sides {
+            s.watermark_status(status)?;
+        }
+        Ok(())
+    }
+
+    fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()> {
+        self.run(|op, out| op.on_processing_time(now_ms, out))?;
+        self.next.processing_time(now_ms)?;
+        for s in &mut self.sides {
+            s.processing_time(now_ms)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 use super::{WatermarkEmission, WatermarkGenerator, WatermarkStrategy};
 use crate::operators::{Operator, Output};
 use crate::{Error, Result};
-use floe_actors::element::{Batch, MIN_WATERMARK, Timestamp};
+use floe_actors::element::{Batch, MIN_WATERMARK, Timestamp, WatermarkStatus};
 use std::time::Instant;
 
 /// Sets record timestamps and emits watermarks; upstream watermarks are
@@ -13,6 +13,9 @@ pub struct TimestampsOp<T> {
     max_timestamp: Timestamp,
     emitted: Timestamp,
     last_emit: Instant,
+    /// Processing time (strategy clock) of the last record, for idleness.
+    last_activity: Option<Timestamp>,
+    idle: bool,
 }
 
 impl<T> TimestampsOp<T> {
@@ -23,6 +26,19 @@ impl<T> TimestampsOp<T> {
             max_timestamp: MIN_WATERMARK,
             emitted: MIN_WATERMARK,
             last_emit: Instant::now(),
+            last_activity: None,
+            idle: false,
+        }
+    }
+
+    fn periodic(&mut self, out: &mut Output<'_, T>) {
+        if let (WatermarkEmission::Periodic(every), WatermarkGenerator::BoundedOutOfOrderness(b)) =
+            (self.strategy.emission, &self.strategy.generator)
+            && self.last_emit.elapsed() >= every
+        {
+            self.last_emit = Instant::now();
+            let wm = self.bounded_watermark(*b);
+            self.emit(wm, out);
         }
     }
 
@@ -45,6 +61,13 @@ impl<T> TimestampsOp<T> {
 impl<T: Send + 'static> Operator<T, T> for TimestampsOp<T> {
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, T>) -> Result<()> {
         let per_record = self.strategy.emission == WatermarkEmission::PerRecord;
+        if !batch.is_empty() && self.strategy.idleness.is_some() {
+            self.last_activity = Some(self.strategy.clock.now_ms());
+            if self.idle {
+                self.idle = false;
+                out.emit_watermark_status(WatermarkStatus::Active);
+            }
+        }
         out.records.reserve(batch.len());
         for mut r in batch {
             let ts = match &self.strategy.assigner {
@@ -71,13 +94,19 @@ impl<T: Send + 'static> Operator<T, T> for TimestampsOp<T> {
                 self.emit(wm, out);
             }
         }
-        if let (WatermarkEmission::Periodic(every), WatermarkGenerator::BoundedOutOfOrderness(b)) =
-            (self.strategy.emission, &self.strategy.generator)
-            && self.last_emit.elapsed() >= every
-        {
-            self.last_emit = Instant::now();
-            let wm = self.bounded_watermark(*b);
-            self.emit(wm, out);
+        self.periodic(out);
+        Ok(())
+    }
+
+    fn on_processing_time(&mut self, _now_ms: Timestamp, out: &mut Output<'_, T>) -> Result<()> {
+        self.periodic(out);
+        if let Some(timeout) = self.strategy.idleness {
+            let now = self.strategy.clock.now_ms();
+            let since = *self.last_activity.get_or_insert(now);
+            if !self.idle && now.saturating_sub(since) >= timeout.as_millis() as i64 {
+                self.idle = true;
+                out.emit_watermark_status(WatermarkStatus::Idle);
+            }
         }
         Ok(())
     }

@@ -67,6 +67,8 @@ pub struct WatermarkStrategy<T> {
     pub(crate) generator: WatermarkGenerator<T>,
     pub(crate) assigner: Option<TimestampFn<T>>,
     pub(crate) emission: WatermarkEmission,
+    pub(crate) idleness: Option<Duration>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<T> Clone for WatermarkStrategy<T> {
@@ -75,6 +77,8 @@ impl<T> Clone for WatermarkStrategy<T> {
             generator: self.generator.clone(),
             assigner: self.assigner.clone(),
             emission: self.emission,
+            idleness: self.idleness,
+            clock: self.clock.clone(),
         }
     }
 }
@@ -89,6 +93,8 @@ impl<T> WatermarkStrategy<T> {
             generator: WatermarkGenerator::BoundedOutOfOrderness(bound_ms.max(0)),
             assigner: None,
             emission: WatermarkEmission::Periodic(DEFAULT_AUTO_WATERMARK_INTERVAL),
+            idleness: None,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -105,6 +111,8 @@ impl<T> WatermarkStrategy<T> {
             generator: WatermarkGenerator::Punctuated(Arc::new(f)),
             assigner: None,
             emission: WatermarkEmission::PerRecord,
+            idleness: None,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -114,6 +122,20 @@ impl<T> WatermarkStrategy<T> {
         f: impl Fn(&T, Option<Timestamp>) -> Timestamp + Send + Sync + 'static,
     ) -> Self {
         self.assigner = Some(Arc::new(f));
+        self
+    }
+
+    /// Marks the stream idle after `timeout` of processing time without
+    /// records, so it does not hold back the watermark downstream; the next
+    /// record makes it active again.
+    pub fn with_idleness(mut self, timeout: Duration) -> Self {
+        self.idleness = Some(timeout);
+        self
+    }
+
+    /// The processing-time clock used for idleness (tests use a `ManualClock`).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 

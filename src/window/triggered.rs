@@ -274,6 +274,11 @@ where
         Ok(())
     }
 
+    fn on_processing_time(&mut self, _now_ms: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
+        self.fire_processing_timers(out);
+        Ok(())
+    }
+
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
         if watermark <= self.watermark {
             return Ok(());
