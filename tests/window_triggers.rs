@@ -199,3 +199,103 @@ impl floe::window::AggregateFunction<Ev, i64, i64> for Sum {
         a + b
     }
 }
+
+/// Emits its records once, then stays open until released.
+struct Held {
+    records: Vec<Ev>,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl floe::connectors::SourceFunction<Ev> for Held {
+    fn poll_batch(
+        &mut self,
+        _: usize,
+        out: &mut Vec<floe::Record<Ev>>,
+    ) -> floe::Result<floe::connectors::SourcePoll> {
+        use std::sync::atomic::Ordering;
+        if !self.records.is_empty() {
+            out.extend(self.records.drain(..).map(floe::Record::new));
+            return Ok(floe::connectors::SourcePoll::Ready);
+        }
+        Ok(if self.release.load(Ordering::SeqCst) {
+            floe::connectors::SourcePoll::Finished
+        } else {
+            floe::connectors::SourcePoll::Wait(std::time::Duration::from_millis(1))
+        })
+    }
+}
+
+#[derive(Clone)]
+struct Report(std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Sender<(u32, i64, i64)>>>);
+
+impl floe::operators::sink::SinkFunction<(u32, i64, i64)> for Report {
+    fn invoke(&mut self, v: (u32, i64, i64), _: Option<i64>) -> floe::Result<()> {
+        let _ = self.0.lock().expect("sender").send(v);
+        Ok(())
+    }
+}
+
+#[test]
+fn processing_time_windows_fire_when_the_clock_passes_their_end() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::{Arc, Mutex, mpsc};
+    // Records carry no timestamps: processing time (the clock) places them.
+    let input = events(500, 5, 14);
+    let now = Arc::new(AtomicI64::new(1_234));
+    let release = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    let (recs, rel, clock) = (input.clone(), release.clone(), now.clone());
+    env.add_source("held", move |_| {
+        Ok(Held {
+            records: recs.clone(),
+            release: rel.clone(),
+        })
+    })
+    .set_parallelism(1)
+    .key_by(|e: &Ev| e.0)
+    .window(WindowAssigner::tumbling_processing_time(1_000))
+    .with_clock(move || clock.load(Ordering::SeqCst))
+    .aggregate_with(
+        Sum,
+        |k: &u32, w: &TimeWindow, s: i64, out: &mut Vec<(u32, i64, i64)>| {
+            out.push((*k, w.start, s))
+        },
+    )
+    .add_sink(Report(Arc::new(Mutex::new(tx))));
+    let handle = env.execute_async().expect("job starts");
+    let mut want: HashMap<u32, i64> = HashMap::new();
+    for e in &input {
+        *want.entry(e.0).or_default() += e.2;
+    }
+    // Every record must have been placed (at clock 1234) before time moves on.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while handle
+        .operator_metrics()
+        .iter()
+        .filter(|o| o.name == "Window")
+        .map(|o| o.records_in)
+        .sum::<u64>()
+        < input.len() as u64
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "records reach the window"
+        );
+        std::thread::yield_now();
+    }
+    // Window [1000, 2000) closes once the clock passes 1999; ticks fire it.
+    now.store(5_000, Ordering::SeqCst);
+    let mut got = Vec::new();
+    for _ in 0..want.len() {
+        got.push(
+            rx.recv_timeout(std::time::Duration::from_secs(30))
+                .expect("processing-time windows fire on the clock"),
+        );
+    }
+    release.store(true, Ordering::SeqCst);
+    futures::executor::block_on(handle.wait()).expect("job finishes");
+    let want: Vec<(u32, i64, i64)> = want.into_iter().map(|(k, s)| (k, 1_000, s)).collect();
+    assert_eq!(sorted(got), sorted(want));
+}

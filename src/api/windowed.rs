@@ -7,7 +7,9 @@ use crate::window::assigner::{TimeWindow, WindowAssigner};
 use crate::window::function::{AggregateFunction, CollectAll, ReduceAggregate, WindowFunction};
 use crate::window::operator::{WindowOp, WindowSpec};
 use crate::window::sliced::SlicedWindowOp;
-use crate::window::trigger::{EventTimeTrigger, Evictor, NeverTrigger, Trigger};
+use crate::window::trigger::{
+    EventTimeTrigger, Evictor, NeverTrigger, ProcessingTimeTrigger, Trigger,
+};
 use crate::window::triggered::{ClockFn, TriggeredWindowOp, system_clock};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -114,7 +116,8 @@ where
         }
         let late = spec.late_tag.clone();
         let global = matches!(spec.assigner, WindowAssigner::Global);
-        let custom = self.trigger.is_some() || self.evictor.is_some() || global;
+        let processing = spec.assigner.is_processing_time();
+        let custom = self.trigger.is_some() || self.evictor.is_some() || global || processing;
         if custom && spec.assigner.is_merging() {
             self.stream.env().inner.borrow_mut().errors.push(
                 "custom triggers and evictors are not supported on session windows yet".into(),
@@ -128,6 +131,7 @@ where
             let trigger: Arc<dyn Trigger<T>> = match &self.trigger {
                 Some(t) => t.clone(),
                 None if global => Arc::new(NeverTrigger),
+                None if processing => Arc::new(ProcessingTimeTrigger),
                 None => Arc::new(EventTimeTrigger),
             };
             let (evictor, clock) = (self.evictor.clone(), self.clock.clone());

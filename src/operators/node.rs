@@ -190,8 +190,11 @@ where
     #[inline]
     fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
         let n = batch.len();
+        self.run(move |op, out| op.process_batch(batch, out))?;
+        // Counted once processed, so a reader that sees the count knows the
+        // records went through.
         self.info.metrics.add_in(n);
-        self.run(move |op, out| op.process_batch(batch, out))
+        Ok(())
     }
 
     fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {

@@ -81,6 +81,9 @@ pub enum WindowAssigner<T> {
     /// One window per key holding every record; it fires only through a
     /// custom trigger (count windows use it).
     Global,
+    /// Tumbling or sliding windows over processing time: a record belongs to
+    /// the windows of the time it is processed at, not of its timestamp.
+    ProcessingTime(Box<WindowAssigner<T>>),
 }
 
 /// The gap of session windows.
@@ -114,6 +117,9 @@ impl<T> Clone for WindowAssigner<T> {
                 },
             },
             WindowAssigner::Global => WindowAssigner::Global,
+            WindowAssigner::ProcessingTime(inner) => {
+                WindowAssigner::ProcessingTime(Box::new((**inner).clone()))
+            }
         }
     }
 }
@@ -147,6 +153,21 @@ impl<T> WindowAssigner<T> {
         }
     }
 
+    /// Tumbling processing-time windows of `size` ms.
+    pub fn tumbling_processing_time(size: i64) -> Self {
+        WindowAssigner::ProcessingTime(Box::new(Self::tumbling(size)))
+    }
+
+    /// Sliding processing-time windows of `size` ms every `slide` ms.
+    pub fn sliding_processing_time(size: i64, slide: i64) -> Self {
+        WindowAssigner::ProcessingTime(Box::new(Self::sliding(size, slide)))
+    }
+
+    /// True for processing-time windows.
+    pub fn is_processing_time(&self) -> bool {
+        matches!(self, WindowAssigner::ProcessingTime(_))
+    }
+
     /// The single global window (fires only through a custom trigger).
     pub fn global() -> Self {
         WindowAssigner::Global
@@ -161,6 +182,9 @@ impl<T> WindowAssigner<T> {
                 slide,
                 offset,
             },
+            WindowAssigner::ProcessingTime(inner) => {
+                WindowAssigner::ProcessingTime(Box::new(inner.with_offset(offset)))
+            }
             other => other,
         }
     }
@@ -191,6 +215,15 @@ impl<T> WindowAssigner<T> {
                 }
             }
             WindowAssigner::Global => {}
+            WindowAssigner::ProcessingTime(inner) => {
+                if !matches!(
+                    **inner,
+                    WindowAssigner::Tumbling { .. } | WindowAssigner::Sliding { .. }
+                ) {
+                    return bad("processing-time windows are tumbling or sliding");
+                }
+                inner.validate()?;
+            }
         }
         Ok(())
     }
@@ -230,6 +263,7 @@ impl<T> WindowAssigner<T> {
                 f(TimeWindow::new(ts, ts.saturating_add(g)));
             }
             WindowAssigner::Global => f(TimeWindow::new(i64::MIN, i64::MAX)),
+            WindowAssigner::ProcessingTime(inner) => inner.assign(value, ts, f),
         }
     }
 }

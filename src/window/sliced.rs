@@ -64,7 +64,9 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
                 slide,
                 offset,
             } => (size, slide, offset),
-            WindowAssigner::Session { .. } | WindowAssigner::Global => {
+            WindowAssigner::Session { .. }
+            | WindowAssigner::Global
+            | WindowAssigner::ProcessingTime(_) => {
                 return Err(Error::Config(
                     "only tumbling and sliding windows can be sliced".to_string(),
                 ));

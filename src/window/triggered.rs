@@ -99,11 +99,18 @@ where
         matches!(self.spec.assigner, WindowAssigner::Global)
     }
 
+    fn processing(&self) -> bool {
+        self.spec.assigner.is_processing_time()
+    }
+
     fn is_late(&self, w: &TimeWindow) -> bool {
         !self.global()
+            && !self.processing()
             && w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
     }
 
+    /// When a time window's state goes: `max_timestamp + allowed_lateness`,
+    /// in event time or (processing-time windows) in processing time.
     fn cleanup_time(&self, w: &TimeWindow) -> Option<Timestamp> {
         (!self.global()).then(|| w.max_timestamp().saturating_add(self.spec.allowed_lateness))
     }
@@ -218,7 +225,11 @@ where
                 }
             };
             if created && let Some(t) = self.cleanup_time(&w) {
-                self.requests.push(TimerRequest::EventTime(t));
+                self.requests.push(if self.processing() {
+                    TimerRequest::ProcessingTime(t)
+                } else {
+                    TimerRequest::EventTime(t)
+                });
                 self.apply_requests(&key, w);
             }
             self.with_trigger(&key, w, out, |t, ctx| t.on_element(value, ts, &w, ctx));
@@ -235,6 +246,9 @@ where
             let (t, due) = entry.remove_entry();
             for (key, w) in due {
                 self.with_trigger(&key, w, out, |g, ctx| g.on_processing_time(t, &w, ctx));
+                if self.processing() && self.cleanup_time(&w) == Some(t) {
+                    self.remove(&key, w);
+                }
             }
         }
     }
@@ -253,6 +267,7 @@ where
         self.fire_processing_timers(out);
         for r in batch {
             let ts = match (r.timestamp, self.global()) {
+                _ if self.processing() => (self.clock)(),
                 (Some(ts), _) => ts,
                 (None, true) => MIN_WATERMARK,
                 (None, false) => {
@@ -291,7 +306,7 @@ where
             let (t, due) = entry.remove_entry();
             for (key, w) in due {
                 self.with_trigger(&key, w, out, |g, ctx| g.on_event_time(t, &w, ctx));
-                if self.cleanup_time(&w) == Some(t) {
+                if !self.processing() && self.cleanup_time(&w) == Some(t) {
                     self.remove(&key, w);
                 }
             }
