@@ -35,6 +35,9 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// Keyed state was misused, or does not match its snapshot.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
     /// User code returned an error.
     #[error("{0}")]
     User(String),

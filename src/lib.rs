@@ -8,6 +8,8 @@
 //! *batches* of records over channels with credit-based flow control, so a slow
 //! operator slows its sources and memory stays bounded. The runtime lives in the
 //! `floe-actors` crate; this crate holds the API, operators and connectors.
+//! Keyed process functions keep per-key [`state`] (value, list, map, reducing,
+//! aggregating), partitioned into key groups and held by a state backend.
 //!
 //! # Examples
 //! ```
@@ -36,12 +38,14 @@ pub mod config;
 pub mod connectors;
 pub mod error;
 pub mod operators;
+pub mod state;
 pub mod text;
 pub mod time;
 pub mod window;
 
 pub use api::{
-    DataStream, JobHandle, JobResult, KeyedStream, StreamExecutionEnvironment, WindowedStream,
+    DataStream, JobHandle, JobResult, JobStatusSnapshot, KeyedStream, StatusReporter,
+    StreamExecutionEnvironment, WindowedStream,
 };
 pub use config::Config;
 pub use error::{Error, Result};

@@ -237,11 +237,11 @@ impl floe::operators::sink::SinkFunction<(u32, i64, i64)> for Report {
 
 #[test]
 fn processing_time_windows_fire_when_the_clock_passes_their_end() {
-    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex, mpsc};
     // Records carry no timestamps: processing time (the clock) places them.
     let input = events(500, 5, 14);
-    let now = Arc::new(AtomicI64::new(1_234));
+    let now = floe::time::ManualClock::new(1_234);
     let release = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let env = StreamExecutionEnvironment::new();
@@ -256,7 +256,7 @@ fn processing_time_windows_fire_when_the_clock_passes_their_end() {
     .set_parallelism(1)
     .key_by(|e: &Ev| e.0)
     .window(WindowAssigner::tumbling_processing_time(1_000))
-    .with_clock(move || clock.load(Ordering::SeqCst))
+    .with_clock(clock)
     .aggregate_with(
         Sum,
         |k: &u32, w: &TimeWindow, s: i64, out: &mut Vec<(u32, i64, i64)>| {
@@ -286,7 +286,7 @@ fn processing_time_windows_fire_when_the_clock_passes_their_end() {
         std::thread::yield_now();
     }
     // Window [1000, 2000) closes once the clock passes 1999; ticks fire it.
-    now.store(5_000, Ordering::SeqCst);
+    now.set(5_000);
     let mut got = Vec::new();
     for _ in 0..want.len() {
         got.push(

@@ -30,6 +30,10 @@ pub struct RuntimeConfig {
     /// Place subtask `i` of vertex `v` on arbiter `(v + i) mod arbiters` instead
     /// of `i mod arbiters`: connected subtasks then sit on different threads.
     pub spread_vertices: bool,
+    /// How often the supervisor copies the job's counters into the `metrics`
+    /// crate facade (they are also copied once when the job ends); zero
+    /// publishes only at the end.
+    pub metrics_interval: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -45,6 +49,7 @@ impl Default for RuntimeConfig {
                 .unwrap_or(1),
             tick_interval: Duration::from_millis(50),
             spread_vertices: false,
+            metrics_interval: Duration::from_secs(1),
         }
     }
 }

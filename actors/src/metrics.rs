@@ -1,13 +1,19 @@
-//! Counters a running job exposes: records in and out per operator subtask, and
-//! the high-water marks of queued batches that show flow control at work.
+//! Counters a running job exposes: records in and out per operator subtask,
+//! batches queued per input and output channel, time backpressured and idle,
+//! and the watermarks of every input channel and subtask.
 //!
-//! Counters are updated once per batch with relaxed atomics, so reading them from
-//! a job handle never slows the data path.
+//! Counters are updated once per batch (or per watermark, or per change of
+//! state) with relaxed atomics, never per record and never under a lock, so
+//! reading them from a job handle or publishing them never slows the data path.
+//! [`JobMetrics::publish`] copies them into the `metrics` crate facade, so any
+//! exporter a program installs sees them; see `docs/operations.md` for names.
 
-use crate::ids::{OperatorId, SubtaskIndex};
+use crate::element::{MIN_WATERMARK, Timestamp};
+use crate::ids::{OperatorId, SubtaskIndex, VertexId};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// Counters of one operator subtask.
 #[derive(Debug)]
@@ -38,16 +44,263 @@ impl OperatorMetrics {
     }
 }
 
-/// Queue high-water marks of one subtask.
+/// Batches queued on one channel: now and at most.
 #[derive(Debug, Default)]
+pub struct ChannelQueue {
+    /// Record batches queued now.
+    pub queued: AtomicUsize,
+    /// Most record batches ever queued.
+    pub max_queued: AtomicUsize,
+}
+
+impl ChannelQueue {
+    /// Records the queue's length after a change.
+    #[inline]
+    pub fn set(&self, n: usize) {
+        self.queued.store(n, Ordering::Relaxed);
+        if n > self.max_queued.load(Ordering::Relaxed) {
+            self.max_queued.fetch_max(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One input channel of a subtask: its queue, watermark and idleness.
+#[derive(Debug)]
+pub struct InputChannelMetrics {
+    /// Record batches queued, unprocessed.
+    pub queue: ChannelQueue,
+    /// The channel's watermark (`i64::MIN` before the first).
+    pub watermark: AtomicI64,
+    /// True while the channel is marked idle.
+    pub idle: AtomicBool,
+    /// True once the channel delivered end-of-input.
+    pub ended: AtomicBool,
+}
+
+impl Default for InputChannelMetrics {
+    fn default() -> Self {
+        InputChannelMetrics {
+            queue: ChannelQueue::default(),
+            watermark: AtomicI64::new(MIN_WATERMARK),
+            idle: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        }
+    }
+}
+
+/// One output channel of a subtask (per record writer and receiver).
+#[derive(Debug)]
+pub struct OutputChannelMetrics {
+    /// Index of the channel among the subtask's output channels.
+    pub index: usize,
+    /// Batches queued without credit.
+    pub queue: ChannelQueue,
+}
+
+/// A span of time a subtask spends in one state, accumulated in nanoseconds.
+///
+/// `since` holds the start of the running span (nanoseconds after the job's
+/// epoch, plus one; zero when no span runs), so a reader can add the part of a
+/// span that has not ended yet.
+#[derive(Debug, Default)]
+pub struct TimeSpent {
+    total_ns: AtomicU64,
+    since: AtomicU64,
+}
+
+impl TimeSpent {
+    /// Total nanoseconds, including a running span, as of `now_ns`.
+    pub fn total_ns(&self, now_ns: u64) -> u64 {
+        let total = self.total_ns.load(Ordering::Relaxed);
+        match self.since.load(Ordering::Relaxed) {
+            0 => total,
+            s => total + now_ns.saturating_sub(s - 1),
+        }
+    }
+}
+
+/// Queue, watermark and time counters of one subtask.
+#[derive(Debug)]
 pub struct QueueMetrics {
+    /// The vertex (chain) the subtask runs.
+    pub vertex: VertexId,
+    /// The chain's name.
+    pub name: String,
+    /// The subtask.
+    pub subtask: SubtaskIndex,
     /// Most record batches ever queued on one input channel.
     pub max_input_batches: AtomicUsize,
     /// Most record batches ever queued on one output channel without credit.
     pub max_output_batches: AtomicUsize,
+    /// Per input channel, by channel id.
+    pub inputs: Vec<InputChannelMetrics>,
+    /// Per output channel, registered as record writers are built.
+    outputs: Mutex<Vec<Arc<OutputChannelMetrics>>>,
+    /// The subtask's watermark (minimum over its active inputs).
+    pub watermark: AtomicI64,
+    /// Time spent unable to take input because an output queue was full.
+    pub backpressured: TimeSpent,
+    /// Time spent waiting with no input.
+    pub idle: TimeSpent,
+    /// When the subtask ended (nanoseconds after the epoch plus one; 0 = running).
+    ended_ns: AtomicU64,
+    epoch: Instant,
+}
+
+/// What a subtask is doing, for the time counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitState {
+    /// Processing, or ready to.
+    Busy,
+    /// Stopped because an output queue is full.
+    Backpressured,
+    /// Waiting for input.
+    Idle,
 }
 
 impl QueueMetrics {
+    /// Counters of a subtask with `inputs` input channels, timed from `epoch`.
+    pub fn new(
+        vertex: VertexId,
+        name: &str,
+        subtask: SubtaskIndex,
+        inputs: usize,
+        epoch: Instant,
+    ) -> Self {
+        QueueMetrics {
+            vertex,
+            name: name.to_string(),
+            subtask,
+            max_input_batches: AtomicUsize::new(0),
+            max_output_batches: AtomicUsize::new(0),
+            inputs: (0..inputs)
+                .map(|_| InputChannelMetrics::default())
+                .collect(),
+            outputs: Mutex::new(Vec::new()),
+            watermark: AtomicI64::new(MIN_WATERMARK),
+            backpressured: TimeSpent::default(),
+            idle: TimeSpent::default(),
+            ended_ns: AtomicU64::new(0),
+            epoch,
+        }
+    }
+
+    /// Nanoseconds since the job's epoch.
+    pub fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Registers one output channel (when a record writer is built).
+    pub fn output_channel(&self) -> Arc<OutputChannelMetrics> {
+        let mut outs = self.outputs.lock().expect("metrics lock poisoned");
+        let m = Arc::new(OutputChannelMetrics {
+            index: outs.len(),
+            queue: ChannelQueue::default(),
+        });
+        outs.push(m.clone());
+        m
+    }
+
+    /// The registered output channels.
+    pub fn output_channels(&self) -> Vec<Arc<OutputChannelMetrics>> {
+        self.outputs.lock().expect("metrics lock poisoned").clone()
+    }
+
+    /// Moves the subtask from state `from` to `to` (called on changes only).
+    pub fn transition(&self, from: WaitState, to: WaitState) {
+        if from == to {
+            return;
+        }
+        let now = self.now_ns();
+        let span = |t: &TimeSpent| match t.since.swap(0, Ordering::Relaxed) {
+            0 => {}
+            s => {
+                t.total_ns
+                    .fetch_add(now.saturating_sub(s - 1), Ordering::Relaxed);
+            }
+        };
+        match from {
+            WaitState::Backpressured => span(&self.backpressured),
+            WaitState::Idle => span(&self.idle),
+            WaitState::Busy => {}
+        }
+        match to {
+            WaitState::Backpressured => self.backpressured.since.store(now + 1, Ordering::Relaxed),
+            WaitState::Idle => self.idle.since.store(now + 1, Ordering::Relaxed),
+            WaitState::Busy => {}
+        }
+    }
+
+    /// Marks the subtask ended (finished, failed or cancelled).
+    pub fn end(&self, state: WaitState) {
+        self.transition(state, WaitState::Busy);
+        let _ = self.ended_ns.compare_exchange(
+            0,
+            self.now_ns() + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Nanoseconds the subtask has lived (up to its end, if it ended).
+    pub fn lifetime_ns(&self) -> u64 {
+        match self.ended_ns.load(Ordering::Relaxed) {
+            0 => self.now_ns(),
+            e => e - 1,
+        }
+    }
+
+    /// Records a new watermark of input channel `c`.
+    #[inline]
+    pub fn input_watermark(&self, c: usize, wm: Timestamp) {
+        if let Some(ch) = self.inputs.get(c) {
+            ch.watermark.store(wm, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the length of input channel `c`'s queue.
+    #[inline]
+    pub fn input_queued(&self, c: usize, n: usize) {
+        if let Some(ch) = self.inputs.get(c) {
+            ch.queue.set(n);
+        }
+        self.observe_input(n);
+    }
+
+    /// A snapshot of this subtask's counters.
+    pub fn sample(&self) -> SubtaskSample {
+        let now = self.lifetime_ns();
+        SubtaskSample {
+            vertex: self.vertex,
+            name: self.name.clone(),
+            subtask: self.subtask,
+            lifetime_ns: now,
+            backpressured_ns: self.backpressured.total_ns(now),
+            idle_ns: self.idle.total_ns(now),
+            watermark: self.watermark.load(Ordering::Relaxed),
+            inputs: self
+                .inputs
+                .iter()
+                .map(|c| InputSample {
+                    queued: c.queue.queued.load(Ordering::Relaxed),
+                    max_queued: c.queue.max_queued.load(Ordering::Relaxed),
+                    watermark: c.watermark.load(Ordering::Relaxed),
+                    idle: c.idle.load(Ordering::Relaxed),
+                    ended: c.ended.load(Ordering::Relaxed),
+                })
+                .collect(),
+            outputs: self
+                .output_channels()
+                .iter()
+                .map(|c| {
+                    (
+                        c.queue.queued.load(Ordering::Relaxed),
+                        c.queue.max_queued.load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+        }
+    }
     /// Records an input queue length.
     #[inline]
     pub fn observe_input(&self, n: usize) {
@@ -78,11 +331,75 @@ pub struct OperatorSummary {
     pub records_out: u64,
 }
 
+/// One input channel's counters, as sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputSample {
+    /// Batches queued now.
+    pub queued: usize,
+    /// Most batches ever queued.
+    pub max_queued: usize,
+    /// The channel's watermark.
+    pub watermark: Timestamp,
+    /// Whether the channel is idle.
+    pub idle: bool,
+    /// Whether the channel ended.
+    pub ended: bool,
+}
+
+/// One subtask's counters, as sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubtaskSample {
+    /// The vertex (chain).
+    pub vertex: VertexId,
+    /// The chain's name.
+    pub name: String,
+    /// The subtask.
+    pub subtask: SubtaskIndex,
+    /// Nanoseconds from the job's start to the subtask's end (or now).
+    pub lifetime_ns: u64,
+    /// Nanoseconds backpressured.
+    pub backpressured_ns: u64,
+    /// Nanoseconds idle.
+    pub idle_ns: u64,
+    /// The subtask's watermark.
+    pub watermark: Timestamp,
+    /// Per input channel.
+    pub inputs: Vec<InputSample>,
+    /// Per output channel: (queued now, most queued).
+    pub outputs: Vec<(usize, usize)>,
+}
+
+/// A failure the supervisor saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailureRecord {
+    /// Milliseconds after the job's start.
+    pub at_ms: u64,
+    /// The failed vertex (chain), if a subtask failed.
+    pub vertex: Option<VertexId>,
+    /// The failed subtask.
+    pub subtask: Option<SubtaskIndex>,
+    /// The error.
+    pub message: String,
+}
+
 /// Every counter of a job.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct JobMetrics {
+    epoch: Instant,
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     queues: Mutex<Vec<Arc<QueueMetrics>>>,
+    failures: Mutex<Vec<FailureRecord>>,
+}
+
+impl Default for JobMetrics {
+    fn default() -> Self {
+        JobMetrics {
+            epoch: Instant::now(),
+            operators: Mutex::default(),
+            queues: Mutex::default(),
+            failures: Mutex::default(),
+        }
+    }
 }
 
 impl JobMetrics {
@@ -107,9 +424,15 @@ impl JobMetrics {
         m
     }
 
-    /// Registers the queue counters of one subtask.
-    pub fn queues(&self) -> Arc<QueueMetrics> {
-        let q = Arc::new(QueueMetrics::default());
+    /// Registers the queue, watermark and time counters of one subtask.
+    pub fn queues(
+        &self,
+        vertex: VertexId,
+        name: &str,
+        subtask: SubtaskIndex,
+        inputs: usize,
+    ) -> Arc<QueueMetrics> {
+        let q = Arc::new(QueueMetrics::new(vertex, name, subtask, inputs, self.epoch));
         self.queues
             .lock()
             .expect("metrics lock poisoned")
@@ -159,5 +482,155 @@ impl JobMetrics {
             .map(|q| q.max_output_batches.load(Ordering::Relaxed))
             .max()
             .unwrap_or(0)
+    }
+}
+
+impl JobMetrics {
+    /// Samples every subtask, in vertex then subtask order.
+    pub fn subtask_samples(&self) -> Vec<SubtaskSample> {
+        let q = self.queues.lock().expect("metrics lock poisoned").clone();
+        let mut out: Vec<SubtaskSample> = q.iter().map(|q| q.sample()).collect();
+        out.sort_by_key(|s| (s.vertex, s.subtask));
+        out
+    }
+
+    /// Records in and out of every operator subtask: (operator, name, subtask, in, out).
+    pub fn operator_subtasks(&self) -> Vec<(OperatorId, String, SubtaskIndex, u64, u64)> {
+        let ops = self.operators.lock().expect("metrics lock poisoned");
+        ops.iter()
+            .map(|m| {
+                (
+                    m.operator,
+                    m.name.clone(),
+                    m.subtask,
+                    m.records_in.load(Ordering::Relaxed),
+                    m.records_out.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+
+    /// Milliseconds since the job's start.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Notes a failure for the job's failure history.
+    pub fn record_failure(
+        &self,
+        vertex: Option<VertexId>,
+        subtask: Option<SubtaskIndex>,
+        message: String,
+    ) {
+        let at_ms = self.elapsed_ms();
+        self.failures
+            .lock()
+            .expect("metrics lock poisoned")
+            .push(FailureRecord {
+                at_ms,
+                vertex,
+                subtask,
+                message,
+            });
+    }
+
+    /// The failures so far, oldest first.
+    pub fn failures(&self) -> Vec<FailureRecord> {
+        self.failures.lock().expect("metrics lock poisoned").clone()
+    }
+
+    /// Copies every counter into the `metrics` crate facade (whatever recorder
+    /// the program installed; a no-op without one). Called periodically by the
+    /// supervisor and once when the job ends; never on the data path.
+    pub fn publish(&self) {
+        for (_, name, subtask, i, o) in self.operator_subtasks() {
+            let st = subtask.to_string();
+            metrics::counter!("floe_records_in_total", "operator" => name.clone(), "subtask" => st.clone())
+                .absolute(i);
+            metrics::counter!("floe_records_out_total", "operator" => name, "subtask" => st)
+                .absolute(o);
+        }
+        for s in self.subtask_samples() {
+            let st = s.subtask.to_string();
+            let op = s.name.clone();
+            metrics::counter!("floe_backpressured_ns_total", "operator" => op.clone(), "subtask" => st.clone())
+                .absolute(s.backpressured_ns);
+            metrics::counter!("floe_idle_ns_total", "operator" => op.clone(), "subtask" => st.clone())
+                .absolute(s.idle_ns);
+            metrics::counter!("floe_lifetime_ns_total", "operator" => op.clone(), "subtask" => st.clone())
+                .absolute(s.lifetime_ns);
+            metrics::gauge!("floe_watermark_ms", "operator" => op.clone(), "subtask" => st.clone())
+                .set(s.watermark as f64);
+            for (c, i) in s.inputs.iter().enumerate() {
+                let ch = c.to_string();
+                let labels = [
+                    ("operator", op.clone()),
+                    ("subtask", st.clone()),
+                    ("channel", ch),
+                ];
+                metrics::gauge!("floe_input_queued_batches", &labels).set(i.queued as f64);
+                metrics::gauge!("floe_input_queued_batches_max", &labels).set(i.max_queued as f64);
+                metrics::gauge!("floe_input_watermark_ms", &labels).set(i.watermark as f64);
+                metrics::gauge!("floe_input_idle", &labels).set(if i.idle { 1.0 } else { 0.0 });
+            }
+            for (c, (q, m)) in s.outputs.iter().enumerate() {
+                let labels = [
+                    ("operator", op.clone()),
+                    ("subtask", st.clone()),
+                    ("channel", c.to_string()),
+                ];
+                metrics::gauge!("floe_output_queued_batches", &labels).set(*q as f64);
+                metrics::gauge!("floe_output_queued_batches_max", &labels).set(*m as f64);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subtask() -> QueueMetrics {
+        QueueMetrics::new(VertexId(0), "v", SubtaskIndex(0), 2, Instant::now())
+    }
+
+    #[test]
+    fn channel_queue_keeps_current_and_max() {
+        let q = ChannelQueue::default();
+        for n in [1, 3, 2, 0] {
+            q.set(n);
+        }
+        assert_eq!(q.queued.load(Ordering::Relaxed), 0);
+        assert_eq!(q.max_queued.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn spans_accumulate_per_state_and_stop_at_the_end() {
+        let q = subtask();
+        q.transition(WaitState::Busy, WaitState::Backpressured);
+        assert_ne!(q.backpressured.since.load(Ordering::Relaxed), 0);
+        q.transition(WaitState::Backpressured, WaitState::Idle);
+        // The backpressured span closed: its total no longer grows.
+        let bp = q.backpressured.total_ns(u64::MAX);
+        assert_eq!(bp, q.backpressured.total_ns(u64::MAX));
+        assert_eq!(q.backpressured.since.load(Ordering::Relaxed), 0);
+        // The idle span runs: a reader sees it grow with the reference time.
+        let now = q.now_ns();
+        assert!(q.idle.total_ns(now + 1_000) >= 1_000);
+        q.end(WaitState::Idle);
+        let life = q.lifetime_ns();
+        assert_eq!(life, q.lifetime_ns(), "an ended subtask's life is fixed");
+        let s = q.sample();
+        assert!(s.backpressured_ns + s.idle_ns <= life);
+        assert_eq!(s.idle_ns, q.idle.total_ns(u64::MAX));
+        assert_eq!(s.inputs.len(), 2);
+    }
+
+    #[test]
+    fn same_state_transition_is_free() {
+        let q = subtask();
+        q.transition(WaitState::Busy, WaitState::Busy);
+        assert_eq!(q.backpressured.total_ns(u64::MAX), 0);
+        assert_eq!(q.idle.total_ns(u64::MAX), 0);
     }
 }

@@ -13,6 +13,11 @@
 //!    flushes the chain; once every output is drained the subtask reports
 //!    `SubtaskFinished` and stops. A failure (error or panic, caught here) is
 //!    reported as `SubtaskFailed` naming the operator and subtask.
+//! 5. **Metrics.** Queue lengths and watermarks go to relaxed atomics per batch
+//!    or per watermark; time is accounted as busy, backpressured (a step stopped
+//!    on a full output queue, until the credit grant that frees it) or idle
+//!    (running with nothing queued) at the end of each step and credit grant
+//!    only, so the data path never reads the clock per record.
 
 use crate::chain::ChainInput;
 use crate::config::RuntimeConfig;
@@ -22,7 +27,7 @@ use crate::ids::{ChannelId, SubtaskIndex, VertexId};
 use crate::messages::{
     CancelSubtask, ConnectChannel, Deliver, GrantCredit, Step, SubtaskFailed, SubtaskFinished,
 };
-use crate::metrics::QueueMetrics;
+use crate::metrics::{QueueMetrics, WaitState};
 use crate::source::{SourceDriver, SourceStep};
 use crate::writer::{OutputTarget, WriterControl};
 use actix::prelude::*;
@@ -31,6 +36,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Who a subtask is and where it reports.
 #[derive(Clone)]
@@ -49,7 +55,7 @@ pub struct SubtaskSetup {
     pub on_finished: Recipient<SubtaskFinished>,
     /// Where `SubtaskFailed` goes.
     pub on_failed: Recipient<SubtaskFailed>,
-    /// Queue high-water marks.
+    /// Queue, watermark and time counters.
     pub queue_metrics: Arc<QueueMetrics>,
 }
 
@@ -106,6 +112,8 @@ pub struct SubtaskActor<IN: Send + 'static> {
     grant_threshold: u32,
     /// Whether this subtask told its outputs that it is idle.
     idle_out: bool,
+    /// What the time counters currently account this subtask's time to.
+    wait: WaitState,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -156,6 +164,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 watermark: MIN_WATERMARK,
                 grant_threshold,
                 idle_out: false,
+                wait: WaitState::Busy,
             }
         })
     }
@@ -184,12 +193,41 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         self.inputs.iter().any(|c| !c.queue.is_empty())
     }
 
+    /// Accounts the subtask's time from now on: backpressured (an output queue
+    /// is full), idle (a running subtask with nothing queued) or busy. Called
+    /// once per step and per credit grant, never per record.
+    fn update_wait(&mut self) {
+        let to = if self.phase == Phase::Done {
+            WaitState::Busy
+        } else if self.backpressured() {
+            WaitState::Backpressured
+        } else if self.phase == Phase::Running
+            && matches!(self.head, Some(Head::Inputs(_)))
+            && !self.has_input_work()
+        {
+            WaitState::Idle
+        } else {
+            WaitState::Busy
+        };
+        if to != self.wait {
+            self.setup.queue_metrics.transition(self.wait, to);
+            self.wait = to;
+        }
+    }
+
+    /// Closes the time counters: the subtask ended.
+    fn end_metrics(&mut self) {
+        self.setup.queue_metrics.end(self.wait);
+        self.wait = WaitState::Busy;
+    }
+
     fn fail(&mut self, error: Error, ctx: &mut Context<Self>) {
         if self.phase == Phase::Done {
             return;
         }
         tracing::warn!(subtask = %self.setup.index, vertex = %self.setup.name, %error, "subtask failed");
         self.phase = Phase::Done;
+        self.end_metrics();
         self.setup.on_failed.do_send(SubtaskFailed {
             vertex: self.setup.vertex,
             subtask: self.setup.index,
@@ -207,6 +245,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     fn check_finished(&mut self, ctx: &mut Context<Self>) {
         if self.phase == Phase::Finishing && self.writers.iter().all(|w| w.borrow().drained()) {
             self.phase = Phase::Done;
+            self.end_metrics();
             self.setup.on_finished.do_send(SubtaskFinished {
                 vertex: self.setup.vertex,
                 subtask: self.setup.index,
@@ -284,9 +323,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 let ch = &mut self.inputs[c];
                 ch.queued_batches -= 1;
                 ch.ungranted += 1;
+                self.setup.queue_metrics.input_queued(c, ch.queued_batches);
                 if ch.idle {
                     // Data makes an idle channel active again.
                     ch.idle = false;
+                    if let Some(m) = self.setup.queue_metrics.inputs.get(c) {
+                        m.idle.store(false, Ordering::Relaxed);
+                    }
                     self.update_idleness()?;
                 }
                 let Some(Head::Inputs(chain)) = self.head.as_mut() else {
@@ -310,12 +353,17 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 let ch = &mut self.inputs[c];
                 if wm > ch.watermark {
                     ch.watermark = wm;
+                    self.setup.queue_metrics.input_watermark(c, wm);
                 }
                 self.advance_watermark()?;
                 Ok(0)
             }
             StreamElement::WatermarkStatus(status) => {
-                self.inputs[c].idle = status == WatermarkStatus::Idle;
+                let idle = status == WatermarkStatus::Idle;
+                self.inputs[c].idle = idle;
+                if let Some(m) = self.setup.queue_metrics.inputs.get(c) {
+                    m.idle.store(idle, Ordering::Relaxed);
+                }
                 self.update_idleness()?;
                 self.advance_watermark()?;
                 Ok(0)
@@ -325,6 +373,10 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 let ch = &mut self.inputs[c];
                 ch.ended = true;
                 ch.watermark = MAX_WATERMARK;
+                if let Some(m) = self.setup.queue_metrics.inputs.get(c) {
+                    m.ended.store(true, Ordering::Relaxed);
+                    m.watermark.store(MAX_WATERMARK, Ordering::Relaxed);
+                }
                 if self.inputs.iter().all(|i| i.ended) {
                     self.advance_watermark()?;
                     if let Some(Head::Inputs(chain)) = self.head.as_mut() {
@@ -385,6 +437,10 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             && min > self.watermark
         {
             self.watermark = min;
+            self.setup
+                .queue_metrics
+                .watermark
+                .store(min, Ordering::Relaxed);
             if let Some(Head::Inputs(chain)) = self.head.as_mut() {
                 chain.watermark(min)?;
             }
@@ -436,6 +492,7 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        self.end_metrics();
         if self.phase != Phase::Done {
             self.setup.on_failed.do_send(SubtaskFailed {
                 vertex: self.setup.vertex,
@@ -459,9 +516,18 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
         };
         if msg.element.is_records() {
             ch.queued_batches += 1;
-            self.setup.queue_metrics.observe_input(ch.queued_batches);
+            self.setup
+                .queue_metrics
+                .input_queued(msg.channel.as_usize(), ch.queued_batches);
         }
         ch.queue.push_back(msg.element);
+        if self.wait == WaitState::Idle {
+            // Input arrived: the idle span ends here.
+            self.setup
+                .queue_metrics
+                .transition(WaitState::Idle, WaitState::Busy);
+            self.wait = WaitState::Busy;
+        }
         self.schedule(ctx);
     }
 }
@@ -500,6 +566,7 @@ impl<IN: Send + 'static> Handler<GrantCredit> for SubtaskActor<IN> {
             }
             _ => {}
         }
+        self.update_wait();
     }
 }
 
@@ -517,6 +584,7 @@ impl<IN: Send + 'static> Handler<Step> for SubtaskActor<IN> {
                     self.schedule(ctx);
                 }
                 self.check_finished(ctx);
+                self.update_wait();
             }
             Ok(Err(e)) => self.fail(e, ctx),
             Err(p) => {
@@ -536,6 +604,7 @@ impl<IN: Send + 'static> Handler<CancelSubtask> for SubtaskActor<IN> {
 
     fn handle(&mut self, _: CancelSubtask, ctx: &mut Context<Self>) {
         self.phase = Phase::Done;
+        self.end_metrics();
         ctx.stop();
     }
 }

@@ -4,6 +4,10 @@
 //! finish, and turns the first failure into the job's failure: every other
 //! subtask is cancelled and the job's result becomes that error, naming the
 //! operator and subtask. Restart strategies build on this actor.
+//!
+//! It also publishes the job's counters into the `metrics` crate facade on an
+//! interval and once at the end, and logs the job's lifecycle at `info`
+//! (started, finished, failed, cancelled; a subtask failed at `warn`).
 
 use crate::error::{Error, Result};
 use crate::messages::{CancelJob, CancelSubtask, SubtaskFailed, SubtaskFinished};
@@ -94,6 +98,8 @@ pub struct JobSupervisor {
     finished: usize,
     pending_error: Option<Error>,
     done: Option<oneshot::Sender<Result<JobOutcome>>>,
+    publish_interval: Duration,
+    name: String,
 }
 
 impl JobSupervisor {
@@ -113,7 +119,22 @@ impl JobSupervisor {
             finished: 0,
             pending_error: None,
             done: Some(done),
+            publish_interval: Duration::ZERO,
+            name: String::from("job"),
         }
+    }
+
+    /// Publishes the job's counters into the `metrics` facade every `interval`
+    /// (zero: only when the job ends).
+    pub fn with_publish_interval(mut self, interval: Duration) -> Self {
+        self.publish_interval = interval;
+        self
+    }
+
+    /// Names the job in its log events.
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
     }
 
     fn set_status(&self, s: JobStatus) {
@@ -135,6 +156,13 @@ impl JobSupervisor {
             Err(Error::Cancelled) => JobStatus::Canceled,
             Err(_) => JobStatus::Failed,
         });
+        self.metrics.publish();
+        let elapsed_ms = self.started.elapsed().as_millis() as u64;
+        match &outcome {
+            Ok(_) => tracing::info!(job = %self.name, elapsed_ms, "job finished"),
+            Err(Error::Cancelled) => tracing::info!(job = %self.name, elapsed_ms, "job cancelled"),
+            Err(error) => tracing::info!(job = %self.name, elapsed_ms, %error, "job failed"),
+        }
         let _ = done.send(outcome);
         for a in self.arbiters.drain(..) {
             a.stop();
@@ -170,6 +198,12 @@ impl JobSupervisor {
 
 impl Actor for JobSupervisor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.publish_interval.is_zero() {
+            ctx.run_interval(self.publish_interval, |actor, _| actor.metrics.publish());
+        }
+    }
 }
 
 impl Handler<Supervise> for JobSupervisor {
@@ -184,6 +218,7 @@ impl Handler<Supervise> for JobSupervisor {
         } else if self.finished >= self.subtasks.len() {
             self.complete(Ok(()), ctx);
         } else {
+            tracing::info!(job = %self.name, subtasks = self.subtasks.len(), "job started");
             self.set_status(JobStatus::Running);
         }
     }
@@ -205,6 +240,17 @@ impl Handler<SubtaskFailed> for JobSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: SubtaskFailed, ctx: &mut Context<Self>) {
+        if self.done.is_some() && msg.error != Error::Cancelled {
+            tracing::warn!(
+                job = %self.name,
+                vertex = %msg.vertex,
+                subtask = %msg.subtask,
+                error = %msg.error,
+                "subtask failed"
+            );
+            self.metrics
+                .record_failure(Some(msg.vertex), Some(msg.subtask), msg.error.to_string());
+        }
         self.fail(msg.error, ctx);
     }
 }

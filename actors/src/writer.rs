@@ -13,7 +13,7 @@ use crate::element::{Batch, Record, StreamElement, Timestamp, WatermarkStatus};
 use crate::error::Result;
 use crate::ids::ChannelId;
 use crate::messages::{ConnectChannel, Deliver, GrantCredit};
-use crate::metrics::QueueMetrics;
+use crate::metrics::{OutputChannelMetrics, QueueMetrics};
 use crate::partitioner::{Partitioner, Target};
 use actix::Recipient;
 use std::cell::RefCell;
@@ -47,6 +47,7 @@ struct OutputChannel<T: Send + 'static> {
     queue: VecDeque<StreamElement<T>>,
     queued_batches: usize,
     buffer: Batch<T>,
+    gauge: Arc<OutputChannelMetrics>,
 }
 
 impl<T: Send + 'static> OutputChannel<T> {
@@ -65,6 +66,7 @@ impl<T: Send + 'static> OutputChannel<T> {
         } else {
             self.queue.push_back(StreamElement::Records(batch));
             self.queued_batches += 1;
+            self.gauge.queue.set(self.queued_batches);
             metrics.observe_output(self.queued_batches);
         }
     }
@@ -87,6 +89,7 @@ impl<T: Send + 'static> OutputChannel<T> {
 
     fn grant(&mut self, credits: u32) {
         self.credits += credits;
+        let before = self.queued_batches;
         while let Some(front) = self.queue.front() {
             if front.is_records() {
                 if self.credits == 0 {
@@ -97,6 +100,9 @@ impl<T: Send + 'static> OutputChannel<T> {
             }
             let element = self.queue.pop_front().expect("front exists");
             self.deliver(element);
+        }
+        if self.queued_batches != before {
+            self.gauge.queue.set(self.queued_batches);
         }
     }
 }
@@ -143,6 +149,7 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
                 queue: VecDeque::new(),
                 queued_batches: 0,
                 buffer: Vec::with_capacity(config.batch_size),
+                gauge: metrics.output_channel(),
             })
             .collect();
         RecordWriter {

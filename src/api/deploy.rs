@@ -12,6 +12,7 @@
 
 use super::graph::{ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx};
 use super::job::JobHandle;
+use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, VertexInfo};
 use crate::config::Config;
 use crate::{Error, Result};
 use actix::{Actor, Arbiter};
@@ -152,6 +153,53 @@ impl Plan {
         })
     }
 
+    /// The deployed graph, for status snapshots.
+    fn describe(&self) -> JobGraphInfo {
+        let operators = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(id, n)| OperatorInfo {
+                id: id as u32,
+                name: n.name.clone(),
+                parallelism: n.parallelism,
+                vertex: self.vertex_of[id] as u32,
+            })
+            .collect();
+        let edges = self
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(id, n)| {
+                n.inputs.iter().map(move |e| EdgeInfo {
+                    from: e.from as u32,
+                    to: id as u32,
+                    partitioner: e.partition.name.to_string(),
+                    chained: self.chained[id],
+                })
+            })
+            .collect();
+        let vertices = self
+            .heads
+            .iter()
+            .enumerate()
+            .map(|(v, &h)| VertexInfo {
+                id: v as u32,
+                name: self.vertex_name(v),
+                operators: (0..self.nodes.len())
+                    .filter(|&id| self.vertex_of[id] == v)
+                    .map(|id| id as u32)
+                    .collect(),
+                parallelism: self.nodes[h].parallelism,
+            })
+            .collect();
+        JobGraphInfo {
+            operators,
+            edges,
+            vertices,
+        }
+    }
+
     /// Chain names, for logs: "source -> map -> sum".
     fn vertex_name(&self, v: usize) -> String {
         let names: Vec<&str> = (0..self.nodes.len())
@@ -176,9 +224,11 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
     let arbiters: Vec<Arbiter> = (0..config.runtime.arbiters)
         .map(|_| Arbiter::new())
         .collect();
+    let graph = plan.describe();
     let supervisor = JobSupervisor::start_in_arbiter(&arbiters[0].handle(), {
         let (status, metrics) = (status.clone(), metrics.clone());
-        move |_| JobSupervisor::new(status, metrics, done_tx)
+        let interval = config.runtime.metrics_interval;
+        move |_| JobSupervisor::new(status, metrics, done_tx).with_publish_interval(interval)
     });
 
     let mut spawned: Vec<Vec<Spawned>> = (0..plan.heads.len()).map(|_| Vec::new()).collect();
@@ -216,7 +266,12 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
                 config: config.runtime.clone(),
                 on_finished: supervisor.clone().recipient(),
                 on_failed: supervisor.clone().recipient(),
-                queue_metrics: metrics.queues(),
+                queue_metrics: metrics.queues(
+                    VertexId(v as u32),
+                    &name,
+                    SubtaskIndex(j as u32),
+                    plan.inputs_per_subtask[v][j],
+                ),
             };
             let build = {
                 let (plan, config, metrics) = (plan.clone(), config.clone(), metrics.clone());
@@ -252,7 +307,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         subtasks: cancels,
         arbiters,
     });
-    Ok(JobHandle::new(supervisor, status, metrics, done_rx))
+    Ok(JobHandle::new(supervisor, status, metrics, graph, done_rx))
 }
 
 fn to_runtime(e: Error) -> floe_actors::Error {

@@ -1,5 +1,9 @@
 //! Job handles: status, wait, cancel, live metrics of a running job.
+//!
+//! [`JobHandle::status_snapshot`] gives the whole observable state of a job in
+//! one serializable value (see [`super::status`]).
 
+use super::status::{JobGraphInfo, JobStatusSnapshot, StatusReporter};
 use crate::{Error, Result};
 use actix::Addr;
 use floe_actors::messages::CancelJob;
@@ -18,6 +22,7 @@ pub struct JobHandle {
     supervisor: Addr<JobSupervisor>,
     status: Arc<Mutex<JobStatus>>,
     metrics: Arc<JobMetrics>,
+    graph: Arc<JobGraphInfo>,
     done: Shared<BoxFuture<'static, floe_actors::Result<JobOutcome>>>,
 }
 
@@ -26,6 +31,7 @@ impl JobHandle {
         supervisor: Addr<JobSupervisor>,
         status: Arc<Mutex<JobStatus>>,
         metrics: Arc<JobMetrics>,
+        graph: JobGraphInfo,
         done: futures::channel::oneshot::Receiver<floe_actors::Result<JobOutcome>>,
     ) -> Self {
         let done = async move {
@@ -42,6 +48,7 @@ impl JobHandle {
             supervisor,
             status,
             metrics,
+            graph: Arc::new(graph),
             done,
         }
     }
@@ -64,5 +71,20 @@ impl JobHandle {
     /// Records in and out per operator so far.
     pub fn operator_metrics(&self) -> Vec<OperatorSummary> {
         self.metrics.operator_summaries()
+    }
+
+    /// Everything observable about the job now: state, graph, records and
+    /// time shares per operator, watermarks per subtask and channel, failures.
+    pub fn status_snapshot(&self) -> JobStatusSnapshot {
+        self.status_reporter().snapshot()
+    }
+
+    /// A `Send + Sync` snapshot builder for another thread (an HTTP endpoint).
+    pub fn status_reporter(&self) -> StatusReporter {
+        StatusReporter {
+            status: self.status.clone(),
+            metrics: self.metrics.clone(),
+            graph: self.graph.clone(),
+        }
     }
 }

@@ -4,6 +4,7 @@ use super::datastream::DataStream;
 use crate::operators::keyed::{
     KeyFn, KeyedProcessFunction, KeyedProcessOp, Numeric, Rolling, RollingOp,
 };
+use crate::state::HeapStateBackend;
 use crate::time::{Clock, SystemClock};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -183,8 +184,16 @@ where
     {
         let key = self.key.clone();
         let clock: Arc<dyn Clock> = Arc::new(clock);
-        self.stream.transform("Keyed Process", move |_| {
+        self.stream.transform("Keyed Process", move |view| {
+            let backend = HeapStateBackend::for_subtask(
+                format!("Keyed Process[{}]", view.subtask),
+                view.max_parallelism,
+                view.subtask as u32,
+                view.parallelism as u32,
+            )
+            .with_clock(clock.clone());
             KeyedProcessOp::with_clock(key.clone(), function.clone(), clock.clone())
+                .with_state_backend(backend)
         })
     }
 }

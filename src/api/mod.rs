@@ -10,10 +10,12 @@ mod environment;
 mod graph;
 mod job;
 mod keyed;
+pub mod status;
 mod windowed;
 
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use job::{JobHandle, JobResult};
 pub use keyed::KeyedStream;
+pub use status::{JobStatusSnapshot, StatusReporter};
 pub use windowed::WindowedStream;

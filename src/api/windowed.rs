@@ -75,9 +75,10 @@ where
         self
     }
 
-    /// The processing-time clock of triggers, in ms (tests drive it by hand).
-    pub fn with_clock(mut self, clock: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
-        self.clock = Arc::new(clock);
+    /// The processing-time clock of triggers and processing-time windows
+    /// (tests drive a `ManualClock`).
+    pub fn with_clock(mut self, clock: impl crate::time::Clock + 'static) -> Self {
+        self.clock = Arc::new(move || clock.now_ms());
         self
     }
 

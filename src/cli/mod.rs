@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_window;
+mod observe;
 mod progress;
 mod window;
 mod wordcount;
@@ -75,6 +76,13 @@ pub struct WindowArgs {
     /// What to do with a malformed line: fail (default) or skip.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_bad_record: window::OnBadRecord,
+    /// When the job ends, print each window subtask's per-channel input
+    /// watermarks, idle flags and the channel holding the watermark back.
+    #[arg(long)]
+    pub explain_watermarks: bool,
+    /// Metrics endpoint.
+    #[command(flatten)]
+    pub observe: observe::ObserveArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -112,6 +120,9 @@ pub struct WordcountArgs {
     /// Write `word,count` lines here instead of stdout.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Metrics endpoint.
+    #[command(flatten)]
+    pub observe: observe::ObserveArgs,
 }
 
 /// Runs the CLI and returns the process exit code.
@@ -155,8 +166,10 @@ pub fn main() -> i32 {
     }
 }
 
+/// Logs through `FLOE_LOG`, else `RUST_LOG`, else errors only.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -219,10 +219,24 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     if let Some(path) = &args.late_output {
         late.write_as_text(path).set_parallelism(1);
     }
+    let prometheus = args.observe.install()?;
     let handle = env.execute_async()?;
-    let result = {
+    let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
+    let waited = {
         let _progress = Progress::start(&handle, "Parse", None);
-        futures::executor::block_on(handle.wait())?
+        futures::executor::block_on(handle.wait())
+    };
+    if args.explain_watermarks {
+        eprint!("{}", handle.status_snapshot().explain_watermarks("Window"));
+    }
+    let result = match waited {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(ep) = endpoint {
+                ep.linger();
+            }
+            return Err(e);
+        }
     };
     let count = |name: &str, out: bool| {
         result
@@ -247,5 +261,8 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         bad.load(Ordering::Relaxed),
         count("Window", true),
     );
+    if let Some(e) = endpoint {
+        e.linger();
+    }
     Ok(())
 }

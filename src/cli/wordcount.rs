@@ -139,7 +139,9 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             done: done.clone(),
         })
         .name("Final Counts");
+    let prometheus = args.observe.install()?;
     let handle = env.execute_async()?;
+    let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let result = {
         let _progress = Progress::start(&handle, source_name, total);
         futures::executor::block_on(handle.wait())?
@@ -169,6 +171,9 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         rps,
         args.parallelism
     );
+    if let Some(e) = endpoint {
+        e.linger();
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@
 use super::process::{OnTimerContext, ProcessContext};
 use super::{Operator, Output};
 use crate::Result;
+use crate::state::{HeapStateBackend, StateBackend};
 use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
@@ -296,28 +297,44 @@ pub struct KeyedProcessOp<T, K, P> {
     function: P,
     watermark: Timestamp,
     timers: TimerService<K>,
+    state: HeapStateBackend<K>,
 }
 
-impl<T, K, P> KeyedProcessOp<T, K, P> {
+impl<T, K: Send + 'static, P> KeyedProcessOp<T, K, P> {
     /// Wraps a keyed process function; processing time is the system clock.
     pub fn new(key: KeyFn<T, K>, function: P) -> Self {
         Self::with_clock(key, function, Arc::new(SystemClock))
     }
 
     /// Wraps a keyed process function whose processing time is `clock`.
+    /// Its keyed state is a single-subtask heap backend owning every key
+    /// group of the default maximum parallelism; jobs replace it with
+    /// [`with_state_backend`](Self::with_state_backend).
     pub fn with_clock(key: KeyFn<T, K>, function: P, clock: Arc<dyn Clock>) -> Self {
         KeyedProcessOp {
             key,
             function,
             watermark: MIN_WATERMARK,
-            timers: TimerService::new(clock),
+            timers: TimerService::new(clock.clone()),
+            state: HeapStateBackend::single("Keyed Process").with_clock(clock),
         }
+    }
+
+    /// Uses `backend` for keyed state (it should own this subtask's key groups).
+    pub fn with_state_backend(mut self, backend: HeapStateBackend<K>) -> Self {
+        self.state = backend;
+        self
+    }
+
+    /// The keyed state, for snapshots and restores.
+    pub fn state_backend_mut(&mut self) -> &mut HeapStateBackend<K> {
+        &mut self.state
     }
 }
 
 impl<T, K, P> KeyedProcessOp<T, K, P>
 where
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + Send + 'static,
 {
     /// Calls `on_timer` for one fired timer.
     fn fire<OUT>(
@@ -339,6 +356,7 @@ where
             key: Some(&key),
             timers: Some(&mut self.timers),
             timer_misuse: false,
+            state: Some(&mut self.state as &mut dyn StateBackend<K>),
         };
         let mut ctx = OnTimerContext {
             inner,
@@ -399,6 +417,7 @@ where
                 key: Some(&key),
                 timers: Some(&mut self.timers),
                 timer_misuse: false,
+                state: Some(&mut self.state as &mut dyn StateBackend<K>),
             };
             self.function.process_element(r.value, &mut ctx)?;
         }

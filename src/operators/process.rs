@@ -11,6 +11,11 @@
 //! [`KeyedProcessFunction::on_timer`]: super::keyed::KeyedProcessFunction::on_timer
 
 use super::{Operator, Output, OutputTag};
+use crate::state::{
+    AggregatingState, AggregatingStateDescriptor, KeyScope, ListState, ListStateDescriptor,
+    MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, StateBackend, StateError,
+    StateKey, StateValue, ValueState, ValueStateDescriptor,
+};
 use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Timestamp};
@@ -32,6 +37,8 @@ pub struct ProcessContext<'a, 'o, OUT, K = ()> {
     pub(crate) timers: Option<&'a mut TimerService<K>>,
     /// Set when a timer call was made without a timer service.
     pub(crate) timer_misuse: bool,
+    /// The keyed operator's state; `None` on non-keyed streams.
+    pub(crate) state: Option<&'a mut dyn StateBackend<K>>,
 }
 
 impl<'a, 'o, OUT, K> ProcessContext<'a, 'o, OUT, K> {
@@ -48,6 +55,7 @@ impl<'a, 'o, OUT, K> ProcessContext<'a, 'o, OUT, K> {
             key: None,
             timers: None,
             timer_misuse: false,
+            state: None,
         }
     }
 }
@@ -134,6 +142,84 @@ impl<OUT, K: Hash + Eq + Clone> ProcessContext<'_, '_, OUT, K> {
     /// pending.
     pub fn delete_processing_time_timer(&mut self, timestamp: Timestamp) {
         self.timer_call(TimeDomain::ProcessingTime, timestamp, false);
+    }
+}
+
+/// Keyed state of the current key. Each call returns a handle that borrows
+/// the context until dropped; on a non-keyed stream every call fails with
+/// [`StateError::NotKeyed`].
+///
+/// # Examples
+/// ```
+/// use floe::operators::process::ProcessContext;
+/// use floe::state::ValueStateDescriptor;
+///
+/// let count = ValueStateDescriptor::<u64>::new("count");
+/// let env = floe::StreamExecutionEnvironment::new();
+/// let out = env
+///     .from_collection(vec!["a", "b", "a"])
+///     .key_by(|w: &&str| w.to_string())
+///     .process(move |w: &str, ctx: &mut ProcessContext<'_, '_, (String, u64), String>| {
+///         let mut state = ctx.value_state(&count)?;
+///         let n = state.value()?.unwrap_or(0) + 1;
+///         state.update(n)?;
+///         ctx.collect((w.to_string(), n));
+///         Ok(())
+///     })
+///     .collect();
+/// env.execute().unwrap();
+/// let mut got = out.take();
+/// got.sort();
+/// assert_eq!(got, vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]);
+/// ```
+impl<OUT, K: StateKey> ProcessContext<'_, '_, OUT, K> {
+    fn key_scope(&mut self, state: &str) -> std::result::Result<KeyScope<'_, K>, StateError> {
+        match (self.state.as_deref_mut(), self.key) {
+            (Some(backend), Some(key)) => Ok(KeyScope::new(backend, key)),
+            _ => Err(StateError::NotKeyed {
+                state: state.to_string(),
+            }),
+        }
+    }
+
+    /// The current key's [`ValueState`].
+    pub fn value_state<T: StateValue>(
+        &mut self,
+        desc: &ValueStateDescriptor<T>,
+    ) -> Result<ValueState<'_, K, T>> {
+        Ok(self.key_scope(desc.name())?.value_state(desc)?)
+    }
+
+    /// The current key's [`ListState`].
+    pub fn list_state<T: StateValue>(
+        &mut self,
+        desc: &ListStateDescriptor<T>,
+    ) -> Result<ListState<'_, K, T>> {
+        Ok(self.key_scope(desc.name())?.list_state(desc)?)
+    }
+
+    /// The current key's [`MapState`].
+    pub fn map_state<UK: StateValue + Hash + Eq, UV: StateValue>(
+        &mut self,
+        desc: &MapStateDescriptor<UK, UV>,
+    ) -> Result<MapState<'_, K, UK, UV>> {
+        Ok(self.key_scope(desc.name())?.map_state(desc)?)
+    }
+
+    /// The current key's [`ReducingState`].
+    pub fn reducing_state<'s, T: StateValue>(
+        &'s mut self,
+        desc: &'s ReducingStateDescriptor<T>,
+    ) -> Result<ReducingState<'s, K, T>> {
+        Ok(self.key_scope(desc.name())?.reducing_state(desc)?)
+    }
+
+    /// The current key's [`AggregatingState`].
+    pub fn aggregating_state<'s, IN: 'static, ACC: StateValue, R: 'static>(
+        &'s mut self,
+        desc: &'s AggregatingStateDescriptor<IN, ACC, R>,
+    ) -> Result<AggregatingState<'s, K, IN, ACC, R>> {
+        Ok(self.key_scope(desc.name())?.aggregating_state(desc)?)
     }
 }
 

@@ -18,15 +18,19 @@ pub struct TimestampsOp<T> {
     idle: bool,
 }
 
+fn strategy_start<T>(strategy: &WatermarkStrategy<T>) -> Option<Timestamp> {
+    strategy.idleness.map(|_| strategy.clock.now_ms())
+}
+
 impl<T> TimestampsOp<T> {
     /// An operator applying `strategy`.
     pub fn new(strategy: WatermarkStrategy<T>) -> Self {
         TimestampsOp {
+            last_activity: strategy_start(&strategy),
             strategy,
             max_timestamp: MIN_WATERMARK,
             emitted: MIN_WATERMARK,
             last_emit: Instant::now(),
-            last_activity: None,
             idle: false,
         }
     }

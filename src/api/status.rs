@@ -1,0 +1,353 @@
+//! A job's status as one serializable snapshot: its state, its graph, records
+//! and time shares per operator, watermarks per subtask and channel, failures.
+//!
+//! The snapshot is what `/status` of the CLI's metrics endpoint serves and what
+//! `--explain-watermarks` reads. Building one samples relaxed atomics and takes
+//! the metrics registry's lock once; it never touches the data path.
+
+use floe_actors::element::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
+use floe_actors::metrics::JobMetrics;
+use floe_actors::supervisor::JobStatus;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+/// One operator of the stream graph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorInfo {
+    /// The operator's id (its index in the stream graph).
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Its parallelism.
+    pub parallelism: usize,
+    /// The vertex (chain) it runs in.
+    pub vertex: u32,
+}
+
+/// One edge of the stream graph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeInfo {
+    /// The producing operator.
+    pub from: u32,
+    /// The consuming operator.
+    pub to: u32,
+    /// The partitioner: forward, rebalance, hash, broadcast, …
+    pub partitioner: String,
+    /// True when the edge is a function call inside a chain, not a channel.
+    pub chained: bool,
+}
+
+/// One vertex: a chain of operators run by the same subtasks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VertexInfo {
+    /// The vertex's id.
+    pub id: u32,
+    /// The chain's name: "source -> map -> sum".
+    pub name: String,
+    /// Its operators, in chain order.
+    pub operators: Vec<u32>,
+    /// Its parallelism.
+    pub parallelism: usize,
+}
+
+/// The job's graph as deployed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobGraphInfo {
+    /// Every operator.
+    pub operators: Vec<OperatorInfo>,
+    /// Every edge.
+    pub edges: Vec<EdgeInfo>,
+    /// Every vertex (chain).
+    pub vertices: Vec<VertexInfo>,
+}
+
+/// Counters of one operator, over its subtasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorStatus {
+    /// The operator's id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Records in, summed over subtasks.
+    pub records_in: u64,
+    /// Records out, summed over subtasks.
+    pub records_out: u64,
+    /// Share of its subtasks' time spent backpressured (0..=1), averaged over
+    /// subtasks; shared by every operator of a chain.
+    pub backpressured_share: f64,
+    /// Share of its subtasks' time spent idle, waiting for input (0..=1).
+    pub idle_share: f64,
+}
+
+/// One input channel of a subtask.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStatus {
+    /// The channel's index at the subtask.
+    pub channel: usize,
+    /// Its watermark (`None` before the first one).
+    pub watermark: Option<Timestamp>,
+    /// Whether it is marked idle (ignored by the subtask's watermark).
+    pub idle: bool,
+    /// Whether it delivered end-of-input.
+    pub ended: bool,
+    /// Record batches queued now.
+    pub queued_batches: usize,
+    /// Most record batches ever queued.
+    pub max_queued_batches: usize,
+}
+
+/// One subtask: its time shares, watermarks and channels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskStatus {
+    /// The vertex (chain) it runs.
+    pub vertex: u32,
+    /// The chain's name.
+    pub name: String,
+    /// Its index.
+    pub subtask: u32,
+    /// Its watermark (`None` before the first one).
+    pub watermark: Option<Timestamp>,
+    /// Its input channels.
+    pub inputs: Vec<ChannelStatus>,
+    /// The channel holding the watermark back: the live, active channel with
+    /// the smallest watermark, if any.
+    pub holding_back: Option<usize>,
+    /// Batches queued per output channel now.
+    pub output_queued_batches: Vec<usize>,
+    /// Most batches ever queued per output channel.
+    pub output_max_queued_batches: Vec<usize>,
+    /// Share of its time backpressured.
+    pub backpressured_share: f64,
+    /// Share of its time idle.
+    pub idle_share: f64,
+}
+
+/// A failure the job saw.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureInfo {
+    /// Milliseconds after the job started.
+    pub at_ms: u64,
+    /// The failed vertex's name, if a subtask failed.
+    pub vertex: Option<String>,
+    /// The failed subtask.
+    pub subtask: Option<u32>,
+    /// The error.
+    pub message: String,
+}
+
+/// Everything observable about a job at one moment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobStatusSnapshot {
+    /// The job's state: Created, Running, Finished, Failed, …
+    pub state: String,
+    /// Milliseconds since the job started.
+    pub elapsed_ms: u64,
+    /// The job's graph.
+    pub graph: JobGraphInfo,
+    /// Per operator, in operator order.
+    pub operators: Vec<OperatorStatus>,
+    /// Per subtask, in vertex then subtask order.
+    pub subtasks: Vec<SubtaskStatus>,
+    /// Failures, oldest first (empty for a healthy job).
+    pub failures: Vec<FailureInfo>,
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        (part as f64 / whole as f64).min(1.0)
+    }
+}
+
+fn shown(wm: Timestamp) -> Option<Timestamp> {
+    (wm != MIN_WATERMARK).then_some(wm)
+}
+
+impl JobStatusSnapshot {
+    /// The operator named `name`, if there is one.
+    pub fn operator(&self, name: &str) -> Option<&OperatorStatus> {
+        self.operators.iter().find(|o| o.name == name)
+    }
+
+    /// The subtasks of the vertex that runs the operator named `name`.
+    pub fn subtasks_of(&self, name: &str) -> Vec<&SubtaskStatus> {
+        let Some(op) = self.graph.operators.iter().find(|o| o.name == name) else {
+            return Vec::new();
+        };
+        self.subtasks
+            .iter()
+            .filter(|s| s.vertex == op.vertex)
+            .collect()
+    }
+
+    /// A human explanation of the watermarks of the subtasks running `name`:
+    /// per channel its watermark, idleness, and which one holds the minimum back.
+    pub fn explain_watermarks(&self, name: &str) -> String {
+        let mut out = String::new();
+        for s in self.subtasks_of(name) {
+            let wm = fmt_wm(s.watermark);
+            let _ = writeln!(
+                out,
+                "{} [{}] subtask {}: watermark {wm}",
+                name, s.name, s.subtask
+            );
+            for c in &s.inputs {
+                let mut flags = Vec::new();
+                if c.idle {
+                    flags.push("idle");
+                }
+                if c.ended {
+                    flags.push("ended");
+                }
+                if s.holding_back == Some(c.channel) {
+                    flags.push("holds the watermark back");
+                }
+                let flags = if flags.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", flags.join(", "))
+                };
+                let _ = writeln!(
+                    out,
+                    "  channel {}: watermark {}{flags}",
+                    c.channel,
+                    fmt_wm(c.watermark)
+                );
+            }
+            if s.holding_back.is_none() {
+                let _ = writeln!(out, "  no live active channel holds the watermark back");
+            }
+        }
+        out
+    }
+}
+
+fn fmt_wm(wm: Option<Timestamp>) -> String {
+    match wm {
+        None => "none".into(),
+        Some(MAX_WATERMARK) => "end".into(),
+        Some(w) => w.to_string(),
+    }
+}
+
+/// Builds status snapshots of one job; cheap to clone and `Send + Sync`, so a
+/// metrics endpoint's thread can hold one.
+#[derive(Clone)]
+pub struct StatusReporter {
+    pub(crate) status: Arc<Mutex<JobStatus>>,
+    pub(crate) metrics: Arc<JobMetrics>,
+    pub(crate) graph: Arc<JobGraphInfo>,
+}
+
+impl StatusReporter {
+    /// The job's status now.
+    pub fn snapshot(&self) -> JobStatusSnapshot {
+        let state = self
+            .status
+            .lock()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|_| "Unknown".into());
+        let graph = (*self.graph).clone();
+        let samples = self.metrics.subtask_samples();
+        let subtasks: Vec<SubtaskStatus> = samples
+            .iter()
+            .map(|s| {
+                let holding_back = s
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| !c.idle && !c.ended)
+                    .min_by_key(|(_, c)| c.watermark)
+                    .map(|(i, _)| i);
+                SubtaskStatus {
+                    vertex: s.vertex.0,
+                    name: s.name.clone(),
+                    subtask: s.subtask.0,
+                    watermark: shown(s.watermark),
+                    inputs: s
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| ChannelStatus {
+                            channel: i,
+                            watermark: shown(c.watermark),
+                            idle: c.idle,
+                            ended: c.ended,
+                            queued_batches: c.queued,
+                            max_queued_batches: c.max_queued,
+                        })
+                        .collect(),
+                    holding_back,
+                    output_queued_batches: s.outputs.iter().map(|o| o.0).collect(),
+                    output_max_queued_batches: s.outputs.iter().map(|o| o.1).collect(),
+                    backpressured_share: share(s.backpressured_ns, s.lifetime_ns),
+                    idle_share: share(s.idle_ns, s.lifetime_ns),
+                }
+            })
+            .collect();
+        let counts = self.metrics.operator_subtasks();
+        let operators = graph
+            .operators
+            .iter()
+            .map(|op| {
+                let (mut records_in, mut records_out) = (0, 0);
+                for (id, _, _, i, o) in &counts {
+                    if id.0 == op.id {
+                        records_in += i;
+                        records_out += o;
+                    }
+                }
+                let mine: Vec<&SubtaskStatus> =
+                    subtasks.iter().filter(|s| s.vertex == op.vertex).collect();
+                let n = mine.len().max(1) as f64;
+                OperatorStatus {
+                    id: op.id,
+                    name: op.name.clone(),
+                    records_in,
+                    records_out,
+                    backpressured_share: mine.iter().map(|s| s.backpressured_share).sum::<f64>()
+                        / n,
+                    idle_share: mine.iter().map(|s| s.idle_share).sum::<f64>() / n,
+                }
+            })
+            .collect();
+        let failures = self
+            .metrics
+            .failures()
+            .into_iter()
+            .map(|f| FailureInfo {
+                at_ms: f.at_ms,
+                vertex: f.vertex.and_then(|v| {
+                    graph
+                        .vertices
+                        .iter()
+                        .find(|x| x.id == v.0)
+                        .map(|x| x.name.clone())
+                }),
+                subtask: f.subtask.map(|s| s.0),
+                message: f.message,
+            })
+            .collect();
+        JobStatusSnapshot {
+            state,
+            elapsed_ms: self.metrics.elapsed_ms(),
+            graph,
+            operators,
+            subtasks,
+            failures,
+        }
+    }
+
+    /// The snapshot as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.snapshot())
+            .unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()))
+    }
+
+    /// Copies the job's counters into the `metrics` facade now.
+    pub fn publish_metrics(&self) {
+        self.metrics.publish();
+    }
+}

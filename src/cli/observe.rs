@@ -1,0 +1,124 @@
+//! The CLI's metrics endpoint: `/metrics` (Prometheus text) and `/status`
+//! (the job's status snapshot as JSON), served by `tiny_http` on a background
+//! thread for the life of the job, and for `--metrics-linger-ms` after it.
+//!
+//! The Prometheus recorder is installed globally, so only the binary does it;
+//! every scrape first copies the job's counters into the `metrics` facade, so
+//! the answer is current whatever the publishing interval.
+
+use floe::{Error, Result, StatusReporter};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Options shared by the `run` jobs.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ObserveArgs {
+    /// Serve `/metrics` (Prometheus) and `/status` (JSON) on this address,
+    /// e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub metrics_addr: Option<String>,
+    /// Keep serving this long after the job ended (milliseconds).
+    #[arg(long, default_value_t = 0)]
+    pub metrics_linger_ms: u64,
+}
+
+/// A running endpoint; stops serving when dropped.
+pub struct Endpoint {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    linger: Duration,
+}
+
+impl ObserveArgs {
+    /// Installs the Prometheus recorder when an address was given. Call before
+    /// the job starts, so every counter is recorded.
+    pub fn install(&self) -> Result<Option<PrometheusHandle>> {
+        if self.metrics_addr.is_none() {
+            return Ok(None);
+        }
+        PrometheusBuilder::new()
+            .install_recorder()
+            .map(Some)
+            .map_err(|e| Error::Config(format!("cannot install the metrics recorder: {e}")))
+    }
+
+    /// Starts serving, if an address was given.
+    pub fn serve(
+        &self,
+        prometheus: Option<PrometheusHandle>,
+        reporter: StatusReporter,
+    ) -> Result<Option<Endpoint>> {
+        let (Some(addr), Some(prometheus)) = (&self.metrics_addr, prometheus) else {
+            return Ok(None);
+        };
+        let server = tiny_http::Server::http(addr.as_str())
+            .map_err(|e| Error::Config(format!("cannot serve metrics on {addr}: {e}")))?;
+        if let Some(a) = server.server_addr().to_ip() {
+            eprintln!("metrics: http://{a}/metrics status: http://{a}/status");
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match server.recv_timeout(Duration::from_millis(50)) {
+                    Ok(Some(request)) => respond(request, &prometheus, &reporter),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics endpoint stopped");
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Some(Endpoint {
+            stop,
+            thread: Some(thread),
+            linger: Duration::from_millis(self.metrics_linger_ms),
+        }))
+    }
+}
+
+fn respond(request: tiny_http::Request, prometheus: &PrometheusHandle, reporter: &StatusReporter) {
+    let path = request.url().split('?').next().unwrap_or("").to_string();
+    let (body, content_type, code) = match path.as_str() {
+        "/metrics" => {
+            reporter.publish_metrics();
+            (prometheus.render(), "text/plain; version=0.0.4", 200)
+        }
+        "/status" => (reporter.to_json(), "application/json", 200),
+        _ => (
+            "not found: try /metrics or /status\n".to_string(),
+            "text/plain",
+            404,
+        ),
+    };
+    let mut response = tiny_http::Response::from_string(body).with_status_code(code);
+    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", content_type) {
+        response = response.with_header(h);
+    }
+    if let Err(e) = request.respond(response) {
+        tracing::debug!(error = %e, "metrics scrape not answered");
+    }
+}
+
+impl Endpoint {
+    /// Serves for the linger time (the job has ended), then stops.
+    pub fn linger(self) {
+        if !self.linger.is_zero() {
+            // Deliberate: the endpoint stays up this long for late scrapers.
+            std::thread::sleep(self.linger);
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

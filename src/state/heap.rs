@@ -1,0 +1,236 @@
+//! The heap state backend: every state in memory, per key group.
+//!
+//! State lives in typed, copy-on-write tables (see [`TypedTable`]), one per
+//! registered state name, each holding a map per key group of the subtask's
+//! range — so the layout is (state name, key group, key). Values are kept as
+//! Rust values, not bytes: reads and writes cost a hash lookup and no
+//! serialization; serialization happens only in a snapshot's asynchronous
+//! part. Restored bytes of a state wait, still serialized, until a descriptor
+//! registers that state and its fingerprint has been checked.
+//!
+//! [`TypedTable`]: super::table::TypedTable
+
+use super::descriptor::StateMeta;
+use super::error::StateError;
+use super::snapshot::{KeyGroupBytes, KeyGroupState, PendingBlob, Snapshot};
+use super::{FORMAT_VERSION, StateBackend, StateTable};
+use crate::time::{Clock, SystemClock};
+use floe_actors::element::Timestamp;
+use floe_actors::keygroup::{DEFAULT_MAX_PARALLELISM, key_group_range};
+use rustc_hash::FxHashMap;
+use std::any::TypeId;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Keyed state in memory, for the key groups of one subtask.
+///
+/// # Examples
+/// ```
+/// use floe::state::{HeapStateBackend, KeyScope, StateBackend, ValueStateDescriptor};
+///
+/// let mut backend = HeapStateBackend::<String>::new("counter", 128, 0..128);
+/// let desc = ValueStateDescriptor::<u64>::new("count");
+/// let key = "a".to_string();
+/// KeyScope::new(&mut backend, &key).value_state(&desc)?.update(3)?;
+/// let snapshot = backend.snapshot().serialize()?;
+///
+/// let mut restored = HeapStateBackend::<String>::new("counter", 128, 0..128);
+/// restored.restore(&snapshot)?;
+/// let v = KeyScope::new(&mut restored, &key).value_state(&desc)?.value()?;
+/// assert_eq!(v, Some(3));
+/// # Ok::<(), floe::state::StateError>(())
+/// ```
+pub struct HeapStateBackend<K> {
+    operator: String,
+    max_parallelism: u32,
+    range: Range<u32>,
+    clock: Arc<dyn Clock>,
+    tables: FxHashMap<String, Box<dyn StateTable<K>>>,
+    pending: FxHashMap<String, Vec<PendingBlob>>,
+}
+
+impl<K: Send + 'static> HeapStateBackend<K> {
+    /// A backend of `operator` owning the key groups `range` of
+    /// `max_parallelism`, with the system clock for TTL.
+    pub fn new(operator: impl Into<String>, max_parallelism: u32, range: Range<u32>) -> Self {
+        HeapStateBackend {
+            operator: operator.into(),
+            max_parallelism,
+            range,
+            clock: Arc::new(SystemClock),
+            tables: FxHashMap::default(),
+            pending: FxHashMap::default(),
+        }
+    }
+
+    /// The backend of subtask `subtask` of `parallelism`.
+    pub fn for_subtask(
+        operator: impl Into<String>,
+        max_parallelism: u32,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Self {
+        let range = key_group_range(subtask, max_parallelism, parallelism.max(1));
+        Self::new(operator, max_parallelism, range)
+    }
+
+    /// A single-subtask backend owning all [`DEFAULT_MAX_PARALLELISM`] groups.
+    pub fn single(operator: impl Into<String>) -> Self {
+        Self::new(
+            operator,
+            DEFAULT_MAX_PARALLELISM,
+            0..DEFAULT_MAX_PARALLELISM,
+        )
+    }
+
+    /// Uses `clock` for TTL (a [`ManualClock`](crate::time::ManualClock) in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn mismatch(&self, meta: &StateMeta, found: &str) -> StateError {
+        StateError::SchemaMismatch {
+            operator: self.operator.clone(),
+            state: meta.name.clone(),
+            expected: meta.type_desc.clone(),
+            found: found.to_string(),
+        }
+    }
+}
+
+impl<K: Send + 'static> StateBackend<K> for HeapStateBackend<K> {
+    fn operator(&self) -> &str {
+        &self.operator
+    }
+
+    fn max_parallelism(&self) -> u32 {
+        self.max_parallelism
+    }
+
+    fn key_group_range(&self) -> Range<u32> {
+        self.range.clone()
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now_ms()
+    }
+
+    fn entries(&self, state: &str) -> usize {
+        self.tables.get(state).map_or(0, |t| t.len())
+    }
+
+    fn table(
+        &mut self,
+        meta: &StateMeta,
+        table_type: TypeId,
+        create: &mut dyn FnMut(&str) -> Box<dyn StateTable<K>>,
+    ) -> Result<&mut dyn StateTable<K>, StateError> {
+        if let Some(t) = self.tables.get(&meta.name) {
+            if t.meta().fingerprint != meta.fingerprint || t.table_type() != table_type {
+                return Err(self.mismatch(meta, &t.meta().type_desc));
+            }
+        } else {
+            let mut table = create(&self.operator);
+            if table.table_type() != table_type {
+                return Err(self.mismatch(meta, "another Rust type"));
+            }
+            if let Some(blobs) = self.pending.get(&meta.name) {
+                if let Some(b) = blobs.iter().find(|b| b.fingerprint != meta.fingerprint) {
+                    return Err(self.mismatch(meta, &b.type_desc));
+                }
+                for b in blobs {
+                    table.restore_group(b.key_group, &b.data)?;
+                }
+                self.pending.remove(&meta.name);
+            }
+            self.tables.insert(meta.name.clone(), table);
+        }
+        let operator = &self.operator;
+        match self.tables.get_mut(&meta.name) {
+            Some(t) => Ok(t.as_mut()),
+            None => Err(StateError::SchemaMismatch {
+                operator: operator.clone(),
+                state: meta.name.clone(),
+                expected: meta.type_desc.clone(),
+                found: "nothing".into(),
+            }),
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut states: Vec<_> = self.tables.values().map(|t| t.capture()).collect();
+        // A deterministic order of states within a key group's bytes.
+        states.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+        let mut pending: Vec<(String, PendingBlob)> = self
+            .pending
+            .iter()
+            .flat_map(|(name, blobs)| blobs.iter().map(|b| (name.clone(), b.clone())))
+            .collect();
+        pending.sort_by(|a, b| a.0.cmp(&b.0));
+        Snapshot {
+            operator: self.operator.clone(),
+            key_groups: self.range.clone(),
+            states,
+            pending,
+        }
+    }
+
+    fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
+        // Decode and check everything before changing anything.
+        let mut decoded = Vec::with_capacity(groups.len());
+        for g in groups {
+            if !self.range.contains(&g.key_group) {
+                return Err(StateError::KeyGroupOutOfRange {
+                    operator: self.operator.clone(),
+                    key_group: g.key_group,
+                    start: self.range.start,
+                    end: self.range.end,
+                });
+            }
+            let state: KeyGroupState =
+                postcard::from_bytes(&g.bytes).map_err(|e| StateError::Serde {
+                    operator: self.operator.clone(),
+                    state: String::new(),
+                    message: e.to_string(),
+                })?;
+            if state.version != FORMAT_VERSION {
+                return Err(StateError::FormatVersion {
+                    operator: self.operator.clone(),
+                    found: state.version,
+                    expected: FORMAT_VERSION,
+                });
+            }
+            for blob in &state.states {
+                if let Some(t) = self.tables.get(&blob.name)
+                    && t.meta().fingerprint != blob.fingerprint
+                {
+                    return Err(self.mismatch(t.meta(), &blob.type_desc));
+                }
+            }
+            decoded.push((g.key_group, state));
+        }
+        for t in self.tables.values_mut() {
+            t.clear_all();
+        }
+        self.pending.clear();
+        for (kg, state) in decoded {
+            for blob in state.states {
+                match self.tables.get_mut(&blob.name) {
+                    Some(t) => t.restore_group(kg, &blob.data)?,
+                    None => self
+                        .pending
+                        .entry(blob.name)
+                        .or_default()
+                        .push(PendingBlob {
+                            key_group: kg,
+                            type_desc: blob.type_desc,
+                            fingerprint: blob.fingerprint,
+                            data: blob.data.into(),
+                        }),
+                }
+            }
+        }
+        Ok(())
+    }
+}

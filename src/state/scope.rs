@@ -1,0 +1,115 @@
+//! [`KeyScope`]: the state of one key in a backend, the factory of handles.
+//!
+//! A process context builds a scope from its backend and current key; tests
+//! build one directly. Each handle method consumes the scope, so a handle
+//! borrows the backend until it is dropped.
+
+use super::table::TypedTable;
+use super::{
+    AggregatingState, AggregatingStateDescriptor, ListState, ListStateDescriptor, MapState,
+    MapStateDescriptor, ReducingState, ReducingStateDescriptor, StateBackend, StateDescriptor,
+    StateError, StateKey, StateValue, ValueState, ValueStateDescriptor,
+};
+use floe_actors::element::Timestamp;
+use floe_actors::keygroup::key_group;
+use std::any::TypeId;
+use std::hash::Hash;
+
+/// The state of one key in one backend.
+pub struct KeyScope<'s, K> {
+    backend: &'s mut dyn StateBackend<K>,
+    key: &'s K,
+}
+
+/// A typed table with the key's group and the time of the access.
+pub(crate) struct Bound<'s, K, S> {
+    pub table: &'s mut TypedTable<K, S>,
+    pub key: &'s K,
+    pub key_group: u32,
+    pub now: Timestamp,
+}
+
+impl<'s, K: StateKey> KeyScope<'s, K> {
+    /// The state of `key` in `backend`.
+    pub fn new(backend: &'s mut dyn StateBackend<K>, key: &'s K) -> Self {
+        KeyScope { backend, key }
+    }
+
+    fn bind<D: StateDescriptor>(self, desc: &D) -> Result<Bound<'s, K, D::Stored>, StateError> {
+        let meta = desc.meta();
+        let ttl = desc.ttl().cloned();
+        let range = self.backend.key_group_range();
+        let kg = key_group(self.key, self.backend.max_parallelism());
+        let now = self.backend.now();
+        let table = self.backend.table(
+            meta,
+            TypeId::of::<TypedTable<K, D::Stored>>(),
+            &mut |operator| {
+                Box::new(TypedTable::<K, D::Stored>::new(
+                    meta.clone(),
+                    operator,
+                    ttl.clone(),
+                    range.clone(),
+                ))
+            },
+        )?;
+        let table = table
+            .as_any_mut()
+            .downcast_mut::<TypedTable<K, D::Stored>>()
+            .ok_or_else(|| StateError::SchemaMismatch {
+                operator: String::new(),
+                state: meta.name.clone(),
+                expected: meta.type_desc.clone(),
+                found: "another Rust type".into(),
+            })?;
+        Ok(Bound {
+            table,
+            key: self.key,
+            key_group: kg,
+            now,
+        })
+    }
+
+    /// The key's [`ValueState`].
+    pub fn value_state<T: StateValue>(
+        self,
+        desc: &ValueStateDescriptor<T>,
+    ) -> Result<ValueState<'s, K, T>, StateError> {
+        Ok(ValueState::new(self.bind(desc)?))
+    }
+
+    /// The key's [`ListState`].
+    pub fn list_state<T: StateValue>(
+        self,
+        desc: &ListStateDescriptor<T>,
+    ) -> Result<ListState<'s, K, T>, StateError> {
+        Ok(ListState::new(self.bind(desc)?))
+    }
+
+    /// The key's [`MapState`].
+    pub fn map_state<UK: StateValue + Hash + Eq, UV: StateValue>(
+        self,
+        desc: &MapStateDescriptor<UK, UV>,
+    ) -> Result<MapState<'s, K, UK, UV>, StateError> {
+        Ok(MapState::new(self.bind(desc)?))
+    }
+
+    /// The key's [`ReducingState`].
+    pub fn reducing_state<T: StateValue>(
+        self,
+        desc: &'s ReducingStateDescriptor<T>,
+    ) -> Result<ReducingState<'s, K, T>, StateError> {
+        Ok(ReducingState::new(self.bind(desc)?, desc.reduce.as_ref()))
+    }
+
+    /// The key's [`AggregatingState`].
+    pub fn aggregating_state<IN: 'static, ACC: StateValue, OUT: 'static>(
+        self,
+        desc: &'s AggregatingStateDescriptor<IN, ACC, OUT>,
+    ) -> Result<AggregatingState<'s, K, IN, ACC, OUT>, StateError> {
+        Ok(AggregatingState::new(
+            self.bind(desc)?,
+            desc.function.as_ref(),
+        ))
+    }
+}

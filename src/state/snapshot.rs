@@ -1,0 +1,126 @@
+//! State snapshots: a cheap synchronous capture, then serialization per key
+//! group.
+//!
+//! [`StateBackend::snapshot`](super::StateBackend::snapshot) returns a
+//! [`Snapshot`] holding shared references to every state's key-group maps (no
+//! value is copied). [`Snapshot::serialize`], which may run on another thread
+//! while processing goes on, writes one [`KeyGroupBytes`] per key group of the
+//! subtask's range: a postcard-encoded [`KeyGroupState`] — the format version
+//! and, per state with entries in that group, its name, type description,
+//! fingerprint and its `(key, stamped value)` pairs, themselves postcard bytes.
+//! Because the unit is the key group, a later restore at another parallelism
+//! hands each subtask the groups of its new range.
+
+use super::FORMAT_VERSION;
+use super::descriptor::StateMeta;
+use super::error::StateError;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// One state's capture, serialized per key group in the asynchronous part.
+pub trait CapturedState: Send {
+    /// The state's identity.
+    fn meta(&self) -> &StateMeta;
+    /// The postcard bytes of the state's entries in `key_group`, or `None`
+    /// when it has none.
+    fn group_bytes(&self, key_group: u32) -> Result<Option<Vec<u8>>, StateError>;
+}
+
+/// The serialized state of one key group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGroupBytes {
+    /// The key group.
+    pub key_group: u32,
+    /// A postcard-encoded [`KeyGroupState`].
+    pub bytes: Vec<u8>,
+}
+
+/// What [`KeyGroupBytes::bytes`] decodes to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGroupState {
+    /// [`FORMAT_VERSION`] of the writer.
+    pub version: u32,
+    /// The states with entries in this key group.
+    pub states: Vec<StateBlob>,
+}
+
+/// One state's entries in one key group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateBlob {
+    /// The state's name.
+    pub name: String,
+    /// Its kind and types, e.g. `Value<u64>`.
+    pub type_desc: String,
+    /// Its fingerprint (see [`StateMeta`]).
+    pub fingerprint: u64,
+    /// postcard bytes of a sequence of `(key, Stamped<value>)`.
+    pub data: Vec<u8>,
+}
+
+/// Restored bytes of a state not registered since the restore; carried into
+/// later snapshots unchanged.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingBlob {
+    pub key_group: u32,
+    pub type_desc: String,
+    pub fingerprint: u64,
+    pub data: Arc<[u8]>,
+}
+
+/// The synchronous part of a snapshot; [`serialize`](Self::serialize) is the
+/// asynchronous part.
+pub struct Snapshot {
+    pub(crate) operator: String,
+    pub(crate) key_groups: Range<u32>,
+    pub(crate) states: Vec<Box<dyn CapturedState>>,
+    pub(crate) pending: Vec<(String, PendingBlob)>,
+}
+
+impl Snapshot {
+    /// The key groups this snapshot covers.
+    pub fn key_groups(&self) -> Range<u32> {
+        self.key_groups.clone()
+    }
+
+    /// Serializes the capture: one entry per key group of the range, in order.
+    pub fn serialize(self) -> Result<Vec<KeyGroupBytes>, StateError> {
+        let mut out = Vec::with_capacity(self.key_groups.len());
+        for kg in self.key_groups.clone() {
+            let mut states = Vec::new();
+            for s in &self.states {
+                if let Some(data) = s.group_bytes(kg)? {
+                    let meta = s.meta();
+                    states.push(StateBlob {
+                        name: meta.name.clone(),
+                        type_desc: meta.type_desc.clone(),
+                        fingerprint: meta.fingerprint,
+                        data,
+                    });
+                }
+            }
+            for (name, p) in self.pending.iter().filter(|(_, p)| p.key_group == kg) {
+                states.push(StateBlob {
+                    name: name.clone(),
+                    type_desc: p.type_desc.clone(),
+                    fingerprint: p.fingerprint,
+                    data: p.data.to_vec(),
+                });
+            }
+            let state = KeyGroupState {
+                version: FORMAT_VERSION,
+                states,
+            };
+            let bytes = postcard::to_allocvec(&state).map_err(|e| StateError::Serde {
+                operator: self.operator.clone(),
+                state: String::new(),
+                message: e.to_string(),
+            })?;
+            out.push(KeyGroupBytes {
+                key_group: kg,
+                bytes,
+            });
+        }
+        Ok(out)
+    }
+}
