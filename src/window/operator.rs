@@ -42,6 +42,37 @@ impl<T> Clone for WindowSpec<T> {
     }
 }
 
+impl<T> WindowSpec<T> {
+    /// The event timestamp of a record entering an event-time window.
+    pub(crate) fn event_time(timestamp: Option<Timestamp>) -> Result<Timestamp> {
+        timestamp.ok_or_else(|| {
+            Error::User(
+                "record without timestamp reached an event-time window; \
+                 call assign_timestamps_and_watermarks first"
+                    .into(),
+            )
+        })
+    }
+
+    /// Sends a record no window accepted to the late output, when it is late
+    /// (`timestamp + allowed_lateness <= watermark`) and a late output is set.
+    pub(crate) fn route_late<OUT>(
+        &self,
+        value: T,
+        ts: Timestamp,
+        watermark: Timestamp,
+        out: &mut Output<'_, OUT>,
+    ) where
+        T: 'static,
+    {
+        if ts.saturating_add(self.allowed_lateness) <= watermark
+            && let Some(tag) = &self.late_tag
+        {
+            out.side(tag, value, Some(ts));
+        }
+    }
+}
+
 fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
@@ -338,19 +369,9 @@ where
 {
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         for r in batch {
-            let ts = r.timestamp.ok_or_else(|| {
-                Error::User(
-                    "record without timestamp reached an event-time window; \
-                     call assign_timestamps_and_watermarks first"
-                        .into(),
-                )
-            })?;
-            let live = self.element(&r.value, ts, out)?;
-            if !live
-                && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
-                && let Some(tag) = &self.spec.late_tag
-            {
-                out.side(tag, r.value, Some(ts));
+            let ts = WindowSpec::<T>::event_time(r.timestamp)?;
+            if !self.element(&r.value, ts, out)? {
+                self.spec.route_late(r.value, ts, self.watermark, out);
             }
         }
         Ok(())

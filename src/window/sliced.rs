@@ -264,19 +264,9 @@ where
 {
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         for r in batch {
-            let ts = r.timestamp.ok_or_else(|| {
-                Error::User(
-                    "record without timestamp reached an event-time window; \
-                     call assign_timestamps_and_watermarks first"
-                        .into(),
-                )
-            })?;
-            let live = self.element(&r.value, ts, out);
-            if !live
-                && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
-                && let Some(tag) = &self.spec.late_tag
-            {
-                out.side(tag, r.value, Some(ts));
+            let ts = WindowSpec::<T>::event_time(r.timestamp)?;
+            if !self.element(&r.value, ts, out) {
+                self.spec.route_late(r.value, ts, self.watermark, out);
             }
         }
         Ok(())

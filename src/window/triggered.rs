@@ -11,9 +11,9 @@ use super::assigner::{TimeWindow, WindowAssigner};
 use super::function::{AggregateFunction, WindowFunction};
 use super::operator::WindowSpec;
 use super::trigger::{Evictor, TimerRequest, Trigger, TriggerContext, TriggerResult, TriggerState};
+use crate::Result;
 use crate::operators::keyed::KeyFn;
 use crate::operators::{Operator, Output};
-use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -268,22 +268,11 @@ where
         for r in batch {
             let ts = match (r.timestamp, self.global()) {
                 _ if self.processing() => (self.clock)(),
-                (Some(ts), _) => ts,
                 (None, true) => MIN_WATERMARK,
-                (None, false) => {
-                    return Err(Error::User(
-                        "record without timestamp reached an event-time window; \
-                         call assign_timestamps_and_watermarks first"
-                            .into(),
-                    ));
-                }
+                (ts, _) => WindowSpec::<T>::event_time(ts)?,
             };
-            let live = self.element(&r.value, ts, out);
-            if !live
-                && ts.saturating_add(self.spec.allowed_lateness) <= self.watermark
-                && let Some(tag) = &self.spec.late_tag
-            {
-                out.side(tag, r.value, Some(ts));
+            if !self.element(&r.value, ts, out) {
+                self.spec.route_late(r.value, ts, self.watermark, out);
             }
         }
         Ok(())
