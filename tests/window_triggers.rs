@@ -299,3 +299,26 @@ fn processing_time_windows_fire_when_the_clock_passes_their_end() {
     let want: Vec<(u32, i64, i64)> = want.into_iter().map(|(k, s)| (k, 1_000, s)).collect();
     assert_eq!(sorted(got), sorted(want));
 }
+
+#[test]
+fn zero_count_windows_are_rejected() {
+    for sliding in [false, true] {
+        let env = StreamExecutionEnvironment::new();
+        let keyed = env.from_collection(events(10, 2, 15)).key_by(|e: &Ev| e.0);
+        let windowed = if sliding {
+            keyed.count_window_sliding(0, 1)
+        } else {
+            keyed.count_window(0)
+        };
+        let _ = windowed
+            .aggregate_with(
+                Sum,
+                |_: &u32, _: &TimeWindow, s: i64, out: &mut Vec<i64>| out.push(s),
+            )
+            .collect();
+        let err = env
+            .execute()
+            .expect_err("a zero count is a configuration error");
+        assert!(err.to_string().contains("at least 1"), "{err}");
+    }
+}

@@ -114,8 +114,21 @@ where
         K: Sync,
     {
         use crate::window::trigger::{CountTrigger, PurgingTrigger};
+        self.reject_zero(&[size], "count_window(size)");
         self.window(crate::window::WindowAssigner::global())
             .trigger(PurgingTrigger(CountTrigger(size)))
+    }
+
+    /// Records a configuration error (reported by `execute`) for zero counts.
+    fn reject_zero(&self, counts: &[u64], what: &str) {
+        if counts.contains(&0) {
+            self.stream
+                .env()
+                .inner
+                .borrow_mut()
+                .errors
+                .push(format!("{what} needs counts of at least 1"));
+        }
     }
 
     /// Sliding count windows: every `slide` records, the last `size` records of a key.
@@ -124,6 +137,7 @@ where
         K: Sync,
     {
         use crate::window::trigger::{CountEvictor, CountTrigger};
+        self.reject_zero(&[size, slide], "count_window_sliding(size, slide)");
         self.window(crate::window::WindowAssigner::global())
             .trigger(CountTrigger(slide))
             .evictor(CountEvictor(size as usize))
