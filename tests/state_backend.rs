@@ -1,5 +1,5 @@
 //! The keyed-state test suite, written once over the `StateBackend` trait and
-//! instantiated for every backend (only the heap backend exists so far).
+//! instantiated for every backend (heap and redb).
 //!
 //! Each primitive runs a seeded random sequence of operations over many keys
 //! and compares every read with an oracle kept in plain `HashMap`s. TTL tests
@@ -581,3 +581,28 @@ macro_rules! suite {
 suite!(heap, |clock: Arc<dyn Clock>, range: Range<u32>| {
     floe::state::HeapStateBackend::<String>::new("op", MAXP, range).with_clock(clock)
 });
+
+suite!(redb, |clock: Arc<dyn Clock>, range: Range<u32>| {
+    floe::state::RedbStateBackend::<String>::temp("op", MAXP, range)
+        .unwrap()
+        .with_clock(clock)
+});
+
+/// A snapshot of either backend restores into the other.
+#[test]
+fn snapshots_restore_across_backends() {
+    let heap = |range: Range<u32>| floe::state::HeapStateBackend::<String>::new("op", MAXP, range);
+    let redb = |range: Range<u32>| {
+        floe::state::RedbStateBackend::<String>::temp("op", MAXP, range).unwrap()
+    };
+    let mut h = heap(0..MAXP);
+    let oracle = fill(&mut h, 8);
+    let bytes = h.snapshot().serialize().unwrap();
+    let mut r = redb(0..MAXP);
+    r.restore(&bytes).unwrap();
+    check(&mut r, &oracle);
+    let back = r.snapshot().serialize().unwrap();
+    let mut h2 = heap(0..MAXP);
+    h2.restore(&back).unwrap();
+    check(&mut h2, &oracle);
+}

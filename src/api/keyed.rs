@@ -4,7 +4,7 @@ use super::datastream::DataStream;
 use crate::operators::keyed::{
     KeyFn, KeyedProcessFunction, KeyedProcessOp, Numeric, Rolling, RollingOp,
 };
-use crate::state::HeapStateBackend;
+use crate::state::{HeapStateBackend, RedbStateBackend, StateBackendKind, StateKey};
 use crate::time::{Clock, SystemClock};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -196,18 +196,89 @@ where
         C: Clock + 'static,
         K: Sync,
     {
+        self.process_with(function, Arc::new(clock), StateBackendKind::Heap)
+    }
+
+    /// Like [`process`](Self::process), with keyed state in the backend
+    /// `kind` (the default of `process` is [`StateBackendKind::Heap`]).
+    ///
+    /// With [`StateBackendKind::Redb`], each subtask creates its database
+    /// file when the job starts; a file that cannot be created fails that
+    /// subtask (a panic naming the file).
+    ///
+    /// # Examples
+    /// ```
+    /// use floe::operators::process::ProcessContext;
+    /// use floe::state::{StateBackendKind, ValueStateDescriptor};
+    ///
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let count = ValueStateDescriptor::<u64>::new("count");
+    /// let out = env
+    ///     .from_collection(vec![1i64, 2, 1])
+    ///     .key_by(|x| *x)
+    ///     .process_with_backend(
+    ///         move |x: i64, ctx: &mut ProcessContext<'_, '_, (i64, u64), i64>| {
+    ///             let mut s = ctx.value_state(&count)?;
+    ///             let n = s.value()?.unwrap_or(0) + 1;
+    ///             s.update(n)?;
+    ///             ctx.collect((x, n));
+    ///             Ok(())
+    ///         },
+    ///         StateBackendKind::Redb { dir: None },
+    ///     )
+    ///     .collect();
+    /// env.execute().unwrap();
+    /// let mut got = out.take();
+    /// got.sort();
+    /// assert_eq!(got, vec![(1, 1), (1, 2), (2, 1)]);
+    /// ```
+    pub fn process_with_backend<U, P>(&self, function: P, kind: StateBackendKind) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        P: KeyedProcessFunction<K, T, U> + Clone + Sync,
+        K: Sync + StateKey,
+    {
+        self.process_with(function, Arc::new(SystemClock), kind)
+    }
+
+    fn process_with<U, P>(
+        &self,
+        function: P,
+        clock: Arc<dyn Clock>,
+        kind: StateBackendKind,
+    ) -> DataStream<U>
+    where
+        U: Clone + Send + 'static,
+        P: KeyedProcessFunction<K, T, U> + Clone + Sync,
+        K: Sync,
+    {
         let key = self.key.clone();
-        let clock: Arc<dyn Clock> = Arc::new(clock);
         self.stream.transform("Keyed Process", move |view| {
-            let backend = HeapStateBackend::for_subtask(
-                format!("Keyed Process[{}]", view.subtask),
-                view.max_parallelism,
-                view.subtask as u32,
-                view.parallelism as u32,
-            )
-            .with_clock(clock.clone());
-            KeyedProcessOp::with_clock(key.clone(), function.clone(), clock.clone())
-                .with_state_backend(backend)
+            let operator = format!("Keyed Process[{}]", view.subtask);
+            let op = KeyedProcessOp::with_clock(key.clone(), function.clone(), clock.clone());
+            match &kind {
+                StateBackendKind::Heap => op.with_state_backend(
+                    HeapStateBackend::for_subtask(
+                        operator,
+                        view.max_parallelism,
+                        view.subtask as u32,
+                        view.parallelism as u32,
+                    )
+                    .with_clock(clock.clone()),
+                ),
+                StateBackendKind::Redb { dir } => {
+                    let backend = RedbStateBackend::for_subtask(
+                        operator,
+                        view.max_parallelism,
+                        view.subtask as u32,
+                        view.parallelism as u32,
+                        dir.as_deref(),
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .with_clock(clock.clone());
+                    op.with_state_backend(backend)
+                }
+            }
         })
     }
 }

@@ -120,6 +120,14 @@ pub struct WordcountArgs {
     /// Write `word,count` lines here instead of stdout.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Count with a keyed process function holding a `ValueState<u64>` per
+    /// word in this state backend (default: the built-in keyed sum).
+    #[arg(long, value_enum)]
+    pub state: Option<wordcount::StateArg>,
+    /// Directory of the redb state files (with `--state redb`; default: the
+    /// system's temp directory).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// Metrics endpoint.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,

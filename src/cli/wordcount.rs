@@ -3,15 +3,53 @@
 //! The keyed sum emits an updated count per record, as Flink's does; a sink
 //! chained behind it keeps the latest count per word, and the CLI prints those
 //! once the job has finished.
+//!
+//! With `--state heap|redb` the sum is a keyed process function instead,
+//! holding the count of each word in a `ValueState<u64>` of the chosen state
+//! backend and emitting the updated count per record, like the sum.
 
 use super::WordcountArgs;
 use super::progress::Progress;
+use floe::operators::process::ProcessContext;
 use floe::operators::sink::SinkFunction;
+use floe::state::{StateBackendKind, ValueStateDescriptor};
 use floe::text::{WordGenerator, for_each_word};
 use floe::{Record, StreamExecutionEnvironment};
 use rustc_hash::FxHashMap;
 use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex};
+
+/// The state backend of `--state`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateArg {
+    /// Keyed state in memory.
+    Heap,
+    /// Keyed state in a redb database file per subtask.
+    Redb,
+}
+
+/// The backend `--state`/`--state-dir` ask for, after checking that the
+/// state directory is writable.
+fn state_backend(args: &WordcountArgs) -> floe::Result<Option<StateBackendKind>> {
+    match (args.state, &args.state_dir) {
+        (None, None) => Ok(None),
+        (None | Some(StateArg::Heap), Some(_)) => {
+            Err(floe::Error::Config("--state-dir needs --state redb".into()))
+        }
+        (Some(StateArg::Heap), None) => Ok(Some(StateBackendKind::Heap)),
+        (Some(StateArg::Redb), dir) => {
+            if let Some(dir) = dir {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| floe::Error::io("cannot create state directory", dir, e))?;
+                let probe = dir.join(format!(".floe-probe-{}", std::process::id()));
+                std::fs::File::create(&probe)
+                    .map_err(|e| floe::Error::io("cannot write state directory", dir, e))?;
+                let _ = std::fs::remove_file(&probe);
+            }
+            Ok(Some(StateBackendKind::Redb { dir: dir.clone() }))
+        }
+    }
+}
 
 /// A word of up to 23 bytes stored inline, so a lookup compares 24 bytes in
 /// place instead of chasing a pointer to the stored key.
@@ -104,6 +142,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             "--batch-size must be at least 1".into(),
         ));
     }
+    let state = state_backend(args)?;
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     env.set_batch_size(args.batch_size);
@@ -131,9 +170,24 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         }
     };
     let done = Arc::new(Mutex::new(Vec::new()));
-    words
-        .key_by_field(|t: &(String, u64)| &t.0)
-        .sum(|t: &mut (String, u64)| &mut t.1)
+    let keyed = words.key_by_field(|t: &(String, u64)| &t.0);
+    let (counts, counter) = match state {
+        None => (keyed.sum(|t: &mut (String, u64)| &mut t.1), "Keyed Sum"),
+        Some(kind) => {
+            let count = ValueStateDescriptor::<u64>::new("count");
+            let function = move |(word, n): (String, u64),
+                                 ctx: &mut ProcessContext<'_, '_, (String, u64), String>|
+                  -> floe::Result<()> {
+                let mut state = ctx.value_state(&count)?;
+                let total = state.value()?.unwrap_or(0) + n;
+                state.update(total)?;
+                ctx.collect((word, total));
+                Ok(())
+            };
+            (keyed.process_with_backend(function, kind), "Keyed Process")
+        }
+    };
+    counts
         .add_sink(FinalCounts {
             counts: Counts::default(),
             done: done.clone(),
@@ -146,10 +200,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         let _progress = Progress::start(&handle, source_name, total);
         futures::executor::block_on(handle.wait())?
     };
-    let records = result
-        .operator("Keyed Sum")
-        .map(|o| o.records_in)
-        .unwrap_or(0);
+    let records = result.operator(counter).map(|o| o.records_in).unwrap_or(0);
 
     let maps = std::mem::take(
         &mut *done

@@ -297,7 +297,7 @@ pub struct KeyedProcessOp<T, K, P> {
     function: P,
     watermark: Timestamp,
     timers: TimerService<K>,
-    state: HeapStateBackend<K>,
+    state: Box<dyn StateBackend<K>>,
 }
 
 impl<T, K: Send + 'static, P> KeyedProcessOp<T, K, P> {
@@ -316,19 +316,19 @@ impl<T, K: Send + 'static, P> KeyedProcessOp<T, K, P> {
             function,
             watermark: MIN_WATERMARK,
             timers: TimerService::new(clock.clone()),
-            state: HeapStateBackend::single("Keyed Process").with_clock(clock),
+            state: Box::new(HeapStateBackend::single("Keyed Process").with_clock(clock)),
         }
     }
 
     /// Uses `backend` for keyed state (it should own this subtask's key groups).
-    pub fn with_state_backend(mut self, backend: HeapStateBackend<K>) -> Self {
-        self.state = backend;
+    pub fn with_state_backend(mut self, backend: impl StateBackend<K> + 'static) -> Self {
+        self.state = Box::new(backend);
         self
     }
 
     /// The keyed state, for snapshots and restores.
-    pub fn state_backend_mut(&mut self) -> &mut HeapStateBackend<K> {
-        &mut self.state
+    pub fn state_backend_mut(&mut self) -> &mut dyn StateBackend<K> {
+        self.state.as_mut()
     }
 }
 
@@ -356,7 +356,7 @@ where
             key: Some(&key),
             timers: Some(&mut self.timers),
             timer_misuse: false,
-            state: Some(&mut self.state as &mut dyn StateBackend<K>),
+            state: Some(self.state.as_mut()),
         };
         let mut ctx = OnTimerContext {
             inner,
@@ -417,7 +417,7 @@ where
                 key: Some(&key),
                 timers: Some(&mut self.timers),
                 timer_misuse: false,
-                state: Some(&mut self.state as &mut dyn StateBackend<K>),
+                state: Some(self.state.as_mut()),
             };
             self.function.process_element(r.value, &mut ctx)?;
         }

@@ -63,4 +63,12 @@ pub enum StateError {
         /// The version this build writes.
         expected: u32,
     },
+    /// The storage of a backend (the redb database file) failed.
+    #[error("operator '{operator}': state storage: {message}")]
+    Storage {
+        /// The operator owning the state.
+        operator: String,
+        /// What failed.
+        message: String,
+    },
 }

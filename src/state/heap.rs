@@ -158,8 +158,8 @@ impl<K: Send + 'static> StateBackend<K> for HeapStateBackend<K> {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
-        let mut states: Vec<_> = self.tables.values().map(|t| t.capture()).collect();
+    fn snapshot(&mut self) -> Snapshot {
+        let mut states: Vec<_> = self.tables.values_mut().map(|t| t.capture()).collect();
         // A deterministic order of states within a key group's bytes.
         states.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
         let mut pending: Vec<(String, PendingBlob)> = self

@@ -14,7 +14,8 @@
 //!    `floe_actors::keygroup::key_group(key, max_parallelism)`; a subtask owns a
 //!    contiguous range of key groups and a backend stores state per key group.
 //! 4. **Backends** implement [`StateBackend`]; [`HeapStateBackend`] keeps
-//!    everything in memory. [`StateBackend::snapshot`] captures copy-on-write
+//!    everything in memory; [`RedbStateBackend`] keeps it in an embedded
+//!    redb database file per subtask. [`StateBackend::snapshot`] captures copy-on-write
 //!    references synchronously; [`Snapshot::serialize`] writes postcard bytes
 //!    per key group; [`StateBackend::restore`] reads them back.
 //! 5. **Schema safety**: each state records a fingerprint of its kind, types
@@ -30,6 +31,7 @@ mod error;
 mod heap;
 mod list;
 mod map;
+mod redb;
 mod reducing;
 mod scope;
 mod snapshot;
@@ -46,6 +48,7 @@ pub use error::StateError;
 pub use heap::HeapStateBackend;
 pub use list::ListState;
 pub use map::MapState;
+pub use redb::{RedbStateBackend, RedbStore};
 pub use reducing::ReducingState;
 pub use scope::KeyScope;
 pub use snapshot::{CapturedState, KeyGroupBytes, KeyGroupState, Snapshot, StateBlob};
@@ -63,6 +66,22 @@ use std::ops::Range;
 /// The version of the snapshot format and of the fingerprints; part of every
 /// fingerprint, so a format change is also a schema change.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// Which backend holds the keyed state of a keyed process function; see
+/// [`KeyedStream::process_with_backend`](crate::api::keyed::KeyedStream::process_with_backend).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StateBackendKind {
+    /// [`HeapStateBackend`]: in memory (the default).
+    #[default]
+    Heap,
+    /// [`RedbStateBackend`]: a redb database file per subtask, in `dir` as
+    /// `<operator>-<subtask>.redb`, or in the system's temp directory when
+    /// `dir` is `None`.
+    Redb {
+        /// Where the database files go.
+        dir: Option<std::path::PathBuf>,
+    },
+}
 
 /// What a state value must be: serde-serializable, cloneable (copy-on-write
 /// snapshots) and shareable with the thread that serializes a snapshot.
@@ -82,11 +101,15 @@ pub trait StateTable<K>: Send {
     /// For downcasting to the concrete table.
     fn as_any_mut(&mut self) -> &mut dyn Any;
     /// The synchronous part of a snapshot of this state.
-    fn capture(&self) -> Box<dyn CapturedState>;
+    fn capture(&mut self) -> Box<dyn CapturedState>;
     /// Replaces the state of one key group with restored bytes.
     fn restore_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
     /// Drops every entry.
     fn clear_all(&mut self);
+    /// Writes buffered changes to the backend's storage (a no-op in memory).
+    fn flush(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
     /// The number of keys with a value (expired ones not yet removed included).
     fn len(&self) -> usize;
     /// Whether no key has a value.
@@ -122,9 +145,14 @@ pub trait StateBackend<K>: Send {
         create: &mut dyn FnMut(&str) -> Box<dyn StateTable<K>>,
     ) -> Result<&mut dyn StateTable<K>, StateError>;
     /// The synchronous part of a snapshot: cheap, copies no values.
-    fn snapshot(&self) -> Snapshot;
+    fn snapshot(&mut self) -> Snapshot;
     /// Replaces all state with the serialized key groups (each must be in
     /// this backend's range); states restored but not registered yet are
     /// checked when their descriptor is first used.
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError>;
+    /// The redb database holding this backend's tables, if it is a
+    /// [`RedbStateBackend`]; `None` (the default) means heap tables.
+    fn redb_store(&self) -> Option<std::sync::Arc<RedbStore>> {
+        None
+    }
 }

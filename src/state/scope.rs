@@ -4,7 +4,8 @@
 //! build one directly. Each handle method consumes the scope, so a handle
 //! borrows the backend until it is dropped.
 
-use super::table::TypedTable;
+use super::redb::RedbTable;
+use super::table::{KeyedTable, TypedTable};
 use super::{
     AggregatingState, AggregatingStateDescriptor, ListState, ListStateDescriptor, MapState,
     MapStateDescriptor, ReducingState, ReducingStateDescriptor, StateBackend, StateDescriptor,
@@ -23,7 +24,7 @@ pub struct KeyScope<'s, K> {
 
 /// A typed table with the key's group and the time of the access.
 pub(crate) struct Bound<'s, K, S> {
-    pub table: &'s mut TypedTable<K, S>,
+    pub table: &'s mut dyn KeyedTable<K, S>,
     pub key: &'s K,
     pub key_group: u32,
     pub now: Timestamp,
@@ -41,27 +42,41 @@ impl<'s, K: StateKey> KeyScope<'s, K> {
         let range = self.backend.key_group_range();
         let kg = key_group(self.key, self.backend.max_parallelism());
         let now = self.backend.now();
-        let table = self.backend.table(
-            meta,
-            TypeId::of::<TypedTable<K, D::Stored>>(),
-            &mut |operator| {
-                Box::new(TypedTable::<K, D::Stored>::new(
+        let store = self.backend.redb_store();
+        let table_type = match store {
+            None => TypeId::of::<TypedTable<K, D::Stored>>(),
+            Some(_) => TypeId::of::<RedbTable<K, D::Stored>>(),
+        };
+        let table = self
+            .backend
+            .table(meta, table_type, &mut |operator| match &store {
+                None => Box::new(TypedTable::<K, D::Stored>::new(
                     meta.clone(),
                     operator,
                     ttl.clone(),
                     range.clone(),
-                ))
-            },
-        )?;
-        let table = table
-            .as_any_mut()
-            .downcast_mut::<TypedTable<K, D::Stored>>()
-            .ok_or_else(|| StateError::SchemaMismatch {
-                operator: String::new(),
-                state: meta.name.clone(),
-                expected: meta.type_desc.clone(),
-                found: "another Rust type".into(),
+                )),
+                Some(store) => Box::new(RedbTable::<K, D::Stored>::new(
+                    meta.clone(),
+                    operator,
+                    ttl.clone(),
+                    range.clone(),
+                    store.clone(),
+                )),
             })?;
+        let any = table.as_any_mut();
+        let table: &mut dyn KeyedTable<K, D::Stored> = if any.is::<TypedTable<K, D::Stored>>() {
+            any.downcast_mut::<TypedTable<K, D::Stored>>()
+                .expect("checked")
+        } else {
+            any.downcast_mut::<RedbTable<K, D::Stored>>()
+                .ok_or_else(|| StateError::SchemaMismatch {
+                    operator: String::new(),
+                    state: meta.name.clone(),
+                    expected: meta.type_desc.clone(),
+                    found: "another Rust type".into(),
+                })?
+        };
         Ok(Bound {
             table,
             key: self.key,

@@ -201,6 +201,44 @@ impl<K: StateKey, S: StateValue> TypedTable<K, S> {
     }
 }
 
+/// The per-key operations the state handles use, implemented by every
+/// backend's typed table.
+pub(crate) trait KeyedTable<K, S> {
+    /// See [`TypedTable::get`].
+    fn get(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<&S>, StateError>;
+    /// See [`TypedTable::get_mut`].
+    fn get_mut(
+        &mut self,
+        key_group: u32,
+        key: &K,
+        now: Timestamp,
+    ) -> Result<Option<&mut S>, StateError>;
+    /// See [`TypedTable::put`].
+    fn put(&mut self, key_group: u32, key: &K, value: S, now: Timestamp) -> Result<(), StateError>;
+    /// See [`TypedTable::take`].
+    fn take(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<S>, StateError>;
+}
+
+impl<K: StateKey, S: StateValue> KeyedTable<K, S> for TypedTable<K, S> {
+    fn get(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<&S>, StateError> {
+        TypedTable::get(self, key_group, key, now)
+    }
+    fn get_mut(
+        &mut self,
+        key_group: u32,
+        key: &K,
+        now: Timestamp,
+    ) -> Result<Option<&mut S>, StateError> {
+        TypedTable::get_mut(self, key_group, key, now)
+    }
+    fn put(&mut self, key_group: u32, key: &K, value: S, now: Timestamp) -> Result<(), StateError> {
+        TypedTable::put(self, key_group, key, value, now)
+    }
+    fn take(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<S>, StateError> {
+        TypedTable::take(self, key_group, key, now)
+    }
+}
+
 /// The synchronous capture of a table: the key-group maps, shared.
 struct Captured<K, S> {
     meta: StateMeta,
@@ -248,7 +286,7 @@ impl<K: StateKey, S: StateValue> StateTable<K> for TypedTable<K, S> {
         self
     }
 
-    fn capture(&self) -> Box<dyn super::snapshot::CapturedState> {
+    fn capture(&mut self) -> Box<dyn super::snapshot::CapturedState> {
         Box::new(Captured {
             meta: self.meta.clone(),
             operator: self.operator.clone(),
