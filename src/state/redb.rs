@@ -25,10 +25,13 @@
 
 use super::descriptor::StateMeta;
 use super::error::StateError;
-use super::snapshot::{CapturedState, KeyGroupBytes, KeyGroupState, PendingBlob, Snapshot};
+use super::snapshot::{
+    CapturedState, KeyGroupBytes, PendingBlob, Snapshot, restore_into, schema_mismatch,
+    sorted_pending,
+};
 use super::table::{KeyedTable, Stamped};
 use super::ttl::{StateTtlConfig, TtlUpdateType};
-use super::{FORMAT_VERSION, StateBackend, StateKey, StateTable, StateValue};
+use super::{StateBackend, StateKey, StateTable, StateValue};
 use crate::time::{Clock, SystemClock};
 use floe_actors::element::Timestamp;
 use floe_actors::keygroup::key_group_range;
@@ -594,12 +597,7 @@ impl<K: Send + 'static> RedbStateBackend<K> {
     }
 
     fn mismatch(&self, meta: &StateMeta, found: &str) -> StateError {
-        StateError::SchemaMismatch {
-            operator: self.operator.clone(),
-            state: meta.name.clone(),
-            expected: meta.type_desc.clone(),
-            found: found.to_string(),
-        }
+        schema_mismatch(&self.operator, meta, found)
     }
 }
 
@@ -690,75 +688,21 @@ impl<K: Send + 'static> StateBackend<K> for RedbStateBackend<K> {
             })
             .collect();
         states.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
-        let mut pending: Vec<(String, PendingBlob)> = self
-            .pending
-            .iter()
-            .flat_map(|(name, blobs)| blobs.iter().map(|b| (name.clone(), b.clone())))
-            .collect();
-        pending.sort_by(|a, b| a.0.cmp(&b.0));
         Snapshot {
             operator: self.operator.clone(),
             key_groups: self.range.clone(),
             states,
-            pending,
+            pending: sorted_pending(&self.pending),
         }
     }
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
-        // Decode and check everything before changing anything.
-        let mut decoded = Vec::with_capacity(groups.len());
-        for g in groups {
-            if !self.range.contains(&g.key_group) {
-                return Err(StateError::KeyGroupOutOfRange {
-                    operator: self.operator.clone(),
-                    key_group: g.key_group,
-                    start: self.range.start,
-                    end: self.range.end,
-                });
-            }
-            let state: KeyGroupState =
-                postcard::from_bytes(&g.bytes).map_err(|e| StateError::Serde {
-                    operator: self.operator.clone(),
-                    state: String::new(),
-                    message: e.to_string(),
-                })?;
-            if state.version != FORMAT_VERSION {
-                return Err(StateError::FormatVersion {
-                    operator: self.operator.clone(),
-                    found: state.version,
-                    expected: FORMAT_VERSION,
-                });
-            }
-            for blob in &state.states {
-                if let Some(t) = self.tables.get(&blob.name)
-                    && t.meta().fingerprint != blob.fingerprint
-                {
-                    return Err(self.mismatch(t.meta(), &blob.type_desc));
-                }
-            }
-            decoded.push((g.key_group, state));
-        }
-        for t in self.tables.values_mut() {
-            t.clear_all();
-        }
-        self.pending.clear();
-        for (kg, state) in decoded {
-            for blob in state.states {
-                match self.tables.get_mut(&blob.name) {
-                    Some(t) => t.restore_group(kg, &blob.data)?,
-                    None => self
-                        .pending
-                        .entry(blob.name)
-                        .or_default()
-                        .push(PendingBlob {
-                            key_group: kg,
-                            type_desc: blob.type_desc,
-                            fingerprint: blob.fingerprint,
-                            data: blob.data.into(),
-                        }),
-                }
-            }
-        }
-        Ok(())
+        restore_into(
+            &self.operator,
+            &self.range,
+            &mut self.tables,
+            &mut self.pending,
+            groups,
+        )
     }
 }

@@ -124,3 +124,89 @@ impl Snapshot {
         Ok(out)
     }
 }
+
+/// Restored blobs of states not registered yet, by state name.
+pub(crate) type PendingBlobs = rustc_hash::FxHashMap<String, Vec<PendingBlob>>;
+
+/// The error for a state whose registered type differs from `found`.
+pub(crate) fn schema_mismatch(operator: &str, meta: &StateMeta, found: &str) -> StateError {
+    StateError::SchemaMismatch {
+        operator: operator.to_string(),
+        state: meta.name.clone(),
+        expected: meta.type_desc.clone(),
+        found: found.to_string(),
+    }
+}
+
+/// Pending blobs in a deterministic order (by state name).
+pub(crate) fn sorted_pending(pending: &PendingBlobs) -> Vec<(String, PendingBlob)> {
+    let mut all: Vec<(String, PendingBlob)> = pending
+        .iter()
+        .flat_map(|(name, blobs)| blobs.iter().map(|b| (name.clone(), b.clone())))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Decodes and checks every key group, then installs them into `tables`
+/// (states not registered yet wait in `pending`). Shared by every backend so
+/// that a snapshot restores the same way into each.
+pub(crate) fn restore_into<K>(
+    operator: &str,
+    range: &Range<u32>,
+    tables: &mut rustc_hash::FxHashMap<String, Box<dyn super::StateTable<K>>>,
+    pending: &mut PendingBlobs,
+    groups: &[KeyGroupBytes],
+) -> Result<(), StateError> {
+    // Decode and check everything before changing anything.
+    let mut decoded = Vec::with_capacity(groups.len());
+    for g in groups {
+        if !range.contains(&g.key_group) {
+            return Err(StateError::KeyGroupOutOfRange {
+                operator: operator.to_string(),
+                key_group: g.key_group,
+                start: range.start,
+                end: range.end,
+            });
+        }
+        let state: KeyGroupState =
+            postcard::from_bytes(&g.bytes).map_err(|e| StateError::Serde {
+                operator: operator.to_string(),
+                state: String::new(),
+                message: e.to_string(),
+            })?;
+        if state.version != FORMAT_VERSION {
+            return Err(StateError::FormatVersion {
+                operator: operator.to_string(),
+                found: state.version,
+                expected: FORMAT_VERSION,
+            });
+        }
+        for blob in &state.states {
+            if let Some(t) = tables.get(&blob.name)
+                && t.meta().fingerprint != blob.fingerprint
+            {
+                return Err(schema_mismatch(operator, t.meta(), &blob.type_desc));
+            }
+        }
+        decoded.push((g.key_group, state));
+    }
+    for t in tables.values_mut() {
+        t.clear_all();
+    }
+    pending.clear();
+    for (kg, state) in decoded {
+        for blob in state.states {
+            match tables.get_mut(&blob.name) {
+                Some(t) => t.restore_group(kg, &blob.data)?,
+                None => pending.entry(blob.name).or_default().push(PendingBlob {
+                    key_group: kg,
+                    type_desc: blob.type_desc,
+                    fingerprint: blob.fingerprint,
+                    data: blob.data.into(),
+                }),
+            }
+        }
+    }
+    Ok(())
+}
