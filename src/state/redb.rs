@@ -26,7 +26,7 @@
 use super::descriptor::StateMeta;
 use super::error::StateError;
 use super::snapshot::{
-    CapturedState, KeyGroupBytes, PendingBlob, Snapshot, restore_into, schema_mismatch,
+    CapturedState, KeyGroupBytes, PendingBlob, Snapshot, register_table, restore_into,
     sorted_pending,
 };
 use super::table::{KeyedTable, Stamped};
@@ -595,10 +595,6 @@ impl<K: Send + 'static> RedbStateBackend<K> {
     pub fn path(&self) -> &Path {
         self.store.path()
     }
-
-    fn mismatch(&self, meta: &StateMeta, found: &str) -> StateError {
-        schema_mismatch(&self.operator, meta, found)
-    }
 }
 
 impl<K: Send + 'static> StateBackend<K> for RedbStateBackend<K> {
@@ -632,36 +628,14 @@ impl<K: Send + 'static> StateBackend<K> for RedbStateBackend<K> {
         table_type: TypeId,
         create: &mut dyn FnMut(&str) -> Box<dyn StateTable<K>>,
     ) -> Result<&mut dyn StateTable<K>, StateError> {
-        if let Some(t) = self.tables.get(&meta.name) {
-            if t.meta().fingerprint != meta.fingerprint || t.table_type() != table_type {
-                return Err(self.mismatch(meta, &t.meta().type_desc));
-            }
-        } else {
-            let mut table = create(&self.operator);
-            if table.table_type() != table_type {
-                return Err(self.mismatch(meta, "another Rust type"));
-            }
-            if let Some(blobs) = self.pending.get(&meta.name) {
-                if let Some(b) = blobs.iter().find(|b| b.fingerprint != meta.fingerprint) {
-                    return Err(self.mismatch(meta, &b.type_desc));
-                }
-                for b in blobs {
-                    table.restore_group(b.key_group, &b.data)?;
-                }
-                self.pending.remove(&meta.name);
-            }
-            self.tables.insert(meta.name.clone(), table);
-        }
-        let operator = &self.operator;
-        match self.tables.get_mut(&meta.name) {
-            Some(t) => Ok(t.as_mut()),
-            None => Err(StateError::SchemaMismatch {
-                operator: operator.clone(),
-                state: meta.name.clone(),
-                expected: meta.type_desc.clone(),
-                found: "nothing".into(),
-            }),
-        }
+        register_table(
+            &self.operator,
+            &mut self.tables,
+            &mut self.pending,
+            meta,
+            table_type,
+            create,
+        )
     }
 
     fn snapshot(&mut self) -> Snapshot {

@@ -210,3 +210,45 @@ pub(crate) fn restore_into<K>(
     }
     Ok(())
 }
+
+/// The table of the state `meta`: the registered one after checking its type,
+/// or a new one from `create`, filled from restored blobs that waited for it.
+/// Shared by every backend so registration checks are the same everywhere.
+pub(crate) fn register_table<'t, K>(
+    operator: &str,
+    tables: &'t mut rustc_hash::FxHashMap<String, Box<dyn super::StateTable<K>>>,
+    pending: &mut PendingBlobs,
+    meta: &StateMeta,
+    table_type: std::any::TypeId,
+    create: &mut dyn FnMut(&str) -> Box<dyn super::StateTable<K>>,
+) -> Result<&'t mut dyn super::StateTable<K>, StateError> {
+    if let Some(t) = tables.get(&meta.name) {
+        if t.meta().fingerprint != meta.fingerprint || t.table_type() != table_type {
+            return Err(schema_mismatch(operator, meta, &t.meta().type_desc));
+        }
+    } else {
+        let mut table = create(operator);
+        if table.table_type() != table_type {
+            return Err(schema_mismatch(operator, meta, "another Rust type"));
+        }
+        if let Some(blobs) = pending.get(&meta.name) {
+            if let Some(b) = blobs.iter().find(|b| b.fingerprint != meta.fingerprint) {
+                return Err(schema_mismatch(operator, meta, &b.type_desc));
+            }
+            for b in blobs {
+                table.restore_group(b.key_group, &b.data)?;
+            }
+            pending.remove(&meta.name);
+        }
+        tables.insert(meta.name.clone(), table);
+    }
+    match tables.get_mut(&meta.name) {
+        Some(t) => Ok(t.as_mut()),
+        None => Err(StateError::SchemaMismatch {
+            operator: operator.to_string(),
+            state: meta.name.clone(),
+            expected: meta.type_desc.clone(),
+            found: "nothing".into(),
+        }),
+    }
+}
