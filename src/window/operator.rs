@@ -25,9 +25,9 @@ pub struct WindowSpec<T> {
     pub allowed_lateness: i64,
     /// Where late records go (dropped when `None`).
     pub late_tag: Option<OutputTag<T>>,
-    /// Share state between overlapping sliding windows: records are aggregated
-    /// into panes of `gcd(size, slide)` and a window's result merges its panes.
-    /// Off for whole-window functions, which see records in arrival order.
+    /// Compute tumbling and sliding windows over shared panes
+    /// (`sliced.rs`). Off for whole-window functions, which see records in
+    /// arrival order and so keep per-window state.
     pub panes: bool,
 }
 
@@ -43,6 +43,13 @@ impl<T> Clone for WindowSpec<T> {
 }
 
 impl<T> WindowSpec<T> {
+    /// True when `w` no longer takes records: `max_timestamp +
+    /// allowed_lateness <= watermark`.
+    #[inline]
+    pub(crate) fn is_late(&self, w: &TimeWindow, watermark: Timestamp) -> bool {
+        w.max_timestamp().saturating_add(self.allowed_lateness) <= watermark
+    }
+
     /// The event timestamp of a record entering an event-time window.
     pub(crate) fn event_time(timestamp: Option<Timestamp>) -> Result<Timestamp> {
         timestamp.ok_or_else(|| {
@@ -73,10 +80,6 @@ impl<T> WindowSpec<T> {
     }
 }
 
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
 /// Keyed event-time windows with an incremental aggregate and a window function.
 pub struct WindowOp<T, K, ACC, R, OUT, A> {
     key: KeyFn<T, K>,
@@ -88,8 +91,6 @@ pub struct WindowOp<T, K, ACC, R, OUT, A> {
     timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
-    /// Pane length when sliding windows share panes; state then holds panes.
-    pane: Option<i64>,
 }
 
 impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
@@ -100,14 +101,7 @@ impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
         agg: Arc<A>,
         window_fn: WindowFunction<K, R, OUT>,
     ) -> Self {
-        let pane = match spec.assigner {
-            WindowAssigner::Sliding { size, slide, .. } if spec.panes && size > slide => {
-                Some(gcd(size, slide))
-            }
-            _ => None,
-        };
         WindowOp {
-            pane,
             key,
             spec,
             agg,
@@ -130,7 +124,7 @@ where
     OUT: 'static,
 {
     fn is_late(&self, w: &TimeWindow) -> bool {
-        w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
+        self.spec.is_late(w, self.watermark)
     }
 
     fn register(&mut self, key: &K, w: TimeWindow) {
@@ -155,49 +149,19 @@ where
     }
 
     fn fire_if_present(&mut self, key: &K, w: TimeWindow, out: &mut Output<'_, OUT>) {
-        let result = match self.pane {
-            None => self
-                .state
-                .get(key)
-                .and_then(|ws| ws.iter().find(|(x, _)| *x == w))
-                .map(|(_, acc)| self.agg.get_result(acc)),
-            Some(_) => self.state.get(key).and_then(|panes| {
-                // Panes are kept sorted by start: merge those inside the window.
-                let mut merged: Option<ACC> = None;
-                for (p, acc) in panes
-                    .iter()
-                    .filter(|(p, _)| w.start <= p.start && p.end <= w.end)
-                {
-                    let _ = p;
-                    merged = Some(match merged.take() {
-                        None => acc.clone(),
-                        Some(m) => self.agg.merge(m, acc.clone()),
-                    });
-                }
-                merged.map(|m| self.agg.get_result(&m))
-            }),
-        };
+        let result = self
+            .state
+            .get(key)
+            .and_then(|ws| ws.iter().find(|(x, _)| *x == w))
+            .map(|(_, acc)| self.agg.get_result(acc));
         if let Some(r) = result {
             self.emit(key, w, r, out);
         }
     }
 
     fn purge(&mut self, key: &K, w: TimeWindow) {
-        let slide = match self.spec.assigner {
-            WindowAssigner::Sliding { slide, .. } => slide,
-            _ => 0,
-        };
-        let panes = self.pane.is_some();
         if let Some(ws) = self.state.get_mut(key) {
-            if panes {
-                // Drop the panes whose last window (the latest one containing
-                // them) ends no later than the window being cleaned up: those
-                // starting before the next window's start.
-                let keep_from = w.start + slide;
-                ws.retain(|(p, _)| p.start >= keep_from);
-            } else {
-                ws.retain(|(x, _)| *x != w);
-            }
+            ws.retain(|(x, _)| *x != w);
             if ws.is_empty() {
                 self.state.remove(key);
             }
@@ -208,9 +172,6 @@ where
         let key = self.key.with_key(value, K::clone);
         if self.spec.assigner.is_merging() {
             return self.merging_element(key, value, ts, out);
-        }
-        if let Some(pane) = self.pane {
-            return Ok(self.pane_element(key, value, ts, pane, out));
         }
         let mut windows = std::mem::take(&mut self.windows);
         windows.clear();
@@ -244,62 +205,6 @@ where
         }
         self.windows = windows;
         Ok(live)
-    }
-
-    fn pane_element(
-        &mut self,
-        key: K,
-        value: &T,
-        ts: Timestamp,
-        pane: i64,
-        out: &mut Output<'_, OUT>,
-    ) -> bool {
-        let mut windows = std::mem::take(&mut self.windows);
-        windows.clear();
-        self.spec.assigner.assign(value, ts, |w| windows.push(w));
-        windows.retain(|w| !self.is_late(w));
-        if windows.is_empty() {
-            self.windows = windows;
-            return false;
-        }
-        let offset = match self.spec.assigner {
-            WindowAssigner::Sliding { offset, .. } => offset,
-            _ => 0,
-        };
-        let start = super::assigner::window_start(ts, offset, pane);
-        let p = TimeWindow::new(start, start + pane);
-        let panes = self.state.entry(key.clone()).or_default();
-        let created = match panes.binary_search_by(|(x, _)| x.start.cmp(&p.start)) {
-            Ok(i) => {
-                self.agg.add(value, &mut panes[i].1);
-                false
-            }
-            Err(i) => {
-                let mut acc = self.agg.create_accumulator();
-                self.agg.add(value, &mut acc);
-                panes.insert(i, (p, acc));
-                true
-            }
-        };
-        if created {
-            // A window gets its timers with its first pane.
-            for &w in &windows {
-                let panes = &self.state[&key];
-                let others = panes
-                    .iter()
-                    .any(|(x, _)| *x != p && w.start <= x.start && x.end <= w.end);
-                if !others {
-                    self.register(&key, w);
-                }
-            }
-        }
-        for &w in &windows {
-            if w.max_timestamp() <= self.watermark {
-                self.fire_if_present(&key, w, out);
-            }
-        }
-        self.windows = windows;
-        true
     }
 
     fn merging_element(

@@ -101,7 +101,7 @@ where
 {
     #[inline]
     fn is_late(&self, w: &TimeWindow) -> bool {
-        w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
+        self.spec.is_late(w, self.watermark)
     }
 
     /// The smallest window end above `t` (ends are aligned like starts + size).

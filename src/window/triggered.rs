@@ -104,9 +104,7 @@ where
     }
 
     fn is_late(&self, w: &TimeWindow) -> bool {
-        !self.global()
-            && !self.processing()
-            && w.max_timestamp().saturating_add(self.spec.allowed_lateness) <= self.watermark
+        !self.global() && !self.processing() && self.spec.is_late(w, self.watermark)
     }
 
     /// When a time window's state goes: `max_timestamp + allowed_lateness`,
