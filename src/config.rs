@@ -17,6 +17,10 @@ pub struct Config {
     pub seed: u64,
     /// Batching and flow control.
     pub runtime: RuntimeConfig,
+    /// Checkpointing (off unless an interval is set).
+    pub checkpoint: crate::checkpoint::CheckpointConfig,
+    /// Start from this checkpoint directory, checkpoint or savepoint.
+    pub restore_from: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -28,6 +32,8 @@ impl Default for Config {
             chaining: true,
             seed: 0x5eed,
             runtime,
+            checkpoint: Default::default(),
+            restore_from: None,
         }
     }
 }
@@ -45,6 +51,7 @@ impl Config {
                 "max parallelism must be between 1 and 32768".into(),
             ));
         }
+        self.checkpoint.validate()?;
         self.runtime
             .validate()
             .map_err(|e| crate::Error::Config(e.to_string()))

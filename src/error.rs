@@ -38,6 +38,9 @@ pub enum Error {
     /// Keyed state was misused, or does not match its snapshot.
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    /// A checkpoint or savepoint could not be written, read or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// User code returned an error.
     #[error("{0}")]
     User(String),

@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod error;

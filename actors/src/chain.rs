@@ -5,8 +5,10 @@
 //! virtual call per batch and no mailbox. The leaves are record writers (network
 //! channels) or sinks. Watermarks and end-of-input travel the same path.
 
-use crate::element::{Batch, Timestamp, WatermarkStatus};
+use crate::element::{Barrier, Batch, Timestamp, WatermarkStatus};
 use crate::error::Result;
+use crate::ids::CheckpointId;
+use crate::snapshot::ChainSnapshot;
 
 /// Something that accepts the elements of a stream of `T`: an operator, a
 /// fan-out, or a record writer.
@@ -29,6 +31,26 @@ pub trait ChainInput<T>: 'static {
     fn processing_time(&mut self, _now_ms: Timestamp) -> Result<()> {
         Ok(())
     }
+
+    /// Checkpoint `barrier`: capture this element's state into `out`, pass the
+    /// call on, and (record writers) emit the barrier on every channel before
+    /// any later record; `unaligned` lets it overtake queued output, which is
+    /// then captured as output channel state. Elements that forward must
+    /// override this.
+    fn checkpoint(
+        &mut self,
+        _barrier: Barrier,
+        _unaligned: bool,
+        _out: &mut ChainSnapshot,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` completed (`completed`) or was aborted.
+    /// Elements that forward must override this.
+    fn notify_checkpoint(&mut self, _checkpoint: CheckpointId, _completed: bool) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
@@ -47,6 +69,17 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
     }
     fn processing_time(&mut self, now_ms: Timestamp) -> Result<()> {
         (**self).processing_time(now_ms)
+    }
+    fn checkpoint(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> Result<()> {
+        (**self).checkpoint(barrier, unaligned, out)
+    }
+    fn notify_checkpoint(&mut self, checkpoint: CheckpointId, completed: bool) -> Result<()> {
+        (**self).notify_checkpoint(checkpoint, completed)
     }
 }
 
@@ -94,6 +127,23 @@ impl<T: Clone + 'static> ChainInput<T> for Fanout<T> {
         self.outputs
             .iter_mut()
             .try_for_each(|o| o.processing_time(now_ms))
+    }
+
+    fn checkpoint(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.checkpoint(barrier, unaligned, out))
+    }
+
+    fn notify_checkpoint(&mut self, checkpoint: CheckpointId, completed: bool) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.notify_checkpoint(checkpoint, completed))
     }
 }
 

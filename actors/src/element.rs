@@ -99,7 +99,7 @@ pub struct Barrier {
 }
 
 /// One element of a channel.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum StreamElement<T> {
     /// A batch of records.
     Records(Batch<T>),

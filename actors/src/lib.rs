@@ -13,6 +13,7 @@
 //! - [`metrics`]: counters read by job handles.
 #![warn(missing_docs)]
 
+pub mod barrier;
 pub mod chain;
 pub mod config;
 pub mod element;
@@ -22,6 +23,7 @@ pub mod keygroup;
 pub mod messages;
 pub mod metrics;
 pub mod partitioner;
+pub mod snapshot;
 pub mod source;
 pub mod subtask;
 pub mod supervisor;

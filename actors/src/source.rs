@@ -1,7 +1,10 @@
 //! The source side of a subtask: a driver that pulls records from a source
 //! function and pushes them, a batch per call, into the source's chain.
 
+use crate::element::Barrier;
 use crate::error::Result;
+use crate::ids::CheckpointId;
+use crate::snapshot::ChainSnapshot;
 use std::time::Duration;
 
 /// What one call of a source driver did.
@@ -20,4 +23,11 @@ pub enum SourceStep {
 pub trait SourceDriver: 'static {
     /// Emits at most one batch into the chain.
     fn step(&mut self) -> Result<SourceStep>;
+
+    /// Checkpoint `barrier`, between two steps: captures the source's
+    /// position and its chain's state into `out`, then emits the barrier.
+    fn checkpoint(&mut self, barrier: Barrier, out: &mut ChainSnapshot) -> Result<()>;
+
+    /// Checkpoint `checkpoint` completed or was aborted.
+    fn notify_checkpoint(&mut self, checkpoint: CheckpointId, completed: bool) -> Result<()>;
 }

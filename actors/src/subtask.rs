@@ -19,15 +19,22 @@
 //!    (running with nothing queued) at the end of each step and credit grant
 //!    only, so the data path never reads the clock per record.
 
+use crate::barrier::{BarrierAction, BarrierHandler};
 use crate::chain::ChainInput;
 use crate::config::RuntimeConfig;
+use crate::element::{Barrier, BarrierKind};
 use crate::element::{MAX_WATERMARK, MIN_WATERMARK, StreamElement, Timestamp, WatermarkStatus};
 use crate::error::{Error, Result, panic_message};
+use crate::ids::CheckpointId;
 use crate::ids::{ChannelId, SubtaskIndex, VertexId};
 use crate::messages::{
     CancelSubtask, ConnectChannel, Deliver, GrantCredit, Step, SubtaskFailed, SubtaskFinished,
 };
 use crate::metrics::{QueueMetrics, WaitState};
+use crate::snapshot::{
+    AcknowledgeCheckpoint, ChainSnapshot, CheckpointLink, DeclineCheckpoint, ElementCodec,
+    NotifyCheckpoint, OperatorHandles, TriggerCheckpoint,
+};
 use crate::source::{SourceDriver, SourceStep};
 use crate::writer::{OutputTarget, WriterControl};
 use actix::prelude::*;
@@ -37,6 +44,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// Who a subtask is and where it reports.
 #[derive(Clone)]
@@ -57,6 +65,50 @@ pub struct SubtaskSetup {
     pub on_failed: Recipient<SubtaskFailed>,
     /// Queue, watermark and time counters.
     pub queue_metrics: Arc<QueueMetrics>,
+    /// Where checkpoint acks go and how state is persisted; `None` when the
+    /// job does not checkpoint (barriers are then forwarded only).
+    pub checkpoint: Option<CheckpointLink>,
+    /// What the subtask restores before any new element, when the job
+    /// starts from a checkpoint.
+    pub restore: Option<SubtaskRestore>,
+}
+
+/// A subtask's runtime state taken back from a checkpoint.
+#[derive(Clone, Debug, Default)]
+pub struct SubtaskRestore {
+    /// The combined input watermark at the cut.
+    pub watermark: Timestamp,
+    /// Per input channel watermarks at the cut (may be shorter than the
+    /// channel count after a rescale; missing ones take `watermark`).
+    pub channel_watermarks: Vec<Timestamp>,
+    /// Input channel state: `(channel, encoded element)` in arrival order.
+    pub input_channel_state: Vec<(u32, Vec<u8>)>,
+    /// Output channel state: `(writer, output, encoded element)` in order.
+    pub output_channel_state: Vec<(u32, u32, Vec<u8>)>,
+}
+
+/// A snapshot taken synchronously whose asynchronous part has not started:
+/// unaligned snapshots wait here until their channel state is complete.
+struct PendingCapture {
+    barrier: Barrier,
+    unaligned: bool,
+    snapshot: ChainSnapshot,
+    watermark: Timestamp,
+    channel_watermarks: Vec<Timestamp>,
+    input_channel_state: Vec<(u32, Vec<u8>)>,
+    alignment_ms: u64,
+    sync_ms: u64,
+}
+
+/// Checkpoint bookkeeping of one subtask.
+struct Checkpointing {
+    link: CheckpointLink,
+    barriers: BarrierHandler,
+    /// When the pending checkpoint's first barrier was seen.
+    first_barrier: Option<(CheckpointId, Instant)>,
+    capture: Option<PendingCapture>,
+    /// Asynchronous parts still running (the subtask finishes after them).
+    in_flight: usize,
 }
 
 /// What heads a chain: a source, or the network inputs.
@@ -84,6 +136,9 @@ impl ChainBuilder {
 struct InputChannel<T> {
     queue: VecDeque<StreamElement<T>>,
     queued_batches: usize,
+    /// Batches re-injected from channel state at the head of the queue: they
+    /// took no credit, so consuming them returns none.
+    restored_batches: usize,
     credit_to: Option<(Recipient<GrantCredit>, u32, u32)>,
     ungranted: u32,
     ended: bool,
@@ -114,6 +169,10 @@ pub struct SubtaskActor<IN: Send + 'static> {
     idle_out: bool,
     /// What the time counters currently account this subtask's time to.
     wait: WaitState,
+    /// Encodes input elements (unaligned channel state); `None` keeps
+    /// unaligned barriers in channel order.
+    codec: Option<Arc<dyn ElementCodec<IN>>>,
+    checkpointing: Option<Checkpointing>,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -121,7 +180,12 @@ impl<IN: Send + 'static> Unpin for SubtaskActor<IN> {}
 
 impl<IN: Send + 'static> SubtaskActor<IN> {
     /// Starts a subtask on `arbiter`; `build` runs there and creates the chain.
-    pub fn spawn<B>(arbiter: &ArbiterHandle, setup: SubtaskSetup, build: B) -> Addr<Self>
+    pub fn spawn<B>(
+        arbiter: &ArbiterHandle,
+        setup: SubtaskSetup,
+        codec: Option<Arc<dyn ElementCodec<IN>>>,
+        build: B,
+    ) -> Addr<Self>
     where
         B: FnOnce(&mut ChainBuilder) -> Result<Head<IN>> + Send + 'static,
     {
@@ -144,6 +208,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 .map(|_| InputChannel {
                     queue: VecDeque::new(),
                     queued_batches: 0,
+                    restored_batches: 0,
                     credit_to: None,
                     ungranted: 0,
                     ended: false,
@@ -152,7 +217,16 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 })
                 .collect();
             let grant_threshold = (setup.config.credits / 2).max(1);
+            let checkpointing = setup.checkpoint.clone().map(|link| Checkpointing {
+                link,
+                barriers: BarrierHandler::new(setup.inputs.max(1)),
+                first_barrier: None,
+                capture: None,
+                in_flight: 0,
+            });
             SubtaskActor {
+                codec,
+                checkpointing,
                 setup,
                 head,
                 build_error,
@@ -243,7 +317,14 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     }
 
     fn check_finished(&mut self, ctx: &mut Context<Self>) {
-        if self.phase == Phase::Finishing && self.writers.iter().all(|w| w.borrow().drained()) {
+        let snapshots_done = self
+            .checkpointing
+            .as_ref()
+            .is_none_or(|cp| cp.in_flight == 0);
+        if self.phase == Phase::Finishing
+            && snapshots_done
+            && self.writers.iter().all(|w| w.borrow().drained())
+        {
             self.phase = Phase::Done;
             self.end_metrics();
             self.setup.on_finished.do_send(SubtaskFinished {
@@ -290,7 +371,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                         .queue
                         .pop_front()
                         .expect("ready channel has an element");
-                    budget -= self.handle_element(c, element)?;
+                    budget -= self.handle_element(c, element, ctx)?;
                 }
                 more = self.phase == Phase::Running && self.has_input_work();
             }
@@ -305,7 +386,12 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let n = self.inputs.len();
         for i in 0..n {
             let c = (self.next_channel + i) % n;
-            if !self.inputs[c].queue.is_empty() {
+            if !self.inputs[c].queue.is_empty()
+                && !self
+                    .checkpointing
+                    .as_ref()
+                    .is_some_and(|cp| cp.barriers.is_blocked(c))
+            {
                 self.next_channel = (c + 1) % n;
                 return Some(c);
             }
@@ -314,7 +400,12 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     }
 
     /// Handles one input element; returns the budget it used.
-    fn handle_element(&mut self, c: usize, element: StreamElement<IN>) -> Result<usize> {
+    fn handle_element(
+        &mut self,
+        c: usize,
+        element: StreamElement<IN>,
+        ctx: &mut Context<Self>,
+    ) -> Result<usize> {
         if !matches!(self.head, Some(Head::Inputs(_))) {
             return Ok(1);
         }
@@ -322,7 +413,11 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             StreamElement::Records(batch) => {
                 let ch = &mut self.inputs[c];
                 ch.queued_batches -= 1;
-                ch.ungranted += 1;
+                if ch.restored_batches > 0 {
+                    ch.restored_batches -= 1;
+                } else {
+                    ch.ungranted += 1;
+                }
                 self.setup.queue_metrics.input_queued(c, ch.queued_batches);
                 if ch.idle {
                     // Data makes an idle channel active again.
@@ -368,8 +463,15 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 self.advance_watermark()?;
                 Ok(0)
             }
-            StreamElement::Barrier(_) => Ok(0),
+            StreamElement::Barrier(barrier) => {
+                self.on_barrier(c, barrier, ctx)?;
+                Ok(0)
+            }
             StreamElement::EndOfInput => {
+                if let Some(cp) = self.checkpointing.as_mut() {
+                    let actions = cp.barriers.on_end_of_input(c);
+                    self.apply(actions, ctx)?;
+                }
                 let ch = &mut self.inputs[c];
                 ch.ended = true;
                 ch.watermark = MAX_WATERMARK;
@@ -461,6 +563,22 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
         for (i, w) in self.writers.iter().enumerate() {
             w.borrow_mut().connect(i as u32, &me);
         }
+        let restored = catch_unwind(AssertUnwindSafe(|| self.restore_runtime()));
+        match restored {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return self.fail(e, ctx),
+            Err(p) => {
+                let e = Error::UserPanic {
+                    operator: self.setup.name.clone(),
+                    subtask: self.setup.index,
+                    message: panic_message(&*p),
+                };
+                return self.fail(e, ctx);
+            }
+        }
+        if self.has_input_work() {
+            self.schedule(ctx);
+        }
         let timeout = self.setup.config.buffer_timeout;
         if !timeout.is_zero() && !self.writers.is_empty() {
             ctx.run_interval(timeout, |actor, _| actor.flush_partial());
@@ -510,17 +628,38 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
     type Result = ();
 
     fn handle(&mut self, msg: Deliver<IN>, ctx: &mut Context<Self>) {
-        let Some(ch) = self.inputs.get_mut(msg.channel.as_usize()) else {
+        if msg.channel.as_usize() >= self.inputs.len() {
             tracing::error!(channel = %msg.channel, "element for an unknown channel");
             return;
-        };
-        if msg.element.is_records() {
-            ch.queued_batches += 1;
-            self.setup
-                .queue_metrics
-                .input_queued(msg.channel.as_usize(), ch.queued_batches);
         }
-        ch.queue.push_back(msg.element);
+        let c = msg.channel.as_usize();
+        let mut element = msg.element;
+        if self.checkpointing.is_some() {
+            if let StreamElement::Barrier(b) = &mut element {
+                let cp = self.checkpointing.as_ref().expect("checked");
+                let on_arrival = (b.kind == BarrierKind::Unaligned && self.codec.is_some())
+                    || cp.barriers.is_recording(c);
+                if on_arrival {
+                    let b = *b;
+                    self.guard(ctx, |a, ctx| a.on_barrier(c, b, ctx));
+                    self.schedule(ctx);
+                    return;
+                }
+                if b.kind == BarrierKind::Unaligned {
+                    // Without a codec for this input the barrier keeps its place.
+                    b.kind = BarrierKind::Aligned;
+                }
+            } else if let Err(e) = self.record_arrival(c, &element) {
+                self.fail(e, ctx);
+                return;
+            }
+        }
+        let ch = &mut self.inputs[c];
+        if element.is_records() {
+            ch.queued_batches += 1;
+            self.setup.queue_metrics.input_queued(c, ch.queued_batches);
+        }
+        ch.queue.push_back(element);
         if self.wait == WaitState::Idle {
             // Input arrived: the idle span ends here.
             self.setup
@@ -606,5 +745,445 @@ impl<IN: Send + 'static> Handler<CancelSubtask> for SubtaskActor<IN> {
         self.phase = Phase::Done;
         self.end_metrics();
         ctx.stop();
+    }
+}
+
+/// Checkpoints: barrier handling, snapshots, restore.
+impl<IN: Send + 'static> SubtaskActor<IN> {
+    /// Encodes the queued elements of channel `c` up to (not including) the
+    /// first barrier of checkpoint `upto`, or all of them.
+    fn encode_queue(&self, c: usize, upto: Option<CheckpointId>) -> Result<Vec<(u32, Vec<u8>)>> {
+        let Some(codec) = &self.codec else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for e in &self.inputs[c].queue {
+            if let (StreamElement::Barrier(b), Some(id)) = (e, upto)
+                && b.checkpoint_id == id
+            {
+                break;
+            }
+            out.push((c as u32, codec.encode(e)?));
+        }
+        Ok(out)
+    }
+
+    /// A barrier reached the barrier logic: on arrival (unaligned, or on a
+    /// recording channel) or when dequeued (aligned, at-least-once).
+    fn on_barrier(&mut self, c: usize, barrier: Barrier, ctx: &mut Context<Self>) -> Result<()> {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return Ok(());
+        };
+        let actions = cp.barriers.on_barrier(c, barrier);
+        let id = barrier.checkpoint_id;
+        let started = cp.barriers.pending() == Some(id)
+            || actions
+                .iter()
+                .any(|a| matches!(a, BarrierAction::Snapshot { .. }));
+        if started && cp.first_barrier.map(|(f, _)| f) != Some(id) {
+            cp.first_barrier = Some((id, Instant::now()));
+            if matches!(barrier.kind, BarrierKind::Aligned)
+                && self.codec.is_some()
+                && let Some(timeout) = cp.link.alignment_timeout
+            {
+                ctx.run_later(timeout, move |actor, ctx| {
+                    actor.guard(ctx, |a, ctx| a.on_alignment_timeout(id, ctx))
+                });
+            }
+        }
+        // Unaligned snapshots record what precedes the barrier on its channel
+        // (all of that queue: the barrier was handled on arrival) and on
+        // every channel still awaiting it.
+        let mut input_state = Vec::new();
+        if actions.iter().any(|a| {
+            matches!(
+                a,
+                BarrierAction::Snapshot {
+                    unaligned: true,
+                    ..
+                }
+            )
+        }) {
+            let cp = self.checkpointing.as_ref().expect("checked above");
+            for ch in 0..self.inputs.len() {
+                if ch == c || cp.barriers.is_recording(ch) {
+                    input_state.extend(self.encode_queue(ch, None)?);
+                }
+            }
+        }
+        self.apply_with(actions, input_state, ctx)
+    }
+
+    /// An aligned checkpoint waited too long: it becomes unaligned.
+    fn on_alignment_timeout(&mut self, id: CheckpointId, ctx: &mut Context<Self>) -> Result<()> {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return Ok(());
+        };
+        if cp.barriers.pending() != Some(id) || cp.capture.is_some() {
+            return Ok(());
+        }
+        let actions = cp.barriers.alignment_timeout();
+        if actions.is_empty() {
+            return Ok(());
+        }
+        let recording: Vec<usize> = (0..self.inputs.len())
+            .filter(|&ch| cp.barriers.is_recording(ch))
+            .collect();
+        let mut input_state = Vec::new();
+        let mut overtaking = Vec::new();
+        for &ch in &recording {
+            input_state.extend(self.encode_queue(ch, Some(id))?);
+            let queue = &mut self.inputs[ch].queue;
+            if let Some(pos) = queue
+                .iter()
+                .position(|e| matches!(e, StreamElement::Barrier(b) if b.checkpoint_id == id))
+                && let Some(StreamElement::Barrier(b)) = queue.remove(pos)
+            {
+                overtaking.push((ch, b));
+            }
+        }
+        tracing::debug!(checkpoint = %id, subtask = %self.setup.index, "alignment timed out; checkpoint continues unaligned");
+        self.apply_with(actions, input_state, ctx)?;
+        for (ch, b) in overtaking {
+            self.on_barrier(ch, b, ctx)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, actions: Vec<BarrierAction>, ctx: &mut Context<Self>) -> Result<()> {
+        self.apply_with(actions, Vec::new(), ctx)
+    }
+
+    fn apply_with(
+        &mut self,
+        actions: Vec<BarrierAction>,
+        mut input_state: Vec<(u32, Vec<u8>)>,
+        ctx: &mut Context<Self>,
+    ) -> Result<()> {
+        for action in actions {
+            match action {
+                BarrierAction::Snapshot { barrier, unaligned } => {
+                    self.take_snapshot(barrier, unaligned, std::mem::take(&mut input_state))?
+                }
+                BarrierAction::Complete(id) => self.start_async_part(id, ctx),
+                BarrierAction::Cancelled(id) => {
+                    if let Some(cp) = self.checkpointing.as_mut() {
+                        if cp
+                            .capture
+                            .as_ref()
+                            .is_some_and(|c| c.barrier.checkpoint_id == id)
+                        {
+                            cp.capture = None;
+                        }
+                        cp.link.decline.do_send(DeclineCheckpoint {
+                            checkpoint: id,
+                            vertex: self.setup.vertex,
+                            subtask: self.setup.index,
+                            reason: "cancelled by a newer checkpoint or an abort".into(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The synchronous part: the chain captures its state and emits the
+    /// barrier downstream.
+    fn take_snapshot(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        input_channel_state: Vec<(u32, Vec<u8>)>,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let mut snapshot = ChainSnapshot::default();
+        match self.head.as_mut() {
+            Some(Head::Inputs(chain)) => chain.checkpoint(barrier, unaligned, &mut snapshot)?,
+            Some(Head::Source(driver)) => driver.checkpoint(barrier, &mut snapshot)?,
+            None => return Ok(()),
+        }
+        let channel_watermarks = self.inputs.iter().map(|c| c.watermark).collect();
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return Ok(());
+        };
+        let alignment_ms = match cp.first_barrier {
+            Some((id, at)) if id == barrier.checkpoint_id => at.elapsed().as_millis() as u64,
+            _ => 0,
+        };
+        cp.capture = Some(PendingCapture {
+            barrier,
+            unaligned,
+            snapshot,
+            watermark: self.watermark,
+            channel_watermarks,
+            input_channel_state,
+            alignment_ms,
+            sync_ms: started.elapsed().as_millis() as u64,
+        });
+        Ok(())
+    }
+
+    /// Records an element arriving on a channel whose in-flight data is
+    /// channel state of the pending unaligned checkpoint.
+    fn record_arrival(&mut self, c: usize, element: &StreamElement<IN>) -> Result<()> {
+        let (Some(cp), Some(codec)) = (self.checkpointing.as_mut(), &self.codec) else {
+            return Ok(());
+        };
+        if cp.barriers.is_recording(c)
+            && let Some(capture) = cp.capture.as_mut()
+        {
+            capture
+                .input_channel_state
+                .push((c as u32, codec.encode(element)?));
+        }
+        Ok(())
+    }
+
+    /// The asynchronous part: serialize and write on a blocking thread, then
+    /// acknowledge to the coordinator.
+    fn start_async_part(&mut self, id: CheckpointId, ctx: &mut Context<Self>) {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return;
+        };
+        let Some(capture) = cp.capture.take_if(|c| c.barrier.checkpoint_id == id) else {
+            return;
+        };
+        cp.in_flight += 1;
+        let link = cp.link.clone();
+        let (vertex, subtask) = (self.setup.vertex, self.setup.index);
+        let writer = link.writer.clone();
+        let job = move || write_capture(&*writer, vertex, subtask, capture);
+        let fut = actix_rt::task::spawn_blocking(job);
+        ctx.spawn(fut.into_actor(self).map(move |res, actor, ctx| {
+            if let Some(cp) = actor.checkpointing.as_mut() {
+                cp.in_flight -= 1;
+            }
+            let reason = match res {
+                Ok(Ok(ack)) => {
+                    link.ack.do_send(ack);
+                    None
+                }
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(format!("snapshot writer failed: {e}")),
+            };
+            if let Some(reason) = reason {
+                tracing::warn!(checkpoint = %id, %subtask, %reason, "checkpoint declined");
+                link.decline.do_send(DeclineCheckpoint {
+                    checkpoint: id,
+                    vertex,
+                    subtask,
+                    reason,
+                });
+            }
+            actor.check_finished(ctx);
+        }));
+    }
+
+    /// Re-establishes watermarks and re-injects channel state before any new
+    /// element.
+    fn restore_runtime(&mut self) -> Result<()> {
+        let Some(r) = self.setup.restore.take() else {
+            return Ok(());
+        };
+        for (i, ch) in self.inputs.iter_mut().enumerate() {
+            ch.watermark = r.channel_watermarks.get(i).copied().unwrap_or(r.watermark);
+            self.setup.queue_metrics.input_watermark(i, ch.watermark);
+        }
+        if !r.input_channel_state.is_empty() || !r.output_channel_state.is_empty() {
+            let Some(codec) = self.codec.clone() else {
+                return Err(Error::Runtime(format!(
+                    "subtask {} of '{}' cannot decode its channel state",
+                    self.setup.index, self.setup.name
+                )));
+            };
+            for (c, bytes) in &r.input_channel_state {
+                let element = codec.decode(bytes)?;
+                let Some(ch) = self.inputs.get_mut(*c as usize) else {
+                    return Err(Error::Runtime(format!(
+                        "channel state for unknown input channel {c} of '{}'",
+                        self.setup.name
+                    )));
+                };
+                if element.is_records() {
+                    ch.queued_batches += 1;
+                    ch.restored_batches += 1;
+                }
+                ch.queue.push_back(element);
+            }
+            for (w, o, bytes) in &r.output_channel_state {
+                let restored = match self.writers.get(*w as usize) {
+                    Some(writer) => writer.borrow_mut().restore_output(*o, bytes)?,
+                    None => false,
+                };
+                if !restored {
+                    return Err(Error::Runtime(format!(
+                        "cannot restore output channel state of '{}' (writer {w}, channel {o})",
+                        self.setup.name
+                    )));
+                }
+            }
+        }
+        if r.watermark > MIN_WATERMARK
+            && let Some(Head::Inputs(chain)) = self.head.as_mut()
+        {
+            self.watermark = r.watermark;
+            self.setup
+                .queue_metrics
+                .watermark
+                .store(r.watermark, Ordering::Relaxed);
+            chain.watermark(r.watermark)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` under `catch_unwind`; an error or panic fails the subtask.
+    fn guard(
+        &mut self,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut Self, &mut Context<Self>) -> Result<()>,
+    ) {
+        if self.phase == Phase::Done {
+            return;
+        }
+        match catch_unwind(AssertUnwindSafe(|| f(self, ctx))) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.fail(e, ctx),
+            Err(p) => {
+                let e = Error::UserPanic {
+                    operator: self.setup.name.clone(),
+                    subtask: self.setup.index,
+                    message: panic_message(&*p),
+                };
+                self.fail(e, ctx)
+            }
+        }
+    }
+}
+
+/// Serializes a capture and writes its blobs (runs on a blocking thread).
+fn write_capture(
+    writer: &dyn crate::snapshot::BlobWriter,
+    vertex: VertexId,
+    subtask: SubtaskIndex,
+    capture: PendingCapture,
+) -> Result<AcknowledgeCheckpoint> {
+    let started = Instant::now();
+    let id = capture.barrier.checkpoint_id;
+    let mut operators = Vec::with_capacity(capture.snapshot.operators.len());
+    let mut state_bytes = 0u64;
+    for (i, op) in capture.snapshot.operators.into_iter().enumerate() {
+        let bytes = (op.finish)()?;
+        let name = |part: &str| format!("v{}-s{}-op{i}-{part}", vertex.0, subtask.0);
+        let mut handles = OperatorHandles {
+            uid: op.uid,
+            keyed: bytes.keyed_base,
+            ..Default::default()
+        };
+        if let Some(b) = bytes.keyed {
+            state_bytes += b.len() as u64;
+            handles.keyed.push(writer.put(id, &name("keyed"), &b)?);
+        }
+        if let Some(b) = bytes.split_list {
+            state_bytes += b.len() as u64;
+            handles.split_list = Some(writer.put(id, &name("split"), &b)?);
+        }
+        if let Some(b) = bytes.union_list {
+            state_bytes += b.len() as u64;
+            handles.union_list = Some(writer.put(id, &name("union"), &b)?);
+        }
+        operators.push(handles);
+    }
+    let encode =
+        |what: &str, e: postcard::Error| Error::Runtime(format!("cannot encode {what}: {e}"));
+    let mut channel_state_bytes = 0u64;
+    let input_channel_state = if capture.input_channel_state.is_empty() {
+        None
+    } else {
+        let b = postcard::to_allocvec(&capture.input_channel_state)
+            .map_err(|e| encode("input channel state", e))?;
+        channel_state_bytes += b.len() as u64;
+        Some(writer.put(
+            id,
+            &format!("v{}-s{}-input-channels", vertex.0, subtask.0),
+            &b,
+        )?)
+    };
+    let output_channel_state = if capture.snapshot.output_channel_state.is_empty() {
+        None
+    } else {
+        let b = postcard::to_allocvec(&capture.snapshot.output_channel_state)
+            .map_err(|e| encode("output channel state", e))?;
+        channel_state_bytes += b.len() as u64;
+        Some(writer.put(
+            id,
+            &format!("v{}-s{}-output-channels", vertex.0, subtask.0),
+            &b,
+        )?)
+    };
+    Ok(AcknowledgeCheckpoint {
+        checkpoint: id,
+        vertex,
+        subtask,
+        operators,
+        watermark: capture.watermark,
+        channel_watermarks: capture.channel_watermarks,
+        input_channel_state,
+        output_channel_state,
+        channel_state_bytes,
+        state_bytes,
+        alignment_ms: capture.alignment_ms,
+        sync_ms: capture.sync_ms,
+        async_ms: started.elapsed().as_millis() as u64,
+        unaligned: capture.unaligned,
+    })
+}
+
+impl<IN: Send + 'static> Handler<TriggerCheckpoint> for SubtaskActor<IN> {
+    type Result = ();
+
+    fn handle(&mut self, msg: TriggerCheckpoint, ctx: &mut Context<Self>) {
+        // A finishing subtask has no more records to cut; it reports finished.
+        if self.phase != Phase::Running || self.checkpointing.is_none() {
+            return;
+        }
+        let id = msg.barrier.checkpoint_id;
+        self.guard(ctx, |a, ctx| {
+            if let Some(cp) = a.checkpointing.as_mut() {
+                cp.first_barrier = Some((id, Instant::now()));
+            }
+            a.take_snapshot(msg.barrier, false, Vec::new())?;
+            a.start_async_part(id, ctx);
+            Ok(())
+        });
+        if self.setup.config.buffer_timeout.is_zero() {
+            self.flush_partial();
+        }
+    }
+}
+
+impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
+    type Result = ();
+
+    fn handle(&mut self, msg: NotifyCheckpoint, ctx: &mut Context<Self>) {
+        self.guard(ctx, |a, ctx| {
+            if !msg.completed
+                && let Some(cp) = a.checkpointing.as_mut()
+            {
+                let actions = cp.barriers.abort(msg.checkpoint);
+                a.apply(actions, ctx)?;
+            }
+            match a.head.as_mut() {
+                Some(Head::Inputs(chain)) => chain.notify_checkpoint(msg.checkpoint, msg.completed),
+                Some(Head::Source(driver)) => {
+                    driver.notify_checkpoint(msg.checkpoint, msg.completed)
+                }
+                None => Ok(()),
+            }
+        });
+        // A blocked channel may have been released.
+        if self.has_input_work() {
+            self.schedule(ctx);
+        }
     }
 }

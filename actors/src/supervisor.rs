@@ -83,17 +83,33 @@ impl JobOutcome {
 pub struct Supervise {
     /// Cancel handles of every subtask.
     pub subtasks: Vec<Recipient<CancelSubtask>>,
-    /// The job's arbiters, stopped when the job ends.
+    /// The job's arbiters, stopped and joined when the job ends, before its
+    /// result is reported.
     pub arbiters: Vec<Arbiter>,
+    /// One more arbiter to stop and join (the checkpoint coordinator's).
+    pub joined: Option<Arbiter>,
+}
+
+/// Fails the job with `error` (a checkpoint failure beyond tolerance, say).
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct FailJob {
+    /// Why.
+    pub error: Error,
 }
 
 /// Supervises one job.
 pub struct JobSupervisor {
+    /// Told of every finished subtask (the checkpoint coordinator).
+    observer: Option<Recipient<SubtaskFinished>>,
     status: Arc<Mutex<JobStatus>>,
     metrics: Arc<JobMetrics>,
     started: Instant,
     subtasks: Vec<Recipient<CancelSubtask>>,
     arbiters: Vec<Arbiter>,
+    joined: Option<Arbiter>,
+    /// The supervisor runs on an arbiter of its own, stopped with the job.
+    own_arbiter: bool,
     expected: Option<usize>,
     finished: usize,
     pending_error: Option<Error>,
@@ -110,11 +126,14 @@ impl JobSupervisor {
         done: oneshot::Sender<Result<JobOutcome>>,
     ) -> Self {
         JobSupervisor {
+            observer: None,
             status,
             metrics,
             started: Instant::now(),
             subtasks: Vec::new(),
             arbiters: Vec::new(),
+            joined: None,
+            own_arbiter: false,
             expected: None,
             finished: 0,
             pending_error: None,
@@ -128,6 +147,19 @@ impl JobSupervisor {
     /// (zero: only when the job ends).
     pub fn with_publish_interval(mut self, interval: Duration) -> Self {
         self.publish_interval = interval;
+        self
+    }
+
+    /// The supervisor runs alone on its arbiter: it stops that arbiter when
+    /// the job ends.
+    pub fn on_own_arbiter(mut self) -> Self {
+        self.own_arbiter = true;
+        self
+    }
+
+    /// Forwards every `SubtaskFinished` to `observer`.
+    pub fn with_observer(mut self, observer: Recipient<SubtaskFinished>) -> Self {
+        self.observer = Some(observer);
         self
     }
 
@@ -163,11 +195,20 @@ impl JobSupervisor {
             Err(Error::Cancelled) => tracing::info!(job = %self.name, elapsed_ms, "job cancelled"),
             Err(error) => tracing::info!(job = %self.name, elapsed_ms, %error, "job failed"),
         }
-        let _ = done.send(outcome);
-        for a in self.arbiters.drain(..) {
+        // Every thread of the job ends before its result is reported: the
+        // files and databases its subtasks held are released by then.
+        let arbiters: Vec<Arbiter> = self.arbiters.drain(..).chain(self.joined.take()).collect();
+        for a in &arbiters {
             a.stop();
         }
+        for a in arbiters {
+            let _ = a.join();
+        }
+        let _ = done.send(outcome);
         ctx.stop();
+        if self.own_arbiter {
+            actix::Arbiter::current().stop();
+        }
     }
 
     fn cancel_all(&mut self) {
@@ -213,6 +254,7 @@ impl Handler<Supervise> for JobSupervisor {
         self.expected = Some(msg.subtasks.len());
         self.subtasks = msg.subtasks;
         self.arbiters = msg.arbiters;
+        self.joined = msg.joined;
         if let Some(e) = self.pending_error.take() {
             self.fail(e, ctx);
         } else if self.finished >= self.subtasks.len() {
@@ -229,6 +271,9 @@ impl Handler<SubtaskFinished> for JobSupervisor {
 
     fn handle(&mut self, msg: SubtaskFinished, ctx: &mut Context<Self>) {
         tracing::debug!(vertex = %msg.vertex, subtask = %msg.subtask, "subtask finished");
+        if let Some(o) = &self.observer {
+            o.do_send(msg);
+        }
         self.finished += 1;
         if Some(self.finished) == self.expected && self.pending_error.is_none() {
             self.complete(Ok(()), ctx);
@@ -260,5 +305,18 @@ impl Handler<CancelJob> for JobSupervisor {
 
     fn handle(&mut self, _: CancelJob, ctx: &mut Context<Self>) {
         self.fail(Error::Cancelled, ctx);
+    }
+}
+
+impl Handler<FailJob> for JobSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: FailJob, ctx: &mut Context<Self>) {
+        if self.done.is_some() {
+            tracing::warn!(job = %self.name, error = %msg.error, "job failing");
+            self.metrics
+                .record_failure(None, None, msg.error.to_string());
+        }
+        self.fail(msg.error, ctx);
     }
 }

@@ -9,12 +9,13 @@
 //! records queued before them.
 
 use crate::chain::ChainInput;
-use crate::element::{Batch, Record, StreamElement, Timestamp, WatermarkStatus};
+use crate::element::{Barrier, Batch, Record, StreamElement, Timestamp, WatermarkStatus};
 use crate::error::Result;
 use crate::ids::ChannelId;
 use crate::messages::{ConnectChannel, Deliver, GrantCredit};
 use crate::metrics::{OutputChannelMetrics, QueueMetrics};
 use crate::partitioner::{Partitioner, Target};
+use crate::snapshot::{ChainSnapshot, ElementCodec};
 use actix::Recipient;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -120,6 +121,9 @@ pub trait WriterControl {
     fn flush_partial(&mut self);
     /// True when nothing is buffered or queued.
     fn drained(&self) -> bool;
+    /// Restore: queues the encoded output channel state of channel `output`
+    /// ahead of any new data. False when this writer cannot decode it.
+    fn restore_output(&mut self, output: u32, bytes: &[u8]) -> Result<bool>;
 }
 
 /// Partitions a stream of `T` over the channels of one network edge.
@@ -131,6 +135,10 @@ pub struct RecordWriter<T: Send + 'static> {
     metrics: Arc<QueueMetrics>,
     last_watermark: Timestamp,
     last_status: WatermarkStatus,
+    /// Encodes queued elements as output channel state (unaligned checkpoints).
+    codec: Option<Arc<dyn ElementCodec<T>>>,
+    /// This writer's index in its subtask (set on connect).
+    index: u32,
 }
 
 impl<T: Send + Clone + 'static> RecordWriter<T> {
@@ -160,7 +168,16 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
             metrics,
             last_watermark: crate::element::MIN_WATERMARK,
             last_status: WatermarkStatus::Active,
+            codec: None,
+            index: 0,
         }
+    }
+
+    /// Lets unaligned barriers overtake queued output, encoding what they
+    /// overtake with `codec`. Without a codec barriers keep their place.
+    pub fn with_codec(mut self, codec: Option<Arc<dyn ElementCodec<T>>>) -> Self {
+        self.codec = codec;
+        self
     }
 
     /// Wraps the writer so a chain can push into it and the subtask can control it.
@@ -218,6 +235,7 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
 
 impl<T: Send + 'static> WriterControl for RecordWriter<T> {
     fn connect(&mut self, writer: u32, credit_to: &Recipient<GrantCredit>) {
+        self.index = writer;
         for (i, ch) in self.channels.iter().enumerate() {
             ch.target.connect.do_send(ConnectChannel {
                 channel: ch.target.channel,
@@ -255,6 +273,22 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
             .iter()
             .all(|c| c.queue.is_empty() && c.buffer.is_empty())
     }
+
+    fn restore_output(&mut self, output: u32, bytes: &[u8]) -> Result<bool> {
+        let Some(codec) = &self.codec else {
+            return Ok(false);
+        };
+        let element = codec.decode(bytes)?;
+        let Some(ch) = self.channels.get_mut(output as usize) else {
+            return Ok(false);
+        };
+        if element.is_records() {
+            ch.queued_batches += 1;
+            ch.gauge.queue.set(ch.queued_batches);
+        }
+        ch.queue.push_back(element);
+        Ok(true)
+    }
 }
 
 /// The chain-side handle of a record writer.
@@ -288,6 +322,42 @@ impl<T: Send + Clone + 'static> ChainInput<T> for WriterInput<T> {
         if w.last_status != status {
             w.last_status = status;
             w.broadcast_event(StreamElement::WatermarkStatus(status));
+        }
+        Ok(())
+    }
+
+    fn checkpoint(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> Result<()> {
+        let mut w = self.0.borrow_mut();
+        let w = &mut *w;
+        match (&w.codec, unaligned) {
+            (Some(codec), true) => {
+                // The barrier overtakes everything queued; what it overtook is
+                // output channel state (it is still sent, after the barrier).
+                for (i, ch) in w.channels.iter_mut().enumerate() {
+                    if !ch.buffer.is_empty() {
+                        let full =
+                            std::mem::replace(&mut ch.buffer, Vec::with_capacity(w.batch_size));
+                        ch.queue.push_back(StreamElement::Records(full));
+                        ch.queued_batches += 1;
+                        ch.gauge.queue.set(ch.queued_batches);
+                    }
+                    for element in &ch.queue {
+                        out.output_channel_state
+                            .push((w.index, i as u32, codec.encode(element)?));
+                    }
+                    ch.deliver(StreamElement::Barrier(barrier));
+                }
+                // A queue may now hold a batch that credit can send at once.
+                for ch in &mut w.channels {
+                    ch.grant(0);
+                }
+            }
+            _ => w.broadcast_event(StreamElement::Barrier(barrier)),
         }
         Ok(())
     }

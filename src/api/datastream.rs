@@ -89,12 +89,19 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 parallelism: ctx.parallelism,
                 max_parallelism: ctx.config.max_parallelism,
             };
-            let node = OperatorNode::new(make(&view), next, sides, ctx.info());
+            let mut op = make(&view);
+            if let Some(state) = ctx.restored.clone() {
+                op.restore_state(state)
+                    .map_err(|e| restore_error(&ctx.name, ctx.subtask, e))?;
+            }
+            let node = OperatorNode::new(op, next, sides, ctx.info());
             let chain: Box<dyn ChainInput<T>> = Box::new(node);
             Ok(Box::new(chain) as ErasedChain)
         });
         let id = self.env.add_node(Node {
             name: name.to_string(),
+            uid: None,
+            transactional: false,
             parallelism: 0,
             chainable: true,
             fixed_parallelism: false,
@@ -286,6 +293,15 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         )
     }
 
+    /// Marks the producing operator's input type as serde-encodable, so
+    /// unaligned checkpoints can hold its in-flight records.
+    pub(crate) fn with_serde_input<I>(self) -> Self
+    where
+        I: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static,
+    {
+        self.with_node(|n| n.in_type = super::graph::serde_ops::<I>())
+    }
+
     fn with_node(self, f: impl FnOnce(&mut Node)) -> Self {
         if let Some(r) = self.refs.first() {
             f(&mut self.env.inner.borrow_mut().nodes[r.node]);
@@ -296,6 +312,13 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     /// Names the operator that produced this stream.
     pub fn name(self, name: &str) -> Self {
         self.with_node(|n| n.name = name.to_string())
+    }
+
+    /// Sets the stable id of the operator that produced this stream:
+    /// checkpoints and savepoints match its state by this id, so a job
+    /// restored after its graph changed finds it again (as Flink's `uid`).
+    pub fn uid(self, uid: &str) -> Self {
+        self.with_node(|n| n.uid = Some(uid.to_string()))
     }
 
     /// Sets the parallelism of the operator that produced this stream.
@@ -375,4 +398,20 @@ pub struct NodeCtxView {
     pub parallelism: usize,
     /// Number of key groups.
     pub max_parallelism: u32,
+}
+
+/// A restore failure, naming the operator and subtask.
+pub(crate) fn restore_error(
+    operator: &str,
+    subtask: floe_actors::ids::SubtaskIndex,
+    e: Error,
+) -> Error {
+    match e {
+        Error::State(_) | Error::Checkpoint(_) => e,
+        other => Error::Runtime(floe_actors::Error::operator(
+            operator.to_string(),
+            subtask,
+            format!("cannot restore state: {other}"),
+        )),
+    }
 }

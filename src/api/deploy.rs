@@ -10,15 +10,23 @@
 //!    vertex runs on arbiter `i mod arbiters`, so connected subtasks share a
 //!    thread where they can. Each chain is built on its arbiter's thread.
 
-use super::graph::{ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx};
+use super::graph::{
+    ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx, node_uid,
+};
 use super::job::JobHandle;
 use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, VertexInfo};
+use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::coordinator::{
+    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterTasks, TaskInfo,
+};
+use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
 use crate::{Error, Result};
 use actix::{Actor, Arbiter};
 use floe_actors::ids::{ChannelId, SubtaskIndex, VertexId};
 use floe_actors::metrics::{JobMetrics, QueueMetrics};
 use floe_actors::partitioner::{Pattern, connected};
+use floe_actors::snapshot::CheckpointLink;
 use floe_actors::subtask::{ChainBuilder, SubtaskSetup};
 use floe_actors::supervisor::{JobStatus, JobSupervisor, Supervise};
 use std::any::Any;
@@ -225,11 +233,44 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         .map(|_| Arbiter::new())
         .collect();
     let graph = plan.describe();
-    let supervisor = JobSupervisor::start_in_arbiter(&arbiters[0].handle(), {
+    let restore = match &config.restore_from {
+        Some(path) => {
+            let loaded = crate::checkpoint::load_snapshot(path)?;
+            for skipped in &loaded.skipped {
+                tracing::warn!(error = %skipped, "skipped a damaged checkpoint");
+            }
+            tracing::info!(checkpoint = loaded.meta.id, from = %loaded.source.display(), "restoring");
+            Some(RestorePlan::build(&loaded, &plan, config.max_parallelism)?)
+        }
+        None => None,
+    };
+    let restore = Arc::new(restore);
+    let checkpoints = checkpoint_setup(&plan, &config, restore.as_ref().as_ref(), status.clone())?;
+    let stats = checkpoints.stats.clone();
+    let router = checkpoints.router.clone();
+    let coordinator_arbiter = Arbiter::new();
+    let coordinator =
+        CheckpointCoordinator::start_in_arbiter(&coordinator_arbiter.handle(), move |_| {
+            CheckpointCoordinator::new(checkpoints)
+        });
+    let supervisor_arbiter = Arbiter::new();
+    let supervisor = JobSupervisor::start_in_arbiter(&supervisor_arbiter.handle(), {
         let (status, metrics) = (status.clone(), metrics.clone());
         let interval = config.runtime.metrics_interval;
-        move |_| JobSupervisor::new(status, metrics, done_tx).with_publish_interval(interval)
+        let observer = coordinator.clone().recipient();
+        move |_| {
+            JobSupervisor::new(status, metrics, done_tx)
+                .with_publish_interval(interval)
+                .with_observer(observer)
+                .on_own_arbiter()
+        }
     });
+    let link = CheckpointLink {
+        ack: coordinator.clone().recipient(),
+        decline: coordinator.clone().recipient(),
+        writer: router,
+        alignment_timeout: config.checkpoint.alignment_timeout,
+    };
 
     let mut spawned: Vec<Vec<Spawned>> = (0..plan.heads.len()).map(|_| Vec::new()).collect();
     for v in (0..plan.heads.len()).rev() {
@@ -272,13 +313,17 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
                     SubtaskIndex(j as u32),
                     plan.inputs_per_subtask[v][j],
                 ),
+                checkpoint: Some(link.clone()),
+                restore: restore.as_ref().as_ref().and_then(|r| r.runtime(v, j)),
             };
             let build = {
                 let (plan, config, metrics) = (plan.clone(), config.clone(), metrics.clone());
+                let restore = restore.clone();
                 let queue_metrics = setup.queue_metrics.clone();
                 Box::new(move |builder: &mut ChainBuilder| {
                     let mut b = ChainBuild {
                         plan: &plan,
+                        restore: restore.as_ref().as_ref(),
                         config: &config,
                         metrics: &metrics,
                         queue_metrics,
@@ -303,11 +348,83 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         .iter()
         .flat_map(|v| v.iter().map(|s| s.cancel.clone()))
         .collect();
+    let mut tasks = Vec::new();
+    for (v, subtasks) in spawned.iter().enumerate() {
+        let head = plan.heads[v];
+        for (j, s) in subtasks.iter().enumerate() {
+            tasks.push(TaskInfo {
+                vertex: VertexId(v as u32),
+                subtask: SubtaskIndex(j as u32),
+                is_source: matches!(plan.nodes[head].kind, NodeKind::Source(_)),
+                head_uid: node_uid(head, &plan.nodes[head]),
+                parallelism: plan.nodes[head].parallelism as u32,
+                trigger: s.trigger.clone(),
+                notify: s.notify.clone(),
+            });
+        }
+    }
+    coordinator.do_send(RegisterTasks {
+        tasks,
+        supervisor: supervisor.clone().recipient(),
+    });
     supervisor.do_send(Supervise {
         subtasks: cancels,
         arbiters,
+        joined: Some(coordinator_arbiter),
     });
-    Ok(JobHandle::new(supervisor, status, metrics, graph, done_rx))
+    Ok(JobHandle::new(supervisor, status, metrics, graph, done_rx)
+        .with_checkpoints(coordinator, stats))
+}
+
+/// The coordinator's settings: the store (the configured directory, or a
+/// temporary one when checkpoints are on without a directory) and the next id.
+fn checkpoint_setup(
+    plan: &Plan,
+    config: &Config,
+    restore: Option<&RestorePlan>,
+    status: Arc<Mutex<JobStatus>>,
+) -> Result<CoordinatorSetup> {
+    let cp = &config.checkpoint;
+    let (store, temporary) = match (&cp.dir, cp.enabled()) {
+        (Some(dir), _) => (Some(Arc::new(CheckpointStore::open(dir)?)), false),
+        (None, true) => {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir =
+                std::env::temp_dir().join(format!("floe-checkpoints-{}-{n}", std::process::id()));
+            (Some(Arc::new(CheckpointStore::open(&dir)?)), true)
+        }
+        (None, false) => (None, false),
+    };
+    let stored = match &store {
+        Some(s) => s.max_id()?,
+        None => 0,
+    };
+    let restored = restore.map(|r| r.checkpoint_id).unwrap_or(0);
+    let operators = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(id, n)| (node_uid(id, n), (n.name.clone(), n.parallelism as u32)))
+        .collect();
+    Ok(CoordinatorSetup {
+        config: cp.clone(),
+        router: Arc::new(BlobRouter::new(store.clone())),
+        store,
+        max_parallelism: config.max_parallelism,
+        next_id: stored.max(restored) + 1,
+        operators,
+        transactional_sinks: plan
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.transactional)
+            .map(|(id, n)| node_uid(id, n))
+            .collect(),
+        stats: Arc::new(Mutex::new(CheckpointStats::default())),
+        temporary,
+        status,
+    })
 }
 
 fn to_runtime(e: Error) -> floe_actors::Error {
@@ -329,6 +446,7 @@ fn side_ops(node: &Node, tag: u64) -> &Arc<dyn super::graph::TypeOps> {
 /// Builds one subtask's chain on its arbiter.
 struct ChainBuild<'a> {
     plan: &'a Plan,
+    restore: Option<&'a RestorePlan>,
     config: &'a Arc<Config>,
     metrics: &'a Arc<JobMetrics>,
     queue_metrics: Arc<QueueMetrics>,
@@ -338,9 +456,16 @@ struct ChainBuild<'a> {
 }
 
 impl ChainBuild<'_> {
+    fn ctx(&self, id: NodeId) -> super::graph::NodeCtx {
+        let node = &self.plan.nodes[id];
+        let mut ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
+        ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
+        ctx
+    }
+
     fn head(&mut self, head: NodeId) -> Result<ErasedHead> {
         let node = &self.plan.nodes[head];
-        let ctx = node_ctx(head, node, self.subtask, self.config, self.metrics);
+        let ctx = self.ctx(head);
         let main = self.output(head, Port::Main)?;
         match &node.kind {
             NodeKind::Source(build) => Ok(ErasedHead::Source(build(&ctx, main)?)),
@@ -360,7 +485,7 @@ impl ChainBuild<'_> {
             let next = self.output(id, Port::Side(*tag))?;
             sides.push(ops.side_port(*tag, next));
         }
-        let ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
+        let ctx = self.ctx(id);
         match &node.kind {
             NodeKind::Operator(build) => build(&ctx, main, sides),
             NodeKind::Source(_) => Err(Error::Config(format!(
@@ -390,6 +515,14 @@ impl ChainBuild<'_> {
                     .expect("targets precomputed for every network edge");
                 let edge = &self.plan.nodes[c].inputs[k];
                 let partitioner = (edge.partition.make)(self.subtask, self.config.seed);
+                // The consumer's type operations know how to encode the
+                // records when the producer's do not (same type).
+                let consumer = &self.plan.nodes[c].in_type;
+                let ops = if !ops.has_codec() && consumer.has_codec() {
+                    consumer
+                } else {
+                    &ops
+                };
                 outs.push(ops.writer(
                     targets,
                     partitioner,

@@ -123,6 +123,28 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// Takes a checkpoint every `interval` (exactly-once, aligned barriers,
+    /// into a temporary directory unless [`set_checkpoint_config`]
+    /// (Self::set_checkpoint_config) names one).
+    pub fn enable_checkpointing(&self, interval: Duration) -> &Self {
+        self.inner.borrow_mut().config.checkpoint.interval = Some(interval);
+        self
+    }
+
+    /// Replaces the checkpoint settings.
+    pub fn set_checkpoint_config(&self, checkpoint: crate::checkpoint::CheckpointConfig) -> &Self {
+        self.inner.borrow_mut().config.checkpoint = checkpoint;
+        self
+    }
+
+    /// Starts the job from a checkpoint directory (its newest intact
+    /// checkpoint), one checkpoint's directory or a savepoint. Operators are
+    /// matched by uid; the parallelism may differ from the snapshot's.
+    pub fn restore_from(&self, path: impl Into<std::path::PathBuf>) -> &Self {
+        self.inner.borrow_mut().config.restore_from = Some(path.into());
+        self
+    }
+
     /// Never fuse operators into chains.
     pub fn disable_operator_chaining(&self) -> &Self {
         self.inner.borrow_mut().config.chaining = false;
@@ -156,12 +178,19 @@ impl StreamExecutionEnvironment {
             let next = *main
                 .downcast::<Box<dyn ChainInput<T>>>()
                 .map_err(|_| Error::Config("source output type mismatch".into()))?;
-            let source = create(&ctx.source_context())?;
+            let mut source = create(&ctx.source_context())?;
+            if let Some(state) = ctx.restored.clone() {
+                source
+                    .restore_state(state.split_list)
+                    .map_err(|e| super::datastream::restore_error(&ctx.name, ctx.subtask, e))?;
+            }
             let driver = SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
             Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
         });
         let id = self.add_node(Node {
             name: name.to_string(),
+            uid: None,
+            transactional: false,
             parallelism: parallelism.unwrap_or(0),
             chainable: true,
             fixed_parallelism: parallelism.is_some(),

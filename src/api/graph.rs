@@ -14,11 +14,11 @@ use floe_actors::ids::{ChannelId, OperatorId, SubtaskIndex};
 use floe_actors::messages::CancelSubtask;
 use floe_actors::metrics::{JobMetrics, QueueMetrics};
 use floe_actors::partitioner::{Partitioner, Pattern};
+use floe_actors::snapshot::{ElementCodec, SerdeCodec};
 use floe_actors::source::SourceDriver;
 use floe_actors::subtask::{ChainBuilder, Head, SubtaskActor, SubtaskSetup};
 use floe_actors::writer::{OutputTarget, RecordWriter};
 use std::any::Any;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 pub(crate) type NodeId = usize;
@@ -61,6 +61,11 @@ pub(crate) struct Edge {
 pub(crate) struct NodeCtx {
     pub operator: OperatorId,
     pub name: String,
+    /// The stable uid checkpoints match the operator's state by.
+    pub uid: String,
+    /// State restored for this operator's subtask, if the job starts from a
+    /// checkpoint or savepoint.
+    pub restored: Option<crate::operators::RestoredState>,
     pub subtask: SubtaskIndex,
     pub parallelism: usize,
     pub config: Arc<Config>,
@@ -69,8 +74,16 @@ pub(crate) struct NodeCtx {
 
 impl NodeCtx {
     pub fn info(&self) -> NodeInfo {
+        let max = self.config.max_parallelism;
         NodeInfo {
             name: self.name.clone(),
+            uid: self.uid.clone(),
+            max_parallelism: max,
+            key_groups: floe_actors::keygroup::key_group_range(
+                self.subtask.0,
+                max,
+                self.parallelism as u32,
+            ),
             subtask: self.subtask,
             metrics: self
                 .metrics
@@ -102,6 +115,10 @@ pub(crate) enum NodeKind {
 
 pub(crate) struct Node {
     pub name: String,
+    /// The uid the user set with `.uid(..)`.
+    pub uid: Option<String>,
+    /// A two-phase-commit sink: its output is committed at checkpoints.
+    pub transactional: bool,
     pub parallelism: usize,
     /// False once `disable_chaining` was called on this operator.
     pub chainable: bool,
@@ -118,6 +135,8 @@ pub(crate) struct Node {
 pub(crate) struct Spawned {
     pub addr: Arc<dyn Any + Send + Sync>,
     pub cancel: Recipient<CancelSubtask>,
+    pub trigger: Recipient<floe_actors::snapshot::TriggerCheckpoint>,
+    pub notify: Recipient<floe_actors::snapshot::NotifyCheckpoint>,
 }
 
 pub(crate) enum ErasedHead {
@@ -147,12 +166,28 @@ pub(crate) trait TypeOps: Send + Sync {
     ) -> ErasedChain;
     /// Spawns a subtask actor whose chain takes records of this type.
     fn spawn(&self, arbiter: &ArbiterHandle, setup: SubtaskSetup, build: BuildHead) -> Spawned;
+    /// Whether elements of this type can be encoded (unaligned channel state).
+    fn has_codec(&self) -> bool;
 }
 
-pub(crate) struct Ops<T>(PhantomData<fn() -> T>);
+pub(crate) struct Ops<T> {
+    /// Encodes elements for unaligned channel state, for serde types.
+    codec: Option<Arc<dyn ElementCodec<T>>>,
+}
 
 pub(crate) fn ops<T: Clone + Send + 'static>() -> Arc<dyn TypeOps> {
-    Arc::new(Ops::<T>(PhantomData))
+    Arc::new(Ops::<T> { codec: None })
+}
+
+/// Type operations for a serde type: its channels can hold unaligned
+/// checkpoint state.
+pub(crate) fn serde_ops<T>() -> Arc<dyn TypeOps>
+where
+    T: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    Arc::new(Ops::<T> {
+        codec: Some(Arc::new(SerdeCodec)),
+    })
 }
 
 fn downcast<X: 'static>(b: Box<dyn Any>, what: &str) -> X {
@@ -207,15 +242,20 @@ impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
             .downcast::<Vec<OutputTarget<T>>>()
             .expect("targets of matching record type");
         let partitioner: Box<dyn Partitioner<T>> = downcast(partitioner, "partitioner");
-        let (input, control) =
-            RecordWriter::new(targets, partitioner, &config.runtime, metrics).shared();
+        let (input, control) = RecordWriter::new(targets, partitioner, &config.runtime, metrics)
+            .with_codec(self.codec.clone())
+            .shared();
         builder.add_writer(control);
         let chain: Box<dyn ChainInput<T>> = Box::new(input);
         Box::new(chain)
     }
 
+    fn has_codec(&self) -> bool {
+        self.codec.is_some()
+    }
+
     fn spawn(&self, arbiter: &ArbiterHandle, setup: SubtaskSetup, build: BuildHead) -> Spawned {
-        let addr = SubtaskActor::<T>::spawn(arbiter, setup, move |builder| {
+        let addr = SubtaskActor::<T>::spawn(arbiter, setup, self.codec.clone(), move |builder| {
             Ok(match build(builder)? {
                 ErasedHead::Source(s) => Head::Source(s),
                 ErasedHead::Inputs(c) => Head::Inputs(downcast(c, "chain head")),
@@ -223,6 +263,8 @@ impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
         });
         Spawned {
             cancel: addr.clone().recipient(),
+            trigger: addr.clone().recipient(),
+            notify: addr.clone().recipient(),
             addr: Arc::new(addr),
         }
     }
@@ -317,6 +359,15 @@ pub(crate) mod partition {
 }
 
 /// Graph-wide helper: builds a `NodeCtx`.
+/// The uid of node `id`: the user's, or one derived from its position and
+/// name (stable as long as the job graph is built the same way).
+pub(crate) fn node_uid(id: NodeId, node: &Node) -> String {
+    match &node.uid {
+        Some(u) => u.clone(),
+        None => format!("{id}:{}", node.name),
+    }
+}
+
 pub(crate) fn node_ctx(
     id: NodeId,
     node: &Node,
@@ -327,6 +378,8 @@ pub(crate) fn node_ctx(
     NodeCtx {
         operator: OperatorId(id as u32),
         name: node.name.clone(),
+        uid: node_uid(id, node),
+        restored: None,
         subtask: SubtaskIndex(subtask as u32),
         parallelism: node.parallelism,
         config: config.clone(),

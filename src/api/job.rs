@@ -4,6 +4,8 @@
 //! one serializable value (see [`super::status`]).
 
 use super::status::{JobGraphInfo, JobStatusSnapshot, StatusReporter};
+use crate::checkpoint::CheckpointStats;
+use crate::checkpoint::coordinator::{CheckpointCoordinator, TriggerSavepoint};
 use crate::{Error, Result};
 use actix::Addr;
 use floe_actors::messages::CancelJob;
@@ -24,6 +26,8 @@ pub struct JobHandle {
     metrics: Arc<JobMetrics>,
     graph: Arc<JobGraphInfo>,
     done: Shared<BoxFuture<'static, floe_actors::Result<JobOutcome>>>,
+    coordinator: Option<Addr<CheckpointCoordinator>>,
+    checkpoints: Arc<Mutex<CheckpointStats>>,
 }
 
 impl JobHandle {
@@ -50,7 +54,52 @@ impl JobHandle {
             metrics,
             graph: Arc::new(graph),
             done,
+            coordinator: None,
+            checkpoints: Arc::default(),
         }
+    }
+
+    pub(crate) fn with_checkpoints(
+        mut self,
+        coordinator: Addr<CheckpointCoordinator>,
+        stats: Arc<Mutex<CheckpointStats>>,
+    ) -> Self {
+        self.coordinator = Some(coordinator);
+        self.checkpoints = stats;
+        self
+    }
+
+    /// Checkpoint counters and recent history.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.checkpoints
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Takes a savepoint into a new directory under `dir` and returns its
+    /// path: aligned barriers through the whole job, state written
+    /// self-contained, with a format version and checksums. A job can start
+    /// from it (`Config::restore_from`), at another parallelism.
+    pub async fn trigger_savepoint(
+        &self,
+        dir: impl Into<std::path::PathBuf>,
+    ) -> Result<std::path::PathBuf> {
+        let Some(coordinator) = &self.coordinator else {
+            return Err(Error::Config(
+                "the job has no checkpoint coordinator".into(),
+            ));
+        };
+        let (reply, rx) = futures::channel::oneshot::channel();
+        coordinator.do_send(TriggerSavepoint {
+            dir: dir.into(),
+            reply,
+        });
+        rx.await.map_err(|_| {
+            Error::Runtime(floe_actors::Error::Runtime(
+                "the job ended before the savepoint completed".into(),
+            ))
+        })?
     }
 
     /// The job's current state.

@@ -4,7 +4,7 @@ use super::datastream::DataStream;
 use crate::operators::keyed::{
     KeyFn, KeyedProcessFunction, KeyedProcessOp, Numeric, Rolling, RollingOp,
 };
-use crate::state::{HeapStateBackend, RedbStateBackend, StateBackendKind, StateKey};
+use crate::state::{HeapStateBackend, RedbStateBackend, StateBackendKind, StateKey, StateValue};
 use crate::time::{Clock, SystemClock};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -40,18 +40,21 @@ where
 
     fn rolling<N: Numeric>(&self, name: &str, kind: Rolling<T, N>) -> DataStream<T>
     where
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         let key = self.key.clone();
         self.stream
             .transform(name, move |_| RollingOp::new(key.clone(), kind.clone()))
+            .with_serde_input::<T>()
     }
 
     /// Rolling reduce: emits `f(accumulator, record)` for every record.
     pub fn reduce<F>(&self, f: F) -> DataStream<T>
     where
         F: Fn(T, T) -> T + Send + Sync + 'static,
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         self.rolling::<i64>("Keyed Reduce", Rolling::Reduce(Arc::new(f)))
     }
@@ -63,7 +66,8 @@ where
     where
         N: Numeric,
         F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         self.rolling("Keyed Sum", Rolling::Sum(Arc::new(field)))
     }
@@ -73,7 +77,8 @@ where
     where
         N: Numeric,
         F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         self.rolling("Keyed Min", Rolling::Min(Arc::new(field)))
     }
@@ -83,7 +88,8 @@ where
     where
         N: Numeric,
         F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         self.rolling("Keyed Max", Rolling::Max(Arc::new(field)))
     }
@@ -93,7 +99,8 @@ where
     where
         N: Numeric,
         F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         self.rolling("Keyed MinBy", Rolling::MinBy(Arc::new(field)))
     }
@@ -103,7 +110,8 @@ where
     where
         N: Numeric,
         F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         self.rolling("Keyed MaxBy", Rolling::MaxBy(Arc::new(field)))
     }

@@ -5,9 +5,9 @@
 //! `execute` (blocking) or `execute_async` (returns a [`JobHandle`]).
 
 mod datastream;
-mod deploy;
+pub(crate) mod deploy;
 mod environment;
-mod graph;
+pub(crate) mod graph;
 mod job;
 mod keyed;
 pub mod status;

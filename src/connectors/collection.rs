@@ -34,6 +34,20 @@ impl<T: Clone + Send + Sync + 'static> SourceFunction<T> for CollectionSource<T>
             SourcePoll::Ready
         })
     }
+
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        Ok(vec![super::encode_entry(&(self.position as u64))?])
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        // One subtask reads the collection; no entry means nothing is left.
+        self.position = match entries.first() {
+            Some(e) => super::decode_entry::<u64>(e)? as usize,
+            None => self.data.len(),
+        };
+        self.position = self.position.min(self.data.len());
+        Ok(())
+    }
 }
 
 /// Emits the items of an iterator (one subtask; not replayable).

@@ -15,6 +15,9 @@ pub struct GeneratorSource<T> {
     f: Arc<dyn Fn(u64) -> T + Send + Sync>,
     next: u64,
     end: u64,
+    /// Further `[next, end)` ranges to read after this one (a restore at
+    /// lower parallelism hands a subtask several).
+    more: Vec<(u64, u64)>,
     rate: Option<RateLimit>,
 }
 
@@ -38,6 +41,7 @@ impl<T> GeneratorSource<T> {
             f,
             next,
             end,
+            more: Vec::new(),
             rate: rate.map(|r| RateLimit {
                 per_second: r / ctx.parallelism as f64,
                 started: None,
@@ -66,10 +70,36 @@ impl<T: Send + 'static> SourceFunction<T> for GeneratorSource<T> {
         let f = &self.f;
         out.extend((self.next..self.next + n).map(|i| Record::new(f(i))));
         self.next += n;
+        if self.next >= self.end
+            && let Some((next, end)) = self.more.pop()
+        {
+            (self.next, self.end) = (next, end);
+        }
         Ok(if self.next >= self.end {
             SourcePoll::Finished
         } else {
             SourcePoll::Ready
         })
+    }
+
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        // One entry per unread range, so a restore can deal them out.
+        let mut entries = vec![super::encode_entry(&(self.next, self.end))?];
+        for r in self.more.iter().rev() {
+            entries.push(super::encode_entry(r)?);
+        }
+        Ok(entries)
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        let mut ranges = entries
+            .iter()
+            .map(|e| super::decode_entry::<(u64, u64)>(e))
+            .collect::<Result<Vec<_>>>()?;
+        ranges.retain(|(next, end)| next < end);
+        ranges.reverse();
+        (self.next, self.end) = ranges.pop().unwrap_or((0, 0));
+        self.more = ranges;
+        Ok(())
     }
 }

@@ -54,9 +54,45 @@ impl SourceContext {
 }
 
 /// A source of records of type `T`, one instance per source subtask.
+///
+/// For exactly-once a source must be replayable: [`snapshot_state`]
+/// (Self::snapshot_state) returns its position (one entry per split it
+/// reads), and [`restore_state`](Self::restore_state) rewinds to it. On a
+/// restore at another parallelism the entries of all subtasks are dealt out
+/// evenly, as Flink does with source splits; a subtask may get none and
+/// then has nothing to read.
 pub trait SourceFunction<T>: Send + 'static {
     /// Appends at most `max` records to `out`.
     fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<T>>) -> Result<SourcePoll>;
+
+    /// The source's position, taken between two batches at a checkpoint.
+    /// The default (no entries) marks a source that cannot rewind.
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        Ok(Vec::new())
+    }
+
+    /// Rewinds to positions [`snapshot_state`](Self::snapshot_state) took
+    /// (this subtask's share of them); called once before the first poll.
+    fn restore_state(&mut self, _entries: Vec<Vec<u8>>) -> Result<()> {
+        Ok(())
+    }
+
+    /// A checkpoint completed.
+    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// postcard-encodes one source position entry.
+pub(crate) fn encode_entry<S: serde::Serialize>(entry: &S) -> Result<Vec<u8>> {
+    postcard::to_allocvec(entry)
+        .map_err(|e| crate::Error::User(format!("cannot encode source position: {e}")))
+}
+
+/// Decodes one source position entry.
+pub(crate) fn decode_entry<S: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<S> {
+    postcard::from_bytes(bytes)
+        .map_err(|e| crate::Error::User(format!("cannot decode source position: {e}")))
 }
 
 /// Drives a source function and its chain inside a source subtask.
@@ -85,6 +121,44 @@ impl<T: 'static> SourceNode<T> {
 }
 
 impl<T: 'static> SourceDriver for SourceNode<T> {
+    fn checkpoint(
+        &mut self,
+        barrier: floe_actors::element::Barrier,
+        out: &mut floe_actors::snapshot::ChainSnapshot,
+    ) -> floe_actors::Result<()> {
+        let source = &mut self.source;
+        let r = catch_unwind(AssertUnwindSafe(|| source.snapshot_state()));
+        let entries = self.info.check(r)?;
+        if !entries.is_empty() {
+            let capture = crate::operators::StateCapture {
+                split_list: entries,
+                ..Default::default()
+            };
+            let info = self.info.clone();
+            out.operators.push(floe_actors::snapshot::OperatorCapture {
+                uid: self.info.uid.clone(),
+                finish: Box::new(move || crate::operators::node::encode_capture(capture, &info)),
+            });
+        }
+        // Sources emit from the chain: the barrier follows every record so far.
+        self.next.checkpoint(barrier, false, out)
+    }
+
+    fn notify_checkpoint(
+        &mut self,
+        checkpoint: floe_actors::ids::CheckpointId,
+        completed: bool,
+    ) -> floe_actors::Result<()> {
+        if completed {
+            let source = &mut self.source;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                source.notify_checkpoint_complete(checkpoint.0)
+            }));
+            self.info.check(r)?;
+        }
+        self.next.notify_checkpoint(checkpoint, completed)
+    }
+
     fn step(&mut self) -> floe_actors::Result<SourceStep> {
         let mut batch = Vec::with_capacity(self.batch_size);
         let max = self.batch_size;

@@ -8,7 +8,7 @@ use super::{SourceFunction, SourcePoll};
 use crate::{Error, Result};
 use floe_actors::element::Record;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// Reads a file line by line.
@@ -76,5 +76,36 @@ impl SourceFunction<String> for TextFileSource {
             out.push(Record::new(text.to_owned()));
         }
         Ok(SourcePoll::Ready)
+    }
+
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        Ok(vec![super::encode_entry(&(self.offset, self.line))?])
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        let (offset, line) = match entries.first() {
+            Some(e) => super::decode_entry::<(u64, u64)>(e)?,
+            // The one reader's position went elsewhere: nothing to read here.
+            None => (u64::MAX, 0),
+        };
+        let len = self
+            .reader
+            .get_ref()
+            .metadata()
+            .map_err(|e| Error::io("cannot read input file", &self.path, e))?
+            .len();
+        if offset != u64::MAX && offset > len {
+            return Err(Error::User(format!(
+                "cannot restore '{}': checkpointed offset {offset} is past its end ({len} bytes); the file changed",
+                self.path.display()
+            )));
+        }
+        let offset = offset.min(len);
+        self.reader
+            .seek(SeekFrom::Start(offset))
+            .map_err(|e| Error::io("cannot seek input file", &self.path, e))?;
+        self.offset = offset;
+        self.line = line;
+        Ok(())
     }
 }

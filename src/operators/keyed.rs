@@ -18,9 +18,10 @@
 //!   at the end of input are dropped without firing, as Flink does by default.
 
 use super::process::{OnTimerContext, ProcessContext};
-use super::{Operator, Output};
+use super::{Operator, Output, RestoredState, SnapshotContext, StateCapture, keyed_snapshot};
 use crate::Result;
 use crate::state::{HeapStateBackend, StateBackend};
+use crate::state::{StateKey, StateValue};
 use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
@@ -187,8 +188,8 @@ where
 
 impl<T, K, N> Operator<T, T> for RollingOp<T, K, N>
 where
-    T: Clone + Send + 'static,
-    K: Hash + Eq + Clone + Send + 'static,
+    T: StateValue,
+    K: StateKey,
     N: Numeric,
 {
     #[inline]
@@ -198,6 +199,20 @@ where
             timestamp: r.timestamp,
         }));
         Ok(())
+    }
+
+    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
+        // Encoded here: one pass over the accumulators, no value cloned.
+        let groups = keyed_snapshot::encode(self.state.iter(), ctx.max_parallelism)?;
+        Ok(StateCapture::keyed_bytes(groups))
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> Result<()> {
+        self.state.clear();
+        let map = &mut self.state;
+        keyed_snapshot::decode::<K, T>(&state.keyed, |k, v| {
+            map.insert(k, v);
+        })
     }
 }
 

@@ -43,6 +43,146 @@ pub trait Operator<IN, OUT>: Send + 'static {
     fn forwards_watermarks(&self) -> bool {
         true
     }
+
+    /// The synchronous part of a checkpoint: capture the operator's state
+    /// cheaply; serialization may be deferred into
+    /// [`StateCapture::keyed`]. Stateless operators keep the default.
+    fn snapshot_state(&mut self, _ctx: &SnapshotContext) -> Result<StateCapture> {
+        Ok(StateCapture::default())
+    }
+
+    /// Restores state captured by [`snapshot_state`](Self::snapshot_state)
+    /// (keyed state: only the key groups this subtask owns now); called once,
+    /// before any element.
+    fn restore_state(&mut self, _state: RestoredState) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` completed: every operator of the job has
+    /// persisted its state for it (two-phase-commit sinks commit here).
+    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` was aborted.
+    fn notify_checkpoint_aborted(&mut self, _checkpoint: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What an operator learns when it snapshots.
+#[derive(Clone, Debug)]
+pub struct SnapshotContext {
+    /// The checkpoint id.
+    pub checkpoint: u64,
+    /// Whether it is a savepoint (must not depend on earlier checkpoints).
+    pub savepoint: bool,
+    /// The job's max parallelism: the number of key groups.
+    pub max_parallelism: u32,
+    /// The key groups this subtask owns.
+    pub key_groups: std::ops::Range<u32>,
+}
+
+/// Serializes captured keyed state, off the processing thread.
+pub type KeyedCapture =
+    Box<dyn FnOnce() -> Result<Vec<crate::state::KeyGroupBytes>> + Send + 'static>;
+
+/// An operator's state at a checkpoint.
+#[derive(Default)]
+pub struct StateCapture {
+    /// Keyed state, per key group (redistributed by key group on restore).
+    pub keyed: Option<KeyedCapture>,
+    /// Operator list state redistributed by even split: on restore at
+    /// another parallelism, the entries of all subtasks are dealt out.
+    pub split_list: Vec<Vec<u8>>,
+    /// Operator list state every subtask gets whole on restore.
+    pub union_list: Vec<Vec<u8>>,
+}
+
+impl StateCapture {
+    /// Whether the capture holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.keyed.is_none() && self.split_list.is_empty() && self.union_list.is_empty()
+    }
+
+    /// Keyed state already serialized.
+    pub fn keyed_bytes(groups: Vec<crate::state::KeyGroupBytes>) -> Self {
+        StateCapture {
+            keyed: Some(Box::new(move || Ok(groups))),
+            ..Default::default()
+        }
+    }
+}
+
+/// The state an operator gets back on restore.
+#[derive(Clone, Debug, Default)]
+pub struct RestoredState {
+    /// Keyed state of the key groups this subtask owns.
+    pub keyed: Vec<crate::state::KeyGroupBytes>,
+    /// This subtask's share of the even-split list state.
+    pub split_list: Vec<Vec<u8>>,
+    /// The union list state of every former subtask.
+    pub union_list: Vec<Vec<u8>>,
+}
+
+impl RestoredState {
+    /// Whether there is nothing to restore.
+    pub fn is_empty(&self) -> bool {
+        self.keyed.is_empty() && self.split_list.is_empty() && self.union_list.is_empty()
+    }
+}
+
+/// Per-key-group encoding of in-memory keyed maps, for operators that keep
+/// their keyed state in plain maps.
+pub mod keyed_snapshot {
+    use crate::state::KeyGroupBytes;
+    use crate::{Error, Result};
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+    use std::hash::Hash;
+
+    /// Encodes `entries` into one postcard blob per key group, the groups in
+    /// order; the key group of an entry is the one its key is partitioned by.
+    pub fn encode<'a, K, V, I>(entries: I, max_parallelism: u32) -> Result<Vec<KeyGroupBytes>>
+    where
+        K: Serialize + Hash + 'a,
+        V: Serialize + 'a,
+        I: Iterator<Item = (&'a K, &'a V)>,
+    {
+        let mut groups: std::collections::BTreeMap<u32, Vec<(&K, &V)>> = Default::default();
+        for (k, v) in entries {
+            let g = floe_actors::keygroup::key_group(k, max_parallelism);
+            groups.entry(g).or_default().push((k, v));
+        }
+        groups
+            .into_iter()
+            .map(|(key_group, entries)| {
+                let bytes = postcard::to_allocvec(&entries)
+                    .map_err(|e| Error::User(format!("cannot encode keyed state: {e}")))?;
+                Ok(KeyGroupBytes { key_group, bytes })
+            })
+            .collect()
+    }
+
+    /// Decodes what [`encode`] wrote, calling `put` per entry.
+    pub fn decode<K, V>(groups: &[KeyGroupBytes], mut put: impl FnMut(K, V)) -> Result<()>
+    where
+        K: DeserializeOwned,
+        V: DeserializeOwned,
+    {
+        for g in groups {
+            let entries: Vec<(K, V)> = postcard::from_bytes(&g.bytes).map_err(|e| {
+                Error::User(format!(
+                    "cannot decode keyed state of key group {}: {e}",
+                    g.key_group
+                ))
+            })?;
+            for (k, v) in entries {
+                put(k, v);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A named side output of type `T`.

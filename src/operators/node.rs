@@ -5,12 +5,14 @@
 //! an error becomes a runtime error naming this operator and subtask.
 
 use super::Marker;
-use super::{Operator, Output};
+use super::{Operator, Output, SnapshotContext, StateCapture};
 use floe_actors::chain::ChainInput;
-use floe_actors::element::{Batch, Record, Timestamp, WatermarkStatus};
+use floe_actors::element::{Barrier, BarrierKind, Batch, Record, Timestamp, WatermarkStatus};
 use floe_actors::error::panic_message;
+use floe_actors::ids::CheckpointId;
 use floe_actors::ids::SubtaskIndex;
 use floe_actors::metrics::OperatorMetrics;
+use floe_actors::snapshot::{ChainSnapshot, OperatorBytes, OperatorCapture};
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -32,6 +34,19 @@ pub trait SidePort {
     fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()>;
     /// Forwards a processing-time tick.
     fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()>;
+    /// Forwards a checkpoint.
+    fn checkpoint(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> floe_actors::Result<()>;
+    /// Forwards a checkpoint notification.
+    fn notify_checkpoint(
+        &mut self,
+        checkpoint: CheckpointId,
+        completed: bool,
+    ) -> floe_actors::Result<()>;
 }
 
 /// The side port of records of type `X`.
@@ -67,6 +82,22 @@ impl<X: 'static> SidePort for TypedSidePort<X> {
     fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()> {
         self.next.processing_time(now_ms)
     }
+    fn checkpoint(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> floe_actors::Result<()> {
+        self.flush()?;
+        self.next.checkpoint(barrier, unaligned, out)
+    }
+    fn notify_checkpoint(
+        &mut self,
+        checkpoint: CheckpointId,
+        completed: bool,
+    ) -> floe_actors::Result<()> {
+        self.next.notify_checkpoint(checkpoint, completed)
+    }
 }
 
 /// Identifies an operator instance in errors.
@@ -74,6 +105,12 @@ impl<X: 'static> SidePort for TypedSidePort<X> {
 pub struct NodeInfo {
     /// Operator name.
     pub name: String,
+    /// The operator's stable uid (checkpoints match state by it).
+    pub uid: String,
+    /// The job's max parallelism (number of key groups).
+    pub max_parallelism: u32,
+    /// The key groups this subtask owns.
+    pub key_groups: std::ops::Range<u32>,
     /// Subtask index.
     pub subtask: SubtaskIndex,
     /// Record counters.
@@ -238,4 +275,87 @@ where
         }
         Ok(())
     }
+
+    fn checkpoint(
+        &mut self,
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> floe_actors::Result<()> {
+        let ctx = SnapshotContext {
+            checkpoint: barrier.checkpoint_id.0,
+            savepoint: barrier.kind == BarrierKind::Savepoint,
+            max_parallelism: self.info.max_parallelism,
+            key_groups: self.info.key_groups.clone(),
+        };
+        let op = &mut self.op;
+        let r = catch_unwind(AssertUnwindSafe(|| op.snapshot_state(&ctx)));
+        let capture = self.info.check(r)?;
+        if !capture.is_empty() {
+            let info = self.info.clone();
+            out.operators.push(OperatorCapture {
+                uid: self.info.uid.clone(),
+                finish: Box::new(move || encode_capture(capture, &info)),
+            });
+        }
+        self.next.checkpoint(barrier, unaligned, out)?;
+        for s in &mut self.sides {
+            s.checkpoint(barrier, unaligned, out)?;
+        }
+        Ok(())
+    }
+
+    fn notify_checkpoint(
+        &mut self,
+        checkpoint: CheckpointId,
+        completed: bool,
+    ) -> floe_actors::Result<()> {
+        let op = &mut self.op;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            if completed {
+                op.notify_checkpoint_complete(checkpoint.0)
+            } else {
+                op.notify_checkpoint_aborted(checkpoint.0)
+            }
+        }));
+        self.info.check(r)?;
+        self.next.notify_checkpoint(checkpoint, completed)?;
+        for s in &mut self.sides {
+            s.notify_checkpoint(checkpoint, completed)?;
+        }
+        Ok(())
+    }
+}
+
+/// The asynchronous part of an operator's snapshot: serializes what it captured.
+pub(crate) fn encode_capture(
+    capture: StateCapture,
+    info: &NodeInfo,
+) -> floe_actors::Result<OperatorBytes> {
+    let fail = |e: String| floe_actors::Error::operator(info.name.clone(), info.subtask, e);
+    let list = |l: Vec<Vec<u8>>| -> floe_actors::Result<Option<Vec<u8>>> {
+        if l.is_empty() {
+            return Ok(None);
+        }
+        postcard::to_allocvec(&l)
+            .map(Some)
+            .map_err(|e| fail(format!("cannot encode list state: {e}")))
+    };
+    let keyed = match capture.keyed {
+        None => None,
+        Some(f) => {
+            let groups = catch_unwind(AssertUnwindSafe(f));
+            let groups = info.check(groups)?;
+            Some(
+                postcard::to_allocvec(&groups)
+                    .map_err(|e| fail(format!("cannot encode keyed state: {e}")))?,
+            )
+        }
+    };
+    Ok(OperatorBytes {
+        keyed,
+        keyed_base: Vec::new(),
+        split_list: list(capture.split_list)?,
+        union_list: list(capture.union_list)?,
+    })
 }

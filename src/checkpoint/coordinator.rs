@@ -1,0 +1,673 @@
+//! The checkpoint coordinator actor.
+//!
+//! 1. **Trigger.** Every `interval` (and not sooner than `min_pause` after
+//!    the last completion, with at most `max_concurrent` in progress) it
+//!    picks the next id and sends [`TriggerCheckpoint`] to every running
+//!    source subtask; the sources snapshot and emit the barrier.
+//! 2. **Collect.** Each subtask acknowledges with the references of the
+//!    blobs its asynchronous part wrote. A subtask that finished is no
+//!    longer awaited; a decline, or no completion within `timeout`, aborts
+//!    the checkpoint: its files are discarded and every subtask is told.
+//! 3. **Complete.** With every running subtask's ack, the coordinator
+//!    commits the metadata to the store in one redb transaction (the
+//!    checkpoint exists iff that commit happened), keeps the newest
+//!    `retained`, and sends notify-complete to every subtask, on which
+//!    two-phase-commit sinks commit.
+//! 4. **Savepoints** go the same way with aligned barriers, into a
+//!    self-contained directory instead of the store.
+//! 5. More failed checkpoints in a row than `tolerable_failures` fail the job.
+
+use super::format::{
+    CHECKPOINT_FORMAT_VERSION, CheckpointMetadata, OperatorState, SnapshotKind,
+    SubtaskOperatorState, SubtaskRuntimeState,
+};
+use super::savepoint::SavepointWriter;
+use super::store::{BlobSink, CheckpointStore};
+use super::{CheckpointConfig, CheckpointError};
+use actix::prelude::*;
+use floe_actors::element::{Barrier, BarrierKind, now_ms};
+use floe_actors::ids::{CheckpointId, SubtaskIndex, VertexId};
+use floe_actors::messages::SubtaskFinished;
+use floe_actors::snapshot::{
+    AcknowledgeCheckpoint, BlobRef, BlobWriter, DeclineCheckpoint, NotifyCheckpoint,
+    TriggerCheckpoint,
+};
+use floe_actors::supervisor::FailJob;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One subtask as the coordinator sees it.
+#[derive(Clone)]
+pub(crate) struct TaskInfo {
+    pub vertex: VertexId,
+    pub subtask: SubtaskIndex,
+    pub is_source: bool,
+    pub head_uid: String,
+    pub parallelism: u32,
+    pub trigger: Recipient<TriggerCheckpoint>,
+    pub notify: Recipient<NotifyCheckpoint>,
+}
+
+/// A checkpoint's record in the job's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckpointRecord {
+    /// Its id.
+    pub id: u64,
+    /// Checkpoint or savepoint.
+    pub savepoint: bool,
+    /// Completed, failed (declined, expired, not written) or in progress.
+    pub status: &'static str,
+    /// When it was triggered (ms since the epoch).
+    pub trigger_ms: i64,
+    /// Trigger to completion (or failure), ms.
+    pub duration_ms: u64,
+    /// Longest alignment of a subtask, ms.
+    pub alignment_ms: u64,
+    /// Longest synchronous part, ms.
+    pub sync_ms: u64,
+    /// Longest asynchronous part, ms.
+    pub async_ms: u64,
+    /// Operator state bytes.
+    pub state_bytes: u64,
+    /// Channel state bytes.
+    pub channel_state_bytes: u64,
+    /// Whether some subtask took it unaligned.
+    pub unaligned: bool,
+    /// Why it failed.
+    pub failure: Option<String>,
+}
+
+/// Checkpoint counters and the recent history of a job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CheckpointStats {
+    /// Checkpoints completed (savepoints not included).
+    pub completed: u64,
+    /// Checkpoints that failed.
+    pub failed: u64,
+    /// Longest trigger-to-completion of a completed checkpoint, ms.
+    pub max_duration_ms: u64,
+    /// Channel state bytes summed over completed checkpoints.
+    pub channel_state_bytes: u64,
+    /// The newest completed checkpoint.
+    pub last_completed: Option<u64>,
+    /// The last checkpoints and savepoints, newest last (at most 20).
+    pub history: VecDeque<CheckpointRecord>,
+}
+
+const HISTORY: usize = 20;
+
+impl CheckpointStats {
+    fn record(&mut self, r: CheckpointRecord) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(r);
+    }
+}
+
+/// Routes blob writes of a checkpoint id to the store, or to the savepoint
+/// being written under that id.
+pub(crate) struct BlobRouter {
+    store: Option<Arc<CheckpointStore>>,
+    savepoints: Mutex<HashMap<u64, Arc<SavepointWriter>>>,
+}
+
+impl BlobRouter {
+    pub fn new(store: Option<Arc<CheckpointStore>>) -> Self {
+        BlobRouter {
+            store,
+            savepoints: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn savepoint(&self, id: u64) -> Option<Arc<SavepointWriter>> {
+        self.savepoints.lock().ok()?.get(&id).cloned()
+    }
+}
+
+impl BlobWriter for BlobRouter {
+    fn put(
+        &self,
+        checkpoint: CheckpointId,
+        name: &str,
+        bytes: &[u8],
+    ) -> floe_actors::Result<BlobRef> {
+        let r = match (self.savepoint(checkpoint.0), &self.store) {
+            (Some(sp), _) => sp.put(name, bytes),
+            (None, Some(store)) => store.write_blob(checkpoint.0, name, bytes),
+            (None, None) => Err(CheckpointError::Failed {
+                checkpoint: checkpoint.0,
+                message: "checkpointing is not enabled".into(),
+            }),
+        };
+        r.map_err(|e| floe_actors::Error::Runtime(e.to_string()))
+    }
+}
+
+/// Everything the coordinator needs, built at deployment.
+pub(crate) struct CoordinatorSetup {
+    pub config: CheckpointConfig,
+    pub store: Option<Arc<CheckpointStore>>,
+    pub router: Arc<BlobRouter>,
+    pub max_parallelism: u32,
+    pub next_id: u64,
+    /// uid → (name, parallelism) of every operator.
+    pub operators: HashMap<String, (String, u32)>,
+    pub transactional_sinks: Vec<String>,
+    pub stats: Arc<Mutex<CheckpointStats>>,
+    /// A temporary checkpoint directory to delete when the job ends.
+    pub temporary: bool,
+    pub status: Arc<Mutex<floe_actors::supervisor::JobStatus>>,
+}
+
+struct Pending {
+    kind: SnapshotKind,
+    trigger_ms: i64,
+    started: Instant,
+    awaiting: HashSet<(VertexId, SubtaskIndex)>,
+    acks: Vec<AcknowledgeCheckpoint>,
+    reply: Option<futures::channel::oneshot::Sender<crate::Result<PathBuf>>>,
+}
+
+/// The checkpoint coordinator of one job.
+pub struct CheckpointCoordinator {
+    setup: CoordinatorSetup,
+    tasks: Vec<TaskInfo>,
+    supervisor: Option<Recipient<FailJob>>,
+    next_id: u64,
+    pending: BTreeMap<u64, Pending>,
+    finished: HashSet<(VertexId, SubtaskIndex)>,
+    last_completion: Option<Instant>,
+    failures_in_row: u32,
+}
+
+impl CheckpointCoordinator {
+    pub(crate) fn new(setup: CoordinatorSetup) -> Self {
+        CheckpointCoordinator {
+            tasks: Vec::new(),
+            supervisor: None,
+            next_id: setup.next_id.max(1),
+            setup,
+            pending: BTreeMap::new(),
+            finished: HashSet::new(),
+            last_completion: None,
+            failures_in_row: 0,
+        }
+    }
+
+    fn running_sources(&self) -> Vec<&TaskInfo> {
+        self.tasks
+            .iter()
+            .filter(|t| t.is_source && !self.finished.contains(&(t.vertex, t.subtask)))
+            .collect()
+    }
+
+    fn periodic(&mut self, ctx: &mut Context<Self>) {
+        let periodic = self
+            .pending
+            .values()
+            .filter(|p| p.kind == SnapshotKind::Checkpoint)
+            .count();
+        if periodic >= self.setup.config.max_concurrent {
+            return;
+        }
+        if let Some(done) = self.last_completion
+            && done.elapsed() < self.setup.config.min_pause
+        {
+            return;
+        }
+        self.trigger(SnapshotKind::Checkpoint, None, ctx);
+    }
+
+    /// Starts a checkpoint (or savepoint); returns its id when one started.
+    fn trigger(
+        &mut self,
+        kind: SnapshotKind,
+        reply: Option<(
+            PathBuf,
+            futures::channel::oneshot::Sender<crate::Result<PathBuf>>,
+        )>,
+        ctx: &mut Context<Self>,
+    ) -> Option<u64> {
+        let sources: Vec<TaskInfo> = self.running_sources().into_iter().cloned().collect();
+        if sources.is_empty() {
+            if let Some((_, tx)) = reply {
+                let _ = tx.send(Err(crate::Error::Config(
+                    "cannot take a savepoint: every source has finished".into(),
+                )));
+            }
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let barrier_kind = match kind {
+            SnapshotKind::Checkpoint => self.setup.config.barrier_kind(),
+            SnapshotKind::Savepoint => BarrierKind::Savepoint,
+        };
+        let reply = match reply {
+            Some((dir, tx)) => match SavepointWriter::new(&dir, id) {
+                Ok(w) => {
+                    if let Ok(mut m) = self.setup.router.savepoints.lock() {
+                        m.insert(id, Arc::new(w));
+                    }
+                    Some(tx)
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.into()));
+                    return None;
+                }
+            },
+            None => None,
+        };
+        let trigger_ms = now_ms();
+        let awaiting = self
+            .tasks
+            .iter()
+            .filter(|t| !self.finished.contains(&(t.vertex, t.subtask)))
+            .map(|t| (t.vertex, t.subtask))
+            .collect();
+        self.pending.insert(
+            id,
+            Pending {
+                kind,
+                trigger_ms,
+                started: Instant::now(),
+                awaiting,
+                acks: Vec::new(),
+                reply,
+            },
+        );
+        tracing::info!(checkpoint = id, ?barrier_kind, "checkpoint triggered");
+        let barrier = Barrier {
+            checkpoint_id: CheckpointId(id),
+            timestamp: trigger_ms,
+            kind: barrier_kind,
+        };
+        for s in sources {
+            s.trigger.do_send(TriggerCheckpoint { barrier });
+        }
+        let timeout = self.setup.config.timeout;
+        ctx.run_later(timeout, move |actor, ctx| {
+            if actor.pending.contains_key(&id) {
+                actor.abort(id, format!("expired after {} ms", timeout.as_millis()), ctx);
+            }
+        });
+        Some(id)
+    }
+
+    fn maybe_complete(&mut self, id: u64, ctx: &mut Context<Self>) {
+        let ready = self.pending.get(&id).is_some_and(|p| p.awaiting.is_empty());
+        if !ready {
+            return;
+        }
+        let p = self.pending.remove(&id).expect("present");
+        let meta = self.metadata(id, &p);
+        let duration_ms = meta.duration_ms;
+        let result: Result<Option<PathBuf>, CheckpointError> = match p.kind {
+            SnapshotKind::Checkpoint => match &self.setup.store {
+                Some(store) => store
+                    .commit(&meta, self.setup.config.retained)
+                    .map(|()| None),
+                None => Err(CheckpointError::Failed {
+                    checkpoint: id,
+                    message: "checkpointing is not enabled".into(),
+                }),
+            },
+            SnapshotKind::Savepoint => {
+                let writer = self
+                    .setup
+                    .router
+                    .savepoints
+                    .lock()
+                    .ok()
+                    .and_then(|mut m| m.remove(&id));
+                match writer.map(Arc::try_unwrap) {
+                    Some(Ok(w)) => w.finish(&meta).map(Some),
+                    _ => Err(CheckpointError::Failed {
+                        checkpoint: id,
+                        message: "savepoint writer still in use".into(),
+                    }),
+                }
+            }
+        };
+        match result {
+            Ok(path) => {
+                self.failures_in_row = 0;
+                let record = record_of(&meta, "completed", None);
+                if let Ok(mut stats) = self.setup.stats.lock() {
+                    if p.kind == SnapshotKind::Checkpoint {
+                        stats.completed += 1;
+                        stats.max_duration_ms = stats.max_duration_ms.max(duration_ms);
+                        stats.channel_state_bytes += meta.channel_state_bytes;
+                        stats.last_completed = Some(id);
+                    }
+                    stats.record(record);
+                }
+                publish_metrics(&meta);
+                tracing::info!(
+                    checkpoint = id,
+                    duration_ms,
+                    state_bytes = meta.state_bytes,
+                    channel_state_bytes = meta.channel_state_bytes,
+                    "checkpoint completed"
+                );
+                if p.kind == SnapshotKind::Checkpoint {
+                    self.last_completion = Some(Instant::now());
+                }
+                for t in &self.tasks {
+                    t.notify.do_send(NotifyCheckpoint {
+                        checkpoint: CheckpointId(id),
+                        completed: true,
+                    });
+                }
+                if let (Some(tx), Some(path)) = (p.reply, path) {
+                    let _ = tx.send(Ok(path));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                self.pending.insert(id, p);
+                self.abort(id, message, ctx);
+            }
+        }
+    }
+
+    fn metadata(&self, id: u64, p: &Pending) -> CheckpointMetadata {
+        let mut operators: BTreeMap<String, OperatorState> = BTreeMap::new();
+        let mut runtime = Vec::new();
+        let (mut alignment_ms, mut sync_ms, mut async_ms) = (0, 0, 0);
+        let (mut state_bytes, mut channel_state_bytes, mut unaligned) = (0, 0, false);
+        let mut acks: Vec<&AcknowledgeCheckpoint> = p.acks.iter().collect();
+        acks.sort_by_key(|a| (a.vertex, a.subtask));
+        for ack in acks {
+            alignment_ms = alignment_ms.max(ack.alignment_ms);
+            sync_ms = sync_ms.max(ack.sync_ms);
+            async_ms = async_ms.max(ack.async_ms);
+            state_bytes += ack.state_bytes;
+            channel_state_bytes += ack.channel_state_bytes;
+            unaligned |= ack.unaligned;
+            for op in &ack.operators {
+                let (name, parallelism) = self
+                    .setup
+                    .operators
+                    .get(&op.uid)
+                    .cloned()
+                    .unwrap_or_else(|| (op.uid.clone(), 0));
+                let entry = operators
+                    .entry(op.uid.clone())
+                    .or_insert_with(|| OperatorState {
+                        uid: op.uid.clone(),
+                        name,
+                        parallelism,
+                        subtasks: Vec::new(),
+                    });
+                entry.subtasks.push(SubtaskOperatorState {
+                    subtask: ack.subtask.0,
+                    keyed: op.keyed.clone(),
+                    split_list: op.split_list.clone(),
+                    union_list: op.union_list.clone(),
+                });
+            }
+            if let Some(t) = self
+                .tasks
+                .iter()
+                .find(|t| t.vertex == ack.vertex && t.subtask == ack.subtask)
+            {
+                runtime.push(SubtaskRuntimeState {
+                    head_uid: t.head_uid.clone(),
+                    subtask: ack.subtask.0,
+                    parallelism: t.parallelism,
+                    watermark: ack.watermark,
+                    channel_watermarks: ack.channel_watermarks.clone(),
+                    input_channel_state: ack.input_channel_state.clone(),
+                    output_channel_state: ack.output_channel_state.clone(),
+                    finished: false,
+                });
+            }
+        }
+        // Subtasks that finished before this checkpoint: restored finished.
+        for t in &self.tasks {
+            let key = (t.vertex, t.subtask);
+            if self.finished.contains(&key) && !p.acks.iter().any(|a| (a.vertex, a.subtask) == key)
+            {
+                runtime.push(SubtaskRuntimeState {
+                    head_uid: t.head_uid.clone(),
+                    subtask: t.subtask.0,
+                    parallelism: t.parallelism,
+                    finished: true,
+                    ..Default::default()
+                });
+            }
+        }
+        CheckpointMetadata {
+            version: CHECKPOINT_FORMAT_VERSION,
+            id,
+            kind: p.kind,
+            trigger_ms: p.trigger_ms,
+            duration_ms: p.started.elapsed().as_millis() as u64,
+            alignment_ms,
+            sync_ms,
+            async_ms,
+            state_bytes,
+            channel_state_bytes,
+            unaligned,
+            max_parallelism: self.setup.max_parallelism,
+            operators: operators.into_values().collect(),
+            runtime,
+            transactional_sinks: self.setup.transactional_sinks.clone(),
+        }
+    }
+
+    fn abort(&mut self, id: u64, reason: String, ctx: &mut Context<Self>) {
+        let Some(p) = self.pending.remove(&id) else {
+            return;
+        };
+        tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
+        match p.kind {
+            SnapshotKind::Checkpoint => {
+                if let Some(store) = &self.setup.store {
+                    store.discard(id);
+                }
+            }
+            SnapshotKind::Savepoint => {
+                // Dropping the writer removes the unfinished directory.
+                if let Ok(mut m) = self.setup.router.savepoints.lock() {
+                    m.remove(&id);
+                }
+            }
+        }
+        for t in &self.tasks {
+            t.notify.do_send(NotifyCheckpoint {
+                checkpoint: CheckpointId(id),
+                completed: false,
+            });
+        }
+        let record = CheckpointRecord {
+            id,
+            savepoint: p.kind == SnapshotKind::Savepoint,
+            status: "failed",
+            trigger_ms: p.trigger_ms,
+            duration_ms: p.started.elapsed().as_millis() as u64,
+            alignment_ms: 0,
+            sync_ms: 0,
+            async_ms: 0,
+            state_bytes: 0,
+            channel_state_bytes: 0,
+            unaligned: false,
+            failure: Some(reason.clone()),
+        };
+        if let Ok(mut stats) = self.setup.stats.lock() {
+            if p.kind == SnapshotKind::Checkpoint {
+                stats.failed += 1;
+            }
+            stats.record(record);
+        }
+        metrics::counter!("floe_checkpoints_failed_total").increment(1);
+        if let Some(tx) = p.reply {
+            let _ = tx.send(Err(CheckpointError::Failed {
+                checkpoint: id,
+                message: reason.clone(),
+            }
+            .into()));
+            return;
+        }
+        self.failures_in_row += 1;
+        if self.failures_in_row > self.setup.config.tolerable_failures {
+            let error = floe_actors::Error::Runtime(format!(
+                "checkpoint {id} failed ({reason}); {} failed in a row, {} tolerated",
+                self.failures_in_row, self.setup.config.tolerable_failures
+            ));
+            if let Some(s) = &self.supervisor {
+                s.do_send(FailJob { error });
+            }
+            ctx.stop();
+        }
+    }
+}
+
+fn record_of(
+    meta: &CheckpointMetadata,
+    status: &'static str,
+    failure: Option<String>,
+) -> CheckpointRecord {
+    CheckpointRecord {
+        id: meta.id,
+        savepoint: meta.kind == SnapshotKind::Savepoint,
+        status,
+        trigger_ms: meta.trigger_ms,
+        duration_ms: meta.duration_ms,
+        alignment_ms: meta.alignment_ms,
+        sync_ms: meta.sync_ms,
+        async_ms: meta.async_ms,
+        state_bytes: meta.state_bytes,
+        channel_state_bytes: meta.channel_state_bytes,
+        unaligned: meta.unaligned,
+        failure,
+    }
+}
+
+fn publish_metrics(meta: &CheckpointMetadata) {
+    metrics::counter!("floe_checkpoints_completed_total").increment(1);
+    metrics::gauge!("floe_last_checkpoint_id").set(meta.id as f64);
+    metrics::gauge!("floe_last_checkpoint_duration_ms").set(meta.duration_ms as f64);
+    metrics::gauge!("floe_last_checkpoint_alignment_ms").set(meta.alignment_ms as f64);
+    metrics::gauge!("floe_last_checkpoint_sync_ms").set(meta.sync_ms as f64);
+    metrics::gauge!("floe_last_checkpoint_async_ms").set(meta.async_ms as f64);
+    metrics::gauge!("floe_last_checkpoint_state_bytes").set(meta.state_bytes as f64);
+    metrics::gauge!("floe_last_checkpoint_channel_state_bytes")
+        .set(meta.channel_state_bytes as f64);
+}
+
+impl Actor for CheckpointCoordinator {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(interval) = self.setup.config.interval {
+            ctx.run_interval(interval, |actor, ctx| actor.periodic(ctx));
+        }
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let status = self.setup.status.lock().map(|s| *s).ok();
+        let cancelled = status == Some(floe_actors::supervisor::JobStatus::Canceled)
+            || status == Some(floe_actors::supervisor::JobStatus::Canceling);
+        let delete = self.setup.temporary
+            || (cancelled
+                && self.setup.config.retention_on_cancel == super::ExternalizedRetention::Delete);
+        if delete && let Some(store) = &self.setup.store {
+            tracing::debug!(dir = %store.root().display(), "removing checkpoints");
+            remove_store(store, self.setup.temporary);
+        }
+    }
+}
+
+fn remove_store(store: &Arc<CheckpointStore>, whole_dir: bool) {
+    if let Err(e) = store.clear() {
+        tracing::warn!(error = %e, "cannot remove checkpoints");
+    }
+    if whole_dir {
+        let _ = std::fs::remove_dir_all(store.root());
+    }
+}
+
+impl Handler<AcknowledgeCheckpoint> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, ack: AcknowledgeCheckpoint, ctx: &mut Context<Self>) {
+        let id = ack.checkpoint.0;
+        let Some(p) = self.pending.get_mut(&id) else {
+            return;
+        };
+        p.awaiting.remove(&(ack.vertex, ack.subtask));
+        p.acks.push(ack);
+        self.maybe_complete(id, ctx);
+    }
+}
+
+impl Handler<DeclineCheckpoint> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: DeclineCheckpoint, ctx: &mut Context<Self>) {
+        let reason = format!(
+            "declined by subtask {} of vertex {}: {}",
+            msg.subtask, msg.vertex, msg.reason
+        );
+        self.abort(msg.checkpoint.0, reason, ctx);
+    }
+}
+
+impl Handler<SubtaskFinished> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubtaskFinished, ctx: &mut Context<Self>) {
+        let key = (msg.vertex, msg.subtask);
+        self.finished.insert(key);
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            if let Some(p) = self.pending.get_mut(&id) {
+                p.awaiting.remove(&key);
+            }
+            self.maybe_complete(id, ctx);
+        }
+    }
+}
+
+/// Hands the coordinator the deployed subtasks and the supervisor.
+pub(crate) struct RegisterTasks {
+    pub tasks: Vec<TaskInfo>,
+    pub supervisor: Recipient<FailJob>,
+}
+
+impl Message for RegisterTasks {
+    type Result = ();
+}
+
+impl Handler<RegisterTasks> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: RegisterTasks, _: &mut Context<Self>) {
+        self.tasks = msg.tasks;
+        self.supervisor = Some(msg.supervisor);
+    }
+}
+
+/// Asks for a savepoint in `dir`; the reply is its path.
+pub(crate) struct TriggerSavepoint {
+    pub dir: PathBuf,
+    pub reply: futures::channel::oneshot::Sender<crate::Result<PathBuf>>,
+}
+
+impl Message for TriggerSavepoint {
+    type Result = ();
+}
+
+impl Handler<TriggerSavepoint> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: TriggerSavepoint, ctx: &mut Context<Self>) {
+        self.trigger(SnapshotKind::Savepoint, Some((msg.dir, msg.reply)), ctx);
+    }
+}

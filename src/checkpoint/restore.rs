@@ -1,0 +1,205 @@
+//! From a loaded checkpoint to what each new subtask restores.
+//!
+//! Operators are matched by uid. Keyed state is split by key group: each new
+//! subtask gets the groups of its key-group range, whatever the old
+//! parallelism. Even-split list state is dealt out round-robin over the new
+//! subtasks, union list state goes whole to each. Watermarks and channel
+//! state are per subtask: at the same parallelism each subtask takes its own
+//! back; at another parallelism channel state cannot be mapped (the restore
+//! is refused) and every channel starts at the lowest old watermark.
+
+use super::{CheckpointError, LoadedSnapshot};
+use crate::api::deploy::Plan;
+use crate::api::graph::node_uid;
+use crate::operators::RestoredState;
+use crate::state::KeyGroupBytes;
+use floe_actors::element::MIN_WATERMARK;
+use floe_actors::keygroup::key_group_range;
+use floe_actors::subtask::SubtaskRestore;
+use std::collections::{BTreeMap, HashMap};
+
+/// What every subtask of a job restores.
+pub(crate) struct RestorePlan {
+    /// The checkpoint restored.
+    pub checkpoint_id: u64,
+    operators: HashMap<(usize, usize), RestoredState>,
+    runtime: HashMap<(usize, usize), SubtaskRestore>,
+}
+
+impl RestorePlan {
+    /// State of node `node` in new subtask `subtask`: `None` for an operator
+    /// the checkpoint does not know (it starts empty).
+    pub fn operator(&self, node: usize, subtask: usize) -> Option<RestoredState> {
+        self.operators.get(&(node, subtask)).cloned()
+    }
+
+    /// Runtime state of vertex `vertex`'s subtask `subtask`.
+    pub fn runtime(&self, vertex: usize, subtask: usize) -> Option<SubtaskRestore> {
+        self.runtime.get(&(vertex, subtask)).cloned()
+    }
+
+    pub fn build(
+        loaded: &LoadedSnapshot,
+        plan: &Plan,
+        max_parallelism: u32,
+    ) -> crate::Result<Self> {
+        let meta = &loaded.meta;
+        let name = meta.id.to_string();
+        let incompatible = |message: String| CheckpointError::Incompatible {
+            checkpoint: name.clone(),
+            message,
+        };
+        if meta.max_parallelism != max_parallelism {
+            return Err(incompatible(format!(
+                "it was taken with max parallelism {}, the job has {}",
+                meta.max_parallelism, max_parallelism
+            ))
+            .into());
+        }
+        let uids: HashMap<String, usize> = plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(id, n)| (node_uid(id, n), id))
+            .collect();
+        for op in &meta.operators {
+            if !uids.contains_key(&op.uid) {
+                return Err(incompatible(format!(
+                    "operator '{}' ({}) is not in the job; give operators stable ids with .uid(..)",
+                    op.uid, op.name
+                ))
+                .into());
+            }
+        }
+        // Vertices the checkpoint knows: every operator in them is restored
+        // (possibly empty), so a finished source stays finished.
+        let known_heads: std::collections::HashSet<&str> =
+            meta.runtime.iter().map(|r| r.head_uid.as_str()).collect();
+        let mut operators = HashMap::new();
+        for (id, node) in plan.nodes.iter().enumerate() {
+            let uid = node_uid(id, node);
+            let v = plan.vertex_of[id];
+            let head_uid = node_uid(plan.heads[v], &plan.nodes[plan.heads[v]]);
+            let state = meta.operators.iter().find(|o| o.uid == uid);
+            if state.is_none() && !known_heads.contains(head_uid.as_str()) {
+                continue;
+            }
+            let p = node.parallelism;
+            let mut keyed: BTreeMap<u32, KeyGroupBytes> = BTreeMap::new();
+            let mut split = Vec::new();
+            let mut union = Vec::new();
+            if let Some(state) = state {
+                let mut subtasks: Vec<_> = state.subtasks.iter().collect();
+                subtasks.sort_by_key(|s| s.subtask);
+                for s in subtasks {
+                    for blob in &s.keyed {
+                        let bytes = loaded.read_blob(blob)?;
+                        let groups: Vec<KeyGroupBytes> =
+                            postcard::from_bytes(&bytes).map_err(|e| CheckpointError::Corrupt {
+                                checkpoint: name.clone(),
+                                file: blob.path.clone().into(),
+                                reason: format!("undecodable keyed state: {e}"),
+                            })?;
+                        for g in groups {
+                            keyed.insert(g.key_group, g);
+                        }
+                    }
+                    for (blob, out) in [(&s.split_list, &mut split), (&s.union_list, &mut union)] {
+                        if let Some(blob) = blob {
+                            let bytes = loaded.read_blob(blob)?;
+                            let entries: Vec<Vec<u8>> =
+                                postcard::from_bytes(&bytes).map_err(|e| {
+                                    CheckpointError::Corrupt {
+                                        checkpoint: name.clone(),
+                                        file: blob.path.clone().into(),
+                                        reason: format!("undecodable list state: {e}"),
+                                    }
+                                })?;
+                            out.extend(entries);
+                        }
+                    }
+                }
+            }
+            for j in 0..p {
+                let range = key_group_range(j as u32, max_parallelism, p as u32);
+                let restored = RestoredState {
+                    keyed: keyed.range(range).map(|(_, g)| g.clone()).collect(),
+                    split_list: split.iter().skip(j).step_by(p).cloned().collect(),
+                    union_list: union.clone(),
+                };
+                operators.insert((id, j), restored);
+            }
+        }
+        let mut runtime = HashMap::new();
+        for (v, &head) in plan.heads.iter().enumerate() {
+            let head_uid = node_uid(head, &plan.nodes[head]);
+            let entries: Vec<_> = meta
+                .runtime
+                .iter()
+                .filter(|r| r.head_uid == head_uid)
+                .collect();
+            if entries.is_empty() {
+                continue;
+            }
+            let p = plan.nodes[head].parallelism;
+            let same = entries.iter().all(|r| r.parallelism as usize == p);
+            let has_channel_state = entries
+                .iter()
+                .any(|r| r.input_channel_state.is_some() || r.output_channel_state.is_some());
+            if !same && has_channel_state {
+                return Err(incompatible(format!(
+                    "'{}' holds in-flight channel state (an unaligned checkpoint) and its parallelism changed from {} to {p}; restore from a savepoint or an aligned checkpoint to rescale",
+                    plan.nodes[head].name, entries[0].parallelism
+                ))
+                .into());
+            }
+            let lowest = entries
+                .iter()
+                .filter(|r| !r.finished)
+                .map(|r| r.watermark)
+                .min()
+                .unwrap_or(MIN_WATERMARK);
+            for j in 0..p {
+                let channels = plan.inputs_per_subtask[v][j];
+                let own = entries.iter().find(|r| same && r.subtask as usize == j);
+                let mut restore = SubtaskRestore {
+                    watermark: lowest,
+                    ..Default::default()
+                };
+                if let Some(r) = own {
+                    if r.finished {
+                        continue;
+                    }
+                    restore.watermark = r.watermark;
+                    if r.channel_watermarks.len() == channels {
+                        restore.channel_watermarks = r.channel_watermarks.clone();
+                    }
+                    if let Some(blob) = &r.input_channel_state {
+                        let bytes = loaded.read_blob(blob)?;
+                        restore.input_channel_state =
+                            postcard::from_bytes(&bytes).map_err(|e| CheckpointError::Corrupt {
+                                checkpoint: name.clone(),
+                                file: blob.path.clone().into(),
+                                reason: format!("undecodable channel state: {e}"),
+                            })?;
+                    }
+                    if let Some(blob) = &r.output_channel_state {
+                        let bytes = loaded.read_blob(blob)?;
+                        restore.output_channel_state =
+                            postcard::from_bytes(&bytes).map_err(|e| CheckpointError::Corrupt {
+                                checkpoint: name.clone(),
+                                file: blob.path.clone().into(),
+                                reason: format!("undecodable channel state: {e}"),
+                            })?;
+                    }
+                }
+                runtime.insert((v, j), restore);
+            }
+        }
+        Ok(RestorePlan {
+            checkpoint_id: meta.id,
+            operators,
+            runtime,
+        })
+    }
+}
