@@ -17,7 +17,7 @@ use floe::window::{TimeWindow, WindowAssigner};
 use std::collections::BTreeMap;
 
 /// One click: who, when (ms since the epoch) and where.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Click {
     user: String,
     ts: i64,

@@ -509,7 +509,9 @@ fn reduce_matches_oracle() {
 }
 
 /// (key, count, sum, min, max) of a window.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 struct Stats {
     key: String,
     count: i64,

@@ -46,6 +46,14 @@ pub trait ChainInput<T>: 'static {
         Ok(())
     }
 
+    /// Restore: event time had reached `watermark` before the checkpoint.
+    /// Operators take it as their current watermark without firing anything
+    /// (what it fired then is in the restored output already). Elements that
+    /// forward must override this.
+    fn restore_watermark(&mut self, _watermark: Timestamp) -> Result<()> {
+        Ok(())
+    }
+
     /// Checkpoint `checkpoint` completed (`completed`) or was aborted.
     /// Elements that forward must override this.
     fn notify_checkpoint(&mut self, _checkpoint: CheckpointId, _completed: bool) -> Result<()> {
@@ -80,6 +88,9 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
     }
     fn notify_checkpoint(&mut self, checkpoint: CheckpointId, completed: bool) -> Result<()> {
         (**self).notify_checkpoint(checkpoint, completed)
+    }
+    fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        (**self).restore_watermark(watermark)
     }
 }
 
@@ -144,6 +155,12 @@ impl<T: Clone + 'static> ChainInput<T> for Fanout<T> {
         self.outputs
             .iter_mut()
             .try_for_each(|o| o.notify_checkpoint(checkpoint, completed))
+    }
+
+    fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.restore_watermark(watermark))
     }
 }
 

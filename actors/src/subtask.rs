@@ -71,6 +71,27 @@ pub struct SubtaskSetup {
     /// What the subtask restores before any new element, when the job
     /// starts from a checkpoint.
     pub restore: Option<SubtaskRestore>,
+    /// Consume input records at most this fast (records per second): a
+    /// throttled sink, which backpressures its inputs without blocking.
+    pub input_rate: Option<f64>,
+}
+
+/// Paces input consumption: records consumed vs. the rate times the time
+/// since the first record.
+struct Throttle {
+    per_second: f64,
+    started: Option<Instant>,
+    consumed: u64,
+}
+
+impl Throttle {
+    /// How long to wait before consuming more, or `None` to go on now.
+    fn wait(&mut self) -> Option<std::time::Duration> {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let allowed = started.elapsed().as_secs_f64() * self.per_second;
+        let ahead = self.consumed as f64 - allowed;
+        (ahead > 0.0).then(|| std::time::Duration::from_secs_f64(ahead / self.per_second))
+    }
 }
 
 /// A subtask's runtime state taken back from a checkpoint.
@@ -173,6 +194,9 @@ pub struct SubtaskActor<IN: Send + 'static> {
     /// unaligned barriers in channel order.
     codec: Option<Arc<dyn ElementCodec<IN>>>,
     checkpointing: Option<Checkpointing>,
+    throttle: Option<Throttle>,
+    /// A throttled step waits for a timer; no other step runs meanwhile.
+    throttled: bool,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -224,9 +248,16 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 capture: None,
                 in_flight: 0,
             });
+            let throttle = setup.input_rate.map(|per_second| Throttle {
+                per_second,
+                started: None,
+                consumed: 0,
+            });
             SubtaskActor {
                 codec,
                 checkpointing,
+                throttle,
+                throttled: false,
                 setup,
                 head,
                 build_error,
@@ -253,7 +284,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     }
 
     fn schedule(&mut self, ctx: &mut Context<Self>) {
-        if !self.scheduled && self.phase != Phase::Done {
+        if !self.scheduled && !self.throttled && self.phase != Phase::Done {
             self.scheduled = true;
             ctx.notify(Step);
         }
@@ -261,6 +292,18 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     fn backpressured(&self) -> bool {
         self.writers.iter().any(|w| w.borrow().backpressured())
+    }
+
+    /// Whether an unblocked channel holds an element (a channel blocked by
+    /// barrier alignment does not count: stepping cannot consume it).
+    fn has_ready_input(&self) -> bool {
+        self.inputs.iter().enumerate().any(|(c, ch)| {
+            !ch.queue.is_empty()
+                && !self
+                    .checkpointing
+                    .as_ref()
+                    .is_some_and(|cp| cp.barriers.is_blocked(c))
+        })
     }
 
     fn has_input_work(&self) -> bool {
@@ -367,13 +410,28 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     let Some(c) = self.next_ready_channel() else {
                         break;
                     };
+                    if let Some(t) = self.throttle.as_mut()
+                        && let Some(StreamElement::Records(batch)) = self.inputs[c].queue.front()
+                    {
+                        if let Some(wait) = t.wait() {
+                            // Undo the round-robin advance: this channel is next.
+                            self.next_channel = c;
+                            self.throttled = true;
+                            ctx.run_later(wait, |actor, ctx| {
+                                actor.throttled = false;
+                                actor.schedule(ctx);
+                            });
+                            return Ok(false);
+                        }
+                        t.consumed += batch.len() as u64;
+                    }
                     let element = self.inputs[c]
                         .queue
                         .pop_front()
                         .expect("ready channel has an element");
                     budget -= self.handle_element(c, element, ctx)?;
                 }
-                more = self.phase == Phase::Running && self.has_input_work();
+                more = self.phase == Phase::Running && self.has_ready_input();
             }
         }
         if self.setup.config.buffer_timeout.is_zero() || self.phase == Phase::Finishing {
@@ -467,6 +525,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 self.on_barrier(c, barrier, ctx)?;
                 Ok(0)
             }
+            StreamElement::EndOfInput if self.inputs[c].ended => Ok(0),
             StreamElement::EndOfInput => {
                 if let Some(cp) = self.checkpointing.as_mut() {
                     let actions = cp.barriers.on_end_of_input(c);
@@ -699,7 +758,7 @@ impl<IN: Send + 'static> Handler<GrantCredit> for SubtaskActor<IN> {
             Phase::Running
                 if was_blocked
                     && !self.backpressured()
-                    && (self.has_input_work() || matches!(self.head, Some(Head::Source(_)))) =>
+                    && (self.has_ready_input() || matches!(self.head, Some(Head::Source(_)))) =>
             {
                 self.schedule(ctx);
             }
@@ -897,6 +956,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         input_channel_state: Vec<(u32, Vec<u8>)>,
     ) -> Result<()> {
         let started = Instant::now();
+        tracing::debug!(checkpoint = %barrier.checkpoint_id, subtask = %self.setup.index, vertex = %self.setup.name, unaligned, "snapshot");
         let mut snapshot = ChainSnapshot::default();
         match self.head.as_mut() {
             Some(Head::Inputs(chain)) => chain.checkpoint(barrier, unaligned, &mut snapshot)?,
@@ -1032,7 +1092,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 .queue_metrics
                 .watermark
                 .store(r.watermark, Ordering::Relaxed);
-            chain.watermark(r.watermark)?;
+            chain.restore_watermark(r.watermark)?;
         }
         Ok(())
     }
@@ -1143,8 +1203,12 @@ impl<IN: Send + 'static> Handler<TriggerCheckpoint> for SubtaskActor<IN> {
     type Result = ();
 
     fn handle(&mut self, msg: TriggerCheckpoint, ctx: &mut Context<Self>) {
-        // A finishing subtask has no more records to cut; it reports finished.
-        if self.phase != Phase::Running || self.checkpointing.is_none() {
+        // A source that is finishing (input exhausted, output still
+        // draining) still takes part: its position is final, and its barrier
+        // follows the end of input (or, unaligned, overtakes it).
+        let source = matches!(self.head, Some(Head::Source(_)));
+        let live = self.phase == Phase::Running || (source && self.phase == Phase::Finishing);
+        if !live || self.checkpointing.is_none() {
             return;
         }
         let id = msg.barrier.checkpoint_id;
@@ -1182,7 +1246,7 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
             }
         });
         // A blocked channel may have been released.
-        if self.has_input_work() {
+        if self.has_ready_input() {
             self.schedule(ctx);
         }
     }

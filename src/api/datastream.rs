@@ -102,6 +102,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             name: name.to_string(),
             uid: None,
             transactional: false,
+            input_rate: None,
             parallelism: 0,
             chainable: true,
             fixed_parallelism: false,
@@ -321,6 +322,14 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.with_node(|n| n.uid = Some(uid.to_string()))
     }
 
+    /// Limits the operator that produced this stream to consuming
+    /// `records_per_second` records per second over all its subtasks (and
+    /// the operators chained with it): a throttled sink. It waits on timers,
+    /// never blocking a thread, and its inputs feel the backpressure.
+    pub fn set_input_rate(self, records_per_second: f64) -> Self {
+        self.with_node(|n| n.input_rate = Some(records_per_second))
+    }
+
     /// Sets the parallelism of the operator that produced this stream.
     pub fn set_parallelism(self, parallelism: usize) -> Self {
         self.with_node(|n| {
@@ -345,6 +354,32 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             .unwrap_or("Sink")
             .to_string();
         self.add_named_sink(&name, sink)
+    }
+
+    /// Writes the stream to a two-phase-commit sink (exactly-once): records
+    /// become visible when the checkpoint after them completes, or at the end
+    /// of the input. One sink instance is cloned per subtask.
+    pub fn add_two_phase_sink<S>(&self, sink: S) -> DataStream<()>
+    where
+        S: crate::connectors::two_phase::TwoPhaseCommitSink<T> + Clone,
+    {
+        let name = std::any::type_name::<S>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("Sink")
+            .to_string();
+        let sink = Arc::new(std::sync::Mutex::new(sink));
+        self.transform(&name, move |ctx| {
+            let s = sink.lock().expect("sink template lock poisoned").clone();
+            crate::connectors::two_phase::TwoPhaseCommitSinkOp::new(
+                s,
+                SinkContext {
+                    subtask: floe_actors::ids::SubtaskIndex(ctx.subtask as u32),
+                    parallelism: ctx.parallelism,
+                },
+            )
+        })
+        .with_node(|n| n.transactional = true)
     }
 
     fn add_named_sink<S>(&self, name: &str, sink: S) -> DataStream<()>

@@ -17,7 +17,8 @@ use super::job::JobHandle;
 use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, VertexInfo};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
-    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterTasks, TaskInfo,
+    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterTasks,
+    RequestSavepoint, TaskInfo,
 };
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
@@ -218,6 +219,10 @@ impl Plan {
     }
 }
 
+/// How a source subtask that reached its share of `savepoint_at_records`
+/// tells the coordinator.
+type SavepointRequest = Arc<dyn Fn(VertexId, SubtaskIndex) + Send + Sync>;
+
 /// Key of the precomputed output targets of one subtask: (node, port, consumer, edge index).
 type TargetKey = (NodeId, Port, NodeId, usize);
 
@@ -265,6 +270,12 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
                 .on_own_arbiter()
         }
     });
+    let savepoint_request: Option<SavepointRequest> =
+        config.checkpoint.savepoint_at_records.map(|_| {
+            let to: actix::Recipient<RequestSavepoint> = coordinator.clone().recipient();
+            Arc::new(move |vertex, subtask| to.do_send(RequestSavepoint { vertex, subtask }))
+                as SavepointRequest
+        });
     let link = CheckpointLink {
         ack: coordinator.clone().recipient(),
         decline: coordinator.clone().recipient(),
@@ -314,16 +325,23 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
                     plan.inputs_per_subtask[v][j],
                 ),
                 checkpoint: Some(link.clone()),
+                input_rate: (0..plan.nodes.len())
+                    .filter(|&x| plan.vertex_of[x] == v)
+                    .filter_map(|x| plan.nodes[x].input_rate)
+                    .reduce(f64::min)
+                    .map(|r| r / p as f64),
                 restore: restore.as_ref().as_ref().and_then(|r| r.runtime(v, j)),
             };
             let build = {
                 let (plan, config, metrics) = (plan.clone(), config.clone(), metrics.clone());
                 let restore = restore.clone();
+                let savepoint_request = savepoint_request.clone();
                 let queue_metrics = setup.queue_metrics.clone();
                 Box::new(move |builder: &mut ChainBuilder| {
                     let mut b = ChainBuild {
                         plan: &plan,
                         restore: restore.as_ref().as_ref(),
+                        savepoint_request,
                         config: &config,
                         metrics: &metrics,
                         queue_metrics,
@@ -447,6 +465,7 @@ fn side_ops(node: &Node, tag: u64) -> &Arc<dyn super::graph::TypeOps> {
 struct ChainBuild<'a> {
     plan: &'a Plan,
     restore: Option<&'a RestorePlan>,
+    savepoint_request: Option<SavepointRequest>,
     config: &'a Arc<Config>,
     metrics: &'a Arc<JobMetrics>,
     queue_metrics: Arc<QueueMetrics>,
@@ -460,6 +479,19 @@ impl ChainBuild<'_> {
         let node = &self.plan.nodes[id];
         let mut ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
         ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
+        if let (Some(n), Some(request)) = (
+            self.config.checkpoint.savepoint_at_records,
+            self.savepoint_request.as_ref(),
+        ) && matches!(node.kind, NodeKind::Source(_))
+        {
+            let (start, end) = ctx.source_context().split(n);
+            let request = request.clone();
+            let (v, j) = (
+                VertexId(self.plan.vertex_of[id] as u32),
+                SubtaskIndex(self.subtask as u32),
+            );
+            ctx.savepoint_pause = Some((end - start, Arc::new(move || request(v, j))));
+        }
         ctx
     }
 

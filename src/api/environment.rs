@@ -184,13 +184,18 @@ impl StreamExecutionEnvironment {
                     .restore_state(state.split_list)
                     .map_err(|e| super::datastream::restore_error(&ctx.name, ctx.subtask, e))?;
             }
-            let driver = SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
+            let mut driver =
+                SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
+            if let Some((records, request)) = ctx.savepoint_pause.clone() {
+                driver = driver.with_savepoint_pause(records, request);
+            }
             Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
         });
         let id = self.add_node(Node {
             name: name.to_string(),
             uid: None,
             transactional: false,
+            input_rate: None,
             parallelism: parallelism.unwrap_or(0),
             chainable: true,
             fixed_parallelism: parallelism.is_some(),

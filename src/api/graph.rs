@@ -66,6 +66,9 @@ pub(crate) struct NodeCtx {
     /// State restored for this operator's subtask, if the job starts from a
     /// checkpoint or savepoint.
     pub restored: Option<crate::operators::RestoredState>,
+    /// Sources: records to emit before pausing for the savepoint of
+    /// `savepoint_at_records`, and how to ask for it.
+    pub savepoint_pause: Option<(u64, Arc<dyn Fn() + Send + Sync>)>,
     pub subtask: SubtaskIndex,
     pub parallelism: usize,
     pub config: Arc<Config>,
@@ -119,6 +122,9 @@ pub(crate) struct Node {
     pub uid: Option<String>,
     /// A two-phase-commit sink: its output is committed at checkpoints.
     pub transactional: bool,
+    /// Records per second the operator consumes at most (over all its
+    /// subtasks): a throttled sink.
+    pub input_rate: Option<f64>,
     pub parallelism: usize,
     /// False once `disable_chaining` was called on this operator.
     pub chainable: bool,
@@ -380,6 +386,7 @@ pub(crate) fn node_ctx(
         name: node.name.clone(),
         uid: node_uid(id, node),
         restored: None,
+        savepoint_pause: None,
         subtask: SubtaskIndex(subtask as u32),
         parallelism: node.parallelism,
         config: config.clone(),

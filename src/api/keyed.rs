@@ -119,7 +119,8 @@ where
     /// Tumbling count windows: fire and purge every `size` records of a key.
     pub fn count_window(&self, size: u64) -> super::WindowedStream<T, K>
     where
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         use crate::window::trigger::{CountTrigger, PurgingTrigger};
         self.reject_zero(&[size], "count_window(size)");
@@ -142,7 +143,8 @@ where
     /// Sliding count windows: every `slide` records, the last `size` records of a key.
     pub fn count_window_sliding(&self, size: u64, slide: u64) -> super::WindowedStream<T, K>
     where
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         use crate::window::trigger::{CountEvictor, CountTrigger};
         self.reject_zero(&[size, slide], "count_window_sliding(size, slide)");
@@ -154,7 +156,8 @@ where
     /// Groups the stream into event-time windows.
     pub fn window(&self, assigner: crate::window::WindowAssigner<T>) -> super::WindowedStream<T, K>
     where
-        K: Sync,
+        T: StateValue,
+        K: Sync + StateKey,
     {
         super::WindowedStream::new(self.stream.clone(), self.key.clone(), assigner)
     }
@@ -165,7 +168,7 @@ where
     where
         U: Clone + Send + 'static,
         P: KeyedProcessFunction<K, T, U> + Clone + Sync,
-        K: Sync,
+        K: Sync + StateKey,
     {
         self.process_with_clock(function, SystemClock)
     }
@@ -202,7 +205,7 @@ where
         U: Clone + Send + 'static,
         P: KeyedProcessFunction<K, T, U> + Clone + Sync,
         C: Clock + 'static,
-        K: Sync,
+        K: Sync + StateKey,
     {
         self.process_with(function, Arc::new(clock), StateBackendKind::Heap)
     }
@@ -258,7 +261,7 @@ where
     where
         U: Clone + Send + 'static,
         P: KeyedProcessFunction<K, T, U> + Clone + Sync,
-        K: Sync,
+        K: Sync + StateKey,
     {
         let key = self.key.clone();
         self.stream.transform("Keyed Process", move |view| {

@@ -11,7 +11,6 @@ use crate::window::trigger::{
     EventTimeTrigger, Evictor, NeverTrigger, ProcessingTimeTrigger, Trigger,
 };
 use crate::window::triggered::{ClockFn, TriggeredWindowOp, system_clock};
-use std::hash::Hash;
 use std::sync::Arc;
 
 /// A keyed stream with a window assigner, waiting for its window function.
@@ -39,8 +38,8 @@ impl<T, K> Clone for WindowedStream<T, K> {
 
 impl<T, K> WindowedStream<T, K>
 where
-    T: Clone + Send + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    T: crate::state::StateValue,
+    K: crate::state::StateKey,
 {
     pub(crate) fn new(
         stream: DataStream<T>,
@@ -97,7 +96,7 @@ where
     /// Incremental aggregation plus a function of key, window and result.
     pub fn aggregate_with<ACC, R, OUT, A, F>(&self, agg: A, window_fn: F) -> DataStream<OUT>
     where
-        ACC: Clone + Send + 'static,
+        ACC: crate::state::StateValue,
         R: 'static,
         OUT: Clone + Send + 'static,
         A: AggregateFunction<T, ACC, R>,
@@ -157,6 +156,7 @@ where
                 WindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
             })
         };
+        let out = out.with_serde_input::<T>();
         if let Some(tag) = late {
             // Register the side output's type on the window operator.
             let _ = out.get_side_output(&tag);
@@ -167,7 +167,7 @@ where
     /// Incremental aggregation; emits the aggregate's result per firing.
     pub fn aggregate<ACC, R, A>(&self, agg: A) -> DataStream<R>
     where
-        ACC: Clone + Send + 'static,
+        ACC: crate::state::StateValue,
         R: Clone + Send + 'static,
         A: AggregateFunction<T, ACC, R>,
     {

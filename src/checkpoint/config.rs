@@ -51,6 +51,12 @@ pub struct CheckpointConfig {
     /// Where checkpoints are stored; without one, checkpoints go to a
     /// temporary directory removed when the job ends.
     pub dir: Option<PathBuf>,
+    /// Take a savepoint once the sources emitted this many records (each
+    /// source subtask holds at its share until the savepoint's barrier
+    /// passed), into `savepoint_dir`.
+    pub savepoint_at_records: Option<u64>,
+    /// Where savepoints go.
+    pub savepoint_dir: Option<PathBuf>,
     /// Test switch: exactly-once barriers are not aligned (the job is then
     /// NOT exactly-once). Exists so tests can show alignment matters.
     pub debug_disable_alignment: bool,
@@ -70,6 +76,8 @@ impl Default for CheckpointConfig {
             unaligned: false,
             alignment_timeout: None,
             dir: None,
+            savepoint_at_records: None,
+            savepoint_dir: None,
             debug_disable_alignment: false,
         }
     }
@@ -95,6 +103,9 @@ impl CheckpointConfig {
         }
         if self.retained == 0 {
             return bad("retained checkpoints must be at least 1");
+        }
+        if self.savepoint_at_records.is_some() && self.savepoint_dir.is_none() {
+            return bad("a savepoint at a record count needs a savepoint directory");
         }
         if self.unaligned && self.mode == CheckpointingMode::AtLeastOnce {
             return bad("unaligned checkpoints need exactly-once mode");

@@ -95,6 +95,9 @@ pub struct CheckpointStats {
     pub last_completed: Option<u64>,
     /// The last checkpoints and savepoints, newest last (at most 20).
     pub history: VecDeque<CheckpointRecord>,
+    /// The savepoint `savepoint_at_records` asked for: its path, or why it
+    /// failed.
+    pub savepoint: Option<Result<String, String>>,
 }
 
 const HISTORY: usize = 20;
@@ -182,6 +185,9 @@ pub struct CheckpointCoordinator {
     finished: HashSet<(VertexId, SubtaskIndex)>,
     last_completion: Option<Instant>,
     failures_in_row: u32,
+    savepoint_requested: bool,
+    /// Sources holding at their share of `savepoint_at_records`.
+    holding: HashSet<(VertexId, SubtaskIndex)>,
 }
 
 impl CheckpointCoordinator {
@@ -195,6 +201,8 @@ impl CheckpointCoordinator {
             finished: HashSet::new(),
             last_completion: None,
             failures_in_row: 0,
+            savepoint_requested: false,
+            holding: HashSet::new(),
         }
     }
 
@@ -625,6 +633,7 @@ impl Handler<SubtaskFinished> for CheckpointCoordinator {
     fn handle(&mut self, msg: SubtaskFinished, ctx: &mut Context<Self>) {
         let key = (msg.vertex, msg.subtask);
         self.finished.insert(key);
+        self.maybe_take_requested_savepoint(ctx);
         let ids: Vec<u64> = self.pending.keys().copied().collect();
         for id in ids {
             if let Some(p) = self.pending.get_mut(&id) {
@@ -651,6 +660,62 @@ impl Handler<RegisterTasks> for CheckpointCoordinator {
     fn handle(&mut self, msg: RegisterTasks, _: &mut Context<Self>) {
         self.tasks = msg.tasks;
         self.supervisor = Some(msg.supervisor);
+    }
+}
+
+/// A source subtask reached its share of `savepoint_at_records` and holds
+/// there: once every running source holds, the savepoint is taken, so it
+/// cuts the input at exactly that many records.
+pub(crate) struct RequestSavepoint {
+    pub vertex: VertexId,
+    pub subtask: SubtaskIndex,
+}
+
+impl Message for RequestSavepoint {
+    type Result = ();
+}
+
+impl Handler<RequestSavepoint> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: RequestSavepoint, ctx: &mut Context<Self>) {
+        self.holding.insert((msg.vertex, msg.subtask));
+        self.maybe_take_requested_savepoint(ctx);
+    }
+}
+
+impl CheckpointCoordinator {
+    fn maybe_take_requested_savepoint(&mut self, ctx: &mut Context<Self>) {
+        if self.savepoint_requested || self.holding.is_empty() {
+            return;
+        }
+        let waiting = self.tasks.iter().any(|t| {
+            let key = (t.vertex, t.subtask);
+            t.is_source && !self.finished.contains(&key) && !self.holding.contains(&key)
+        });
+        if waiting {
+            return;
+        }
+        self.savepoint_requested = true;
+        let Some(dir) = self.setup.config.savepoint_dir.clone() else {
+            return;
+        };
+        let (reply, rx) = futures::channel::oneshot::channel();
+        let stats = self.setup.stats.clone();
+        self.trigger(SnapshotKind::Savepoint, Some((dir, reply)), ctx);
+        ctx.spawn(
+            async move {
+                let outcome = match rx.await {
+                    Ok(Ok(path)) => Ok(path),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("the savepoint was dropped".to_string()),
+                };
+                if let Ok(mut s) = stats.lock() {
+                    s.savepoint = Some(outcome.map(|p| p.display().to_string()));
+                }
+            }
+            .into_actor(self),
+        );
     }
 }
 

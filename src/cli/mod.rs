@@ -2,6 +2,8 @@
 
 mod bench;
 mod bench_window;
+mod checkpointing;
+mod checkpoints;
 mod observe;
 mod progress;
 mod window;
@@ -30,14 +32,34 @@ enum Command {
         #[command(subcommand)]
         bench: Bench,
     },
+    /// Inspect a checkpoint directory.
+    Checkpoints {
+        #[command(subcommand)]
+        command: CheckpointsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CheckpointsCommand {
+    /// One line per retained checkpoint: id, time, size, duration,
+    /// alignment, channel-state bytes.
+    List {
+        /// The checkpoint directory.
+        dir: PathBuf,
+    },
+    /// Check every checksum; exits non-zero on any fault.
+    Verify {
+        /// A checkpoint directory, one checkpoint's directory or a savepoint.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 enum Job {
     /// Count words: of a text file, or of generated words.
-    Wordcount(WordcountArgs),
+    Wordcount(Box<WordcountArgs>),
     /// Keyed event-time windows over `key,timestamp_ms,value` lines.
-    Window(WindowArgs),
+    Window(Box<WindowArgs>),
 }
 
 /// Options of `floe run window`.
@@ -80,6 +102,9 @@ pub struct WindowArgs {
     /// watermarks, idle flags and the channel holding the watermark back.
     #[arg(long)]
     pub explain_watermarks: bool,
+    /// Checkpoints, savepoints, restore.
+    #[command(flatten)]
+    pub checkpoints: checkpointing::CheckpointArgs,
     /// Metrics endpoint.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,
@@ -128,6 +153,9 @@ pub struct WordcountArgs {
     /// system's temp directory).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Checkpoints, savepoints, restore.
+    #[command(flatten)]
+    pub checkpoints: checkpointing::CheckpointArgs,
     /// Metrics endpoint.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,
@@ -163,6 +191,12 @@ pub fn main() -> i32 {
         Command::Bench {
             bench: Bench::Window(args),
         } => bench_window::window(&args),
+        Command::Checkpoints {
+            command: CheckpointsCommand::List { dir },
+        } => checkpoints::list(&dir),
+        Command::Checkpoints {
+            command: CheckpointsCommand::Verify { dir },
+        } => checkpoints::verify(&dir),
     };
     match result {
         Ok(()) => 0,

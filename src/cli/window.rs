@@ -7,7 +7,6 @@
 
 use super::WindowArgs;
 use super::progress::Progress;
-use floe::operators::process::ProcessContext;
 use floe::time::WatermarkStrategy;
 use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
 use floe::{Error, OutputTag, StreamExecutionEnvironment};
@@ -15,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One parsed input line.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     key: String,
     ts: i64,
@@ -137,7 +136,8 @@ fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
     })
 }
 
-/// Parses lines; counts and skips bad ones, or fails naming the line.
+/// Parses lines; counts and skips bad ones, or fails naming the line. Its
+/// line number is checkpointed, so a restored run names the same lines.
 #[derive(Clone)]
 struct Parse {
     line: u64,
@@ -145,19 +145,40 @@ struct Parse {
     bad: Arc<AtomicU64>,
 }
 
-impl floe::operators::process::ProcessFunction<String, Event> for Parse {
-    fn process_element(
+impl floe::operators::Operator<String, Event> for Parse {
+    fn process_batch(
         &mut self,
-        line: String,
-        ctx: &mut ProcessContext<'_, '_, Event>,
+        batch: Vec<floe::Record<String>>,
+        out: &mut floe::operators::Output<'_, Event>,
     ) -> floe::Result<()> {
-        self.line += 1;
-        match parse_line(&line, self.line) {
-            Ok(e) => ctx.collect(e),
-            Err(e) if !self.skip => return Err(e),
-            Err(_) => {
-                self.bad.fetch_add(1, Ordering::Relaxed);
+        for r in batch {
+            self.line += 1;
+            match parse_line(&r.value, self.line) {
+                Ok(e) => out.collect(e),
+                Err(e) if !self.skip => return Err(e),
+                Err(_) => {
+                    self.bad.fetch_add(1, Ordering::Relaxed);
+                }
             }
+        }
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _: &floe::operators::SnapshotContext,
+    ) -> floe::Result<floe::operators::StateCapture> {
+        Ok(floe::operators::StateCapture {
+            split_list: vec![floe::operators::keyed_snapshot::to_bytes(&self.line)?],
+            ..Default::default()
+        })
+    }
+
+    fn restore_state(&mut self, state: floe::operators::RestoredState) -> floe::Result<()> {
+        for e in &state.split_list {
+            self.line = self
+                .line
+                .max(floe::operators::keyed_snapshot::from_bytes::<u64>(e)?);
         }
         Ok(())
     }
@@ -177,6 +198,11 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }
+    args.checkpoints.apply(&env)?;
+    let output =
+        super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
+    let late_output =
+        super::checkpointing::transactional_output(&args.checkpoints, args.late_output.as_deref())?;
     let bad = Arc::new(AtomicU64::new(0));
     let mut strategy = WatermarkStrategy::<Event>::bounded_out_of_orderness(args.out_of_orderness)
         .with_timestamp_assigner(|e, _| e.ts);
@@ -185,16 +211,19 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     }
     let late_tag = OutputTag::<Event>::new("late");
     let agg = args.agg;
+    let parse = Parse {
+        line: 0,
+        skip: args.on_bad_record == OnBadRecord::Skip,
+        bad: bad.clone(),
+    };
     let events = env
         .read_text_file(&args.input)
-        .process(Parse {
-            line: 0,
-            skip: args.on_bad_record == OnBadRecord::Skip,
-            bad: bad.clone(),
-        })
-        .name("Parse")
+        .uid("lines")
+        .transform("Parse", move |_| parse.clone())
+        .uid("parse")
         .set_parallelism(1)
         .assign_timestamps_and_watermarks(strategy)
+        .uid("timestamps")
         .set_parallelism(1);
     let fired = events
         .key_by_field(|e: &Event| &e.key)
@@ -206,21 +235,38 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
             |key: &String, w: &TimeWindow, v: i64, out: &mut Vec<String>| {
                 out.push(format!("{key},{},{},{v}", w.start, w.end))
             },
-        );
+        )
+        .uid("window");
     let late = fired
         .get_side_output(&late_tag)
         .map(|e: Event| e.line)
         .name("Late Records")
         .set_parallelism(1);
-    match &args.output {
-        Some(path) => fired.write_as_text(path).set_parallelism(1),
-        None => fired.print().set_parallelism(1),
+    let sink = match (output, &args.output) {
+        (Some(tx), _) => fired.add_two_phase_sink(tx),
+        (None, Some(path)) => fired.write_as_text(path),
+        (None, None) => fired.print(),
     };
-    if let Some(path) = &args.late_output {
-        late.write_as_text(path).set_parallelism(1);
+    let sink = sink.set_parallelism(1).uid("output");
+    if let Some(rate) = args.checkpoints.sink_rate {
+        sink.set_input_rate(rate);
+    }
+    match (late_output, &args.late_output) {
+        (Some(tx), _) => {
+            late.add_two_phase_sink(tx)
+                .set_parallelism(1)
+                .uid("late-output");
+        }
+        (None, Some(path)) => {
+            late.write_as_text(path)
+                .set_parallelism(1)
+                .uid("late-output");
+        }
+        (None, None) => {}
     }
     let prometheus = args.observe.install()?;
     let handle = env.execute_async()?;
+    args.checkpoints.schedule_savepoint(&handle);
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let waited = {
         let _progress = Progress::start(&handle, "Parse", None);
@@ -244,6 +290,8 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
             .map(|o| if out { o.records_out } else { o.records_in })
             .unwrap_or(0)
     };
+    let stats = handle.checkpoint_stats();
+    args.checkpoints.report_savepoint(&stats)?;
     let records = count("Parse", true);
     let secs = result.elapsed.as_secs_f64();
     let rps = if secs > 0.0 {
@@ -252,7 +300,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         0.0
     };
     eprintln!(
-        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={} late={} bad={} windows_fired={}",
+        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={} late={} bad={} windows_fired={}{}",
         records,
         result.elapsed.as_millis(),
         rps,
@@ -260,6 +308,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         count("Late Records", false),
         bad.load(Ordering::Relaxed),
         count("Window", true),
+        super::checkpointing::summary(&args.checkpoints, &stats),
     );
     if let Some(e) = endpoint {
         e.linger();

@@ -10,8 +10,11 @@
 
 use super::WordcountArgs;
 use super::progress::Progress;
+use floe::connectors::transactional_file::TransactionalFileSink;
+use floe::connectors::two_phase::TwoPhaseCommitSink;
 use floe::operators::process::ProcessContext;
-use floe::operators::sink::SinkFunction;
+use floe::operators::sink::{SinkContext, SinkFunction};
+use floe::operators::{RestoredState, SnapshotContext, StateCapture, keyed_snapshot};
 use floe::state::{StateBackendKind, ValueStateDescriptor};
 use floe::text::{WordGenerator, for_each_word};
 use floe::{Record, StreamExecutionEnvironment};
@@ -101,11 +104,15 @@ impl Counts {
     }
 }
 
-/// Keeps the latest count per word; hands its map over when the input ends.
+/// Keeps the latest count per word; hands its map over when the input ends,
+/// or (checkpointing with a file `--output`) writes it in one transaction of
+/// the transactional file sink, committed when the input is complete.
 #[derive(Clone)]
 struct FinalCounts {
     counts: Counts,
     done: Arc<Mutex<Vec<Counts>>>,
+    output: Option<TransactionalFileSink>,
+    ctx: Option<SinkContext>,
 }
 
 impl SinkFunction<(String, u64)> for FinalCounts {
@@ -122,13 +129,43 @@ impl SinkFunction<(String, u64)> for FinalCounts {
         Ok(())
     }
 
+    fn open(&mut self, ctx: &SinkContext) -> floe::Result<()> {
+        self.ctx = Some(*ctx);
+        Ok(())
+    }
+
     fn finish(&mut self) -> floe::Result<()> {
         let counts = std::mem::take(&mut self.counts);
+        if let (Some(sink), Some(ctx)) = (self.output.as_mut(), self.ctx.as_ref()) {
+            TwoPhaseCommitSink::<String>::open(sink, ctx)?;
+            let mut txn = TwoPhaseCommitSink::<String>::begin(sink)?;
+            let mut lines = Vec::new();
+            counts.for_each(|w, c| lines.push(Record::new(format!("{w},{c}"))));
+            sink.write(&mut txn, lines)?;
+            TwoPhaseCommitSink::<String>::pre_commit(sink, &mut txn)?;
+            return TwoPhaseCommitSink::<String>::commit(sink, txn);
+        }
         self.done
             .lock()
             .map_err(|_| floe::Error::User("final counts lock poisoned".into()))?
             .push(counts);
         Ok(())
+    }
+
+    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> floe::Result<StateCapture> {
+        // Keyed by word, like the sum before it: a restore at another
+        // parallelism hands each word to the subtask its key group goes to.
+        let mut entries: Vec<(String, u64)> = Vec::new();
+        self.counts
+            .for_each(|w, c| entries.push((w.to_string(), c)));
+        let groups =
+            keyed_snapshot::encode(entries.iter().map(|(w, c)| (w, c)), ctx.max_parallelism)?;
+        Ok(StateCapture::keyed_bytes(groups))
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> floe::Result<()> {
+        let counts = &mut self.counts;
+        keyed_snapshot::decode::<String, u64>(&state.keyed, |w, c| counts.set(w, c))
     }
 }
 
@@ -146,26 +183,31 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     env.set_batch_size(args.batch_size);
+    args.checkpoints.apply(&env)?;
+    let transactional =
+        super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }
     let (words, source_name, total) = match &args.input {
         Some(path) => {
-            let lines = env.read_text_file(path);
+            let lines = env.read_text_file(path).uid("lines");
             let words = lines
                 .flat_map(|line: String| {
                     let mut out = Vec::new();
                     for_each_word(&line, |w| out.push((w, 1u64)));
                     out
                 })
-                .name("Tokenize");
+                .name("Tokenize")
+                .uid("tokenize");
             (words, "Text File Source", None)
         }
         None => {
             let generator = Arc::new(WordGenerator::new(args.vocabulary, args.seed));
             let words = env
                 .from_generator(args.records, move |i| (generator.word(i), 1u64))
-                .name("Word Generator");
+                .name("Word Generator")
+                .uid("word-generator");
             (words, "Word Generator", Some(args.records))
         }
     };
@@ -187,14 +229,22 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             (keyed.process_with_backend(function, kind), "Keyed Process")
         }
     };
-    counts
+    let written_by_sink = transactional.is_some();
+    let sink = counts
         .add_sink(FinalCounts {
             counts: Counts::default(),
             done: done.clone(),
+            output: transactional,
+            ctx: None,
         })
-        .name("Final Counts");
+        .name("Final Counts")
+        .uid("final-counts");
+    if let Some(rate) = args.checkpoints.sink_rate {
+        sink.set_input_rate(rate);
+    }
     let prometheus = args.observe.install()?;
     let handle = env.execute_async()?;
+    args.checkpoints.schedule_savepoint(&handle);
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let result = {
         let _progress = Progress::start(&handle, source_name, total);
@@ -202,12 +252,16 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     };
     let records = result.operator(counter).map(|o| o.records_in).unwrap_or(0);
 
+    let stats = handle.checkpoint_stats();
+    args.checkpoints.report_savepoint(&stats)?;
     let maps = std::mem::take(
         &mut *done
             .lock()
             .map_err(|_| floe::Error::User("lock poisoned".into()))?,
     );
-    write_counts(args, &maps)?;
+    if !written_by_sink {
+        write_counts(args, &maps)?;
+    }
 
     let secs = result.elapsed.as_secs_f64();
     let rps = if secs > 0.0 {
@@ -216,11 +270,12 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         0.0
     };
     eprintln!(
-        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={}",
+        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={}{}",
         records,
         result.elapsed.as_millis(),
         rps,
-        args.parallelism
+        args.parallelism,
+        super::checkpointing::summary(&args.checkpoints, &stats)
     );
     if let Some(e) = endpoint {
         e.linger();

@@ -12,6 +12,8 @@ pub mod file_sink;
 pub mod generator;
 pub mod print;
 pub mod text_file;
+pub mod transactional_file;
+pub mod two_phase;
 
 use crate::Result;
 use crate::operators::node::NodeInfo;
@@ -101,6 +103,17 @@ pub struct SourceNode<T> {
     next: Box<dyn ChainInput<T>>,
     info: NodeInfo,
     batch_size: usize,
+    pause: Option<SavepointPause>,
+}
+
+/// Holds a source at a record count until a savepoint's barrier passed it:
+/// `--savepoint-at-records` cuts the input at a known point.
+pub(crate) struct SavepointPause {
+    /// Records this subtask may still emit before the savepoint.
+    pub remaining: u64,
+    /// Asks the coordinator for the savepoint.
+    pub request: std::sync::Arc<dyn Fn() + Send + Sync>,
+    pub requested: bool,
 }
 
 impl<T: 'static> SourceNode<T> {
@@ -116,7 +129,23 @@ impl<T: 'static> SourceNode<T> {
             next,
             info,
             batch_size,
+            pause: None,
         }
+    }
+
+    /// Pauses after `records` records until a savepoint barrier passed,
+    /// asking for the savepoint with `request`.
+    pub(crate) fn with_savepoint_pause(
+        mut self,
+        records: u64,
+        request: std::sync::Arc<dyn Fn() + Send + Sync>,
+    ) -> Self {
+        self.pause = Some(SavepointPause {
+            remaining: records,
+            request,
+            requested: false,
+        });
+        self
     }
 }
 
@@ -126,6 +155,10 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         barrier: floe_actors::element::Barrier,
         out: &mut floe_actors::snapshot::ChainSnapshot,
     ) -> floe_actors::Result<()> {
+        if barrier.kind == floe_actors::element::BarrierKind::Savepoint {
+            // The savepoint the source waited for has its cut: go on.
+            self.pause = None;
+        }
         let source = &mut self.source;
         let r = catch_unwind(AssertUnwindSafe(|| source.snapshot_state()));
         let entries = self.info.check(r)?;
@@ -140,8 +173,10 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
                 finish: Box::new(move || crate::operators::node::encode_capture(capture, &info)),
             });
         }
-        // Sources emit from the chain: the barrier follows every record so far.
-        self.next.checkpoint(barrier, false, out)
+        // The barrier follows every record emitted so far; an unaligned one
+        // overtakes those still queued for the network (output channel state).
+        let unaligned = barrier.kind == floe_actors::element::BarrierKind::Unaligned;
+        self.next.checkpoint(barrier, unaligned, out)
     }
 
     fn notify_checkpoint(
@@ -160,11 +195,25 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
     }
 
     fn step(&mut self) -> floe_actors::Result<SourceStep> {
-        let mut batch = Vec::with_capacity(self.batch_size);
-        let max = self.batch_size;
+        let mut max = self.batch_size;
+        if let Some(p) = &mut self.pause {
+            if p.remaining == 0 {
+                if !p.requested {
+                    p.requested = true;
+                    (p.request)();
+                }
+                self.next.processing_time(floe_actors::element::now_ms())?;
+                return Ok(SourceStep::Wait(std::time::Duration::from_millis(1)));
+            }
+            max = max.min(p.remaining as usize);
+        }
+        let mut batch = Vec::with_capacity(max);
         let source = &mut self.source;
         let r = catch_unwind(AssertUnwindSafe(|| source.poll_batch(max, &mut batch)));
         let poll = self.info.check(r)?;
+        if let Some(p) = &mut self.pause {
+            p.remaining = p.remaining.saturating_sub(batch.len() as u64);
+        }
         if !batch.is_empty() {
             self.info.metrics.add_out(batch.len());
             self.next.process(batch)?;

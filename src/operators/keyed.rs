@@ -418,9 +418,59 @@ where
 impl<T, K, OUT, P> Operator<T, OUT> for KeyedProcessOp<T, K, P>
 where
     T: Send + 'static,
-    K: Hash + Eq + Clone + Send + 'static,
+    K: StateKey,
     P: KeyedProcessFunction<K, T, OUT>,
 {
+    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
+        // Synchronous: the backend captures references; timers are encoded.
+        let snapshot = self.state.snapshot();
+        let mut timers: std::collections::BTreeMap<u32, Vec<(u8, Timestamp, &K)>> =
+            Default::default();
+        for (domain, ts, key) in self.timers.iter() {
+            let g = floe_actors::keygroup::key_group(key, ctx.max_parallelism);
+            let d = match domain {
+                TimeDomain::EventTime => 0u8,
+                TimeDomain::ProcessingTime => 1u8,
+            };
+            timers.entry(g).or_default().push((d, ts, key));
+        }
+        let timers: Vec<(u32, Vec<u8>)> = timers
+            .into_iter()
+            .map(|(g, t)| Ok((g, keyed_snapshot::to_bytes(&t)?)))
+            .collect::<Result<_>>()?;
+        Ok(StateCapture {
+            keyed: Some(Box::new(move || {
+                let state = snapshot.serialize()?;
+                Ok(keyed_snapshot::merge(state, timers))
+            })),
+            ..Default::default()
+        })
+    }
+
+    fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        Ok(())
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> Result<()> {
+        let (groups, timers) = keyed_snapshot::split(&state.keyed)?;
+        self.state.restore(&groups)?;
+        self.timers.clear(TimeDomain::EventTime);
+        self.timers.clear(TimeDomain::ProcessingTime);
+        for (_, bytes) in timers {
+            let list: Vec<(u8, Timestamp, K)> = keyed_snapshot::from_bytes(&bytes)?;
+            for (d, ts, key) in list {
+                let domain = if d == 0 {
+                    TimeDomain::EventTime
+                } else {
+                    TimeDomain::ProcessingTime
+                };
+                self.timers.register(domain, &key, ts);
+            }
+        }
+        Ok(())
+    }
+
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         self.fire_processing_time(out)?;
         for r in batch {

@@ -58,6 +58,13 @@ pub trait Operator<IN, OUT>: Send + 'static {
         Ok(())
     }
 
+    /// Restore: event time had reached `watermark` at the checkpoint. Take
+    /// it as the current watermark without firing anything; called after
+    /// [`restore_state`](Self::restore_state), before any element.
+    fn restore_watermark(&mut self, _watermark: Timestamp) -> Result<()> {
+        Ok(())
+    }
+
     /// Checkpoint `checkpoint` completed: every operator of the job has
     /// persisted its state for it (two-phase-commit sinks commit here).
     fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
@@ -162,6 +169,59 @@ pub mod keyed_snapshot {
                 Ok(KeyGroupBytes { key_group, bytes })
             })
             .collect()
+    }
+
+    /// Encoded timers per key group.
+    pub type TimerGroups = Vec<(u32, Vec<u8>)>;
+
+    /// postcard bytes of `value`.
+    pub fn to_bytes<V: Serialize + ?Sized>(value: &V) -> Result<Vec<u8>> {
+        postcard::to_allocvec(value).map_err(|e| Error::User(format!("cannot encode state: {e}")))
+    }
+
+    /// The value postcard `bytes` encode.
+    pub fn from_bytes<V: DeserializeOwned>(bytes: &[u8]) -> Result<V> {
+        postcard::from_bytes(bytes).map_err(|e| Error::User(format!("cannot decode state: {e}")))
+    }
+
+    /// Combines a state backend's key groups with per-key-group timers: each
+    /// group's bytes become the postcard pair `(backend bytes, timer bytes)`
+    /// (either may be empty).
+    pub fn merge(state: Vec<KeyGroupBytes>, timers: Vec<(u32, Vec<u8>)>) -> Vec<KeyGroupBytes> {
+        let mut groups: std::collections::BTreeMap<u32, (Vec<u8>, Vec<u8>)> = Default::default();
+        for g in state {
+            groups.entry(g.key_group).or_default().0 = g.bytes;
+        }
+        for (g, t) in timers {
+            groups.entry(g).or_default().1 = t;
+        }
+        groups
+            .into_iter()
+            .map(|(key_group, pair)| KeyGroupBytes {
+                key_group,
+                bytes: postcard::to_allocvec(&pair).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// Splits what [`merge`] combined: the backend's key groups (non-empty
+    /// ones) and the timer bytes per key group.
+    pub fn split(groups: &[KeyGroupBytes]) -> Result<(Vec<KeyGroupBytes>, TimerGroups)> {
+        let mut state = Vec::new();
+        let mut timers = Vec::new();
+        for g in groups {
+            let (s, t): (Vec<u8>, Vec<u8>) = from_bytes(&g.bytes)?;
+            if !s.is_empty() {
+                state.push(KeyGroupBytes {
+                    key_group: g.key_group,
+                    bytes: s,
+                });
+            }
+            if !t.is_empty() {
+                timers.push((g.key_group, t));
+            }
+        }
+        Ok((state, timers))
     }
 
     /// Decodes what [`encode`] wrote, calling `put` per entry.

@@ -41,6 +41,8 @@ pub trait SidePort {
         unaligned: bool,
         out: &mut ChainSnapshot,
     ) -> floe_actors::Result<()>;
+    /// Forwards a restored watermark.
+    fn restore_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()>;
     /// Forwards a checkpoint notification.
     fn notify_checkpoint(
         &mut self,
@@ -97,6 +99,9 @@ impl<X: 'static> SidePort for TypedSidePort<X> {
         completed: bool,
     ) -> floe_actors::Result<()> {
         self.next.notify_checkpoint(checkpoint, completed)
+    }
+    fn restore_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        self.next.restore_watermark(watermark)
     }
 }
 
@@ -301,6 +306,17 @@ where
         self.next.checkpoint(barrier, unaligned, out)?;
         for s in &mut self.sides {
             s.checkpoint(barrier, unaligned, out)?;
+        }
+        Ok(())
+    }
+
+    fn restore_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        let op = &mut self.op;
+        let r = catch_unwind(AssertUnwindSafe(|| op.restore_watermark(watermark)));
+        self.info.check(r)?;
+        self.next.restore_watermark(watermark)?;
+        for s in &mut self.sides {
+            s.restore_watermark(watermark)?;
         }
         Ok(())
     }

@@ -39,6 +39,23 @@ pub trait SinkFunction<T>: Send + 'static {
     fn finish(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Checkpoint: the sink's state (see
+    /// [`Operator::snapshot_state`](super::Operator::snapshot_state)).
+    fn snapshot_state(&mut self, _ctx: &super::SnapshotContext) -> Result<super::StateCapture> {
+        Ok(super::StateCapture::default())
+    }
+
+    /// Restore: the state [`snapshot_state`](Self::snapshot_state) took;
+    /// called before `open`.
+    fn restore_state(&mut self, _state: super::RestoredState) -> Result<()> {
+        Ok(())
+    }
+
+    /// A checkpoint completed.
+    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Runs a sink as the last operator of a chain; opens it before its first
@@ -83,5 +100,17 @@ where
     fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {
         self.ensure_open()?;
         self.sink.finish()
+    }
+
+    fn snapshot_state(&mut self, ctx: &super::SnapshotContext) -> Result<super::StateCapture> {
+        self.sink.snapshot_state(ctx)
+    }
+
+    fn restore_state(&mut self, state: super::RestoredState) -> Result<()> {
+        self.sink.restore_state(state)
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        self.sink.notify_checkpoint_complete(checkpoint)
     }
 }

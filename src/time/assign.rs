@@ -118,4 +118,27 @@ impl<T: Send + 'static> Operator<T, T> for TimestampsOp<T> {
     fn forwards_watermarks(&self) -> bool {
         false
     }
+
+    fn snapshot_state(
+        &mut self,
+        _: &crate::operators::SnapshotContext,
+    ) -> Result<crate::operators::StateCapture> {
+        // The generator's progress travels with the source offset.
+        let entry =
+            crate::operators::keyed_snapshot::to_bytes(&(self.max_timestamp, self.emitted))?;
+        Ok(crate::operators::StateCapture {
+            split_list: vec![entry],
+            ..Default::default()
+        })
+    }
+
+    fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
+        for e in &state.split_list {
+            let (max, emitted): (Timestamp, Timestamp) =
+                crate::operators::keyed_snapshot::from_bytes(e)?;
+            self.max_timestamp = self.max_timestamp.max(max);
+            self.emitted = self.emitted.max(emitted);
+        }
+        Ok(())
+    }
 }

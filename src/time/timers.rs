@@ -116,6 +116,12 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
         *self = TimerQueue::default();
         n
     }
+
+    fn iter(&self) -> impl Iterator<Item = (Timestamp, &K)> {
+        self.by_time
+            .iter()
+            .flat_map(|(ts, keys)| keys.iter().map(move |k| (*ts, k)))
+    }
 }
 
 /// Event-time and processing-time timers per key, and the processing-time
@@ -205,6 +211,19 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
     /// Whether the timer for `key` at `timestamp` is pending.
     pub fn contains(&self, domain: TimeDomain, key: &K, timestamp: Timestamp) -> bool {
         self.queue(domain).contains(key, timestamp)
+    }
+
+    /// Every registered timer, in time order per domain (event time first):
+    /// what a checkpoint records.
+    pub fn iter(&self) -> impl Iterator<Item = (TimeDomain, Timestamp, &K)> {
+        self.event
+            .iter()
+            .map(|(t, k)| (TimeDomain::EventTime, t, k))
+            .chain(
+                self.processing
+                    .iter()
+                    .map(|(t, k)| (TimeDomain::ProcessingTime, t, k)),
+            )
     }
 
     /// Takes out the earliest timer of `domain` whose timestamp is `<= limit`

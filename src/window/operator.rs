@@ -263,15 +263,68 @@ where
     }
 }
 
+impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + 'static,
+    K: Hash + Eq + Clone,
+    ACC: Clone,
+    A: AggregateFunction<T, ACC, R>,
+    OUT: 'static,
+{
+    /// Timers follow from the windows in state and the watermark: rebuilt
+    /// after a restore.
+    fn rebuild_timers(&mut self) {
+        self.timers.clear();
+        let windows: Vec<(K, TimeWindow)> = self
+            .state
+            .iter()
+            .flat_map(|(k, ws)| ws.iter().map(move |(w, _)| (k.clone(), *w)))
+            .collect();
+        for (k, w) in windows {
+            self.register(&k, w);
+        }
+    }
+}
+
 impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for WindowOp<T, K, ACC, R, OUT, A>
 where
     T: Clone + Send + 'static,
-    K: Hash + Eq + Clone + Send + 'static,
-    ACC: Clone + Send + 'static,
+    K: crate::state::StateKey,
+    ACC: crate::state::StateValue,
     R: 'static,
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
 {
+    fn snapshot_state(
+        &mut self,
+        ctx: &crate::operators::SnapshotContext,
+    ) -> Result<crate::operators::StateCapture> {
+        let groups =
+            crate::operators::keyed_snapshot::encode(self.state.iter(), ctx.max_parallelism)?;
+        Ok(crate::operators::StateCapture::keyed_bytes(groups))
+    }
+
+    fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
+        self.state.clear();
+        let map = &mut self.state;
+        crate::operators::keyed_snapshot::decode::<K, Vec<(TimeWindow, ACC)>>(
+            &state.keyed,
+            |k, ws| {
+                map.insert(k, ws);
+            },
+        )?;
+        self.rebuild_timers();
+        Ok(())
+    }
+
+    fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.rebuild_timers();
+        }
+        Ok(())
+    }
+
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;

@@ -16,7 +16,10 @@ use super::assigner::{TimeWindow, WindowAssigner, window_start};
 use super::function::{AggregateFunction, WindowFunction};
 use super::operator::WindowSpec;
 use crate::operators::keyed::KeyFn;
-use crate::operators::{Operator, Output};
+use crate::operators::{
+    Operator, Output, RestoredState, SnapshotContext, StateCapture, keyed_snapshot,
+};
+use crate::state::{StateKey, StateValue};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
@@ -253,15 +256,78 @@ where
     }
 }
 
+impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A>
+where
+    T: Clone + 'static,
+    K: Hash + Eq + Clone,
+    ACC: Clone,
+    A: AggregateFunction<T, ACC, R>,
+    OUT: 'static,
+{
+    /// After a restore: what had fired by `self.watermark` and which window
+    /// fires next follow from the watermark and the panes.
+    fn recompute_progress(&mut self) {
+        if self.watermark > MIN_WATERMARK {
+            let w1 = self.watermark.saturating_add(1);
+            self.fired_upto = self.end_after(w1).saturating_sub(self.slide);
+        }
+        self.next_end = self.panes.front().map(|(p, _)| {
+            let first = self.end_after(p.saturating_add(self.pane - 1));
+            if self.watermark == MIN_WATERMARK {
+                first
+            } else {
+                first.max(self.end_after(self.watermark.saturating_add(1)))
+            }
+        });
+        self.drop_panes(self.watermark);
+    }
+}
+
 impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A>
 where
     T: Clone + Send + 'static,
-    K: Hash + Eq + Clone + Send + 'static,
-    ACC: Clone + Send + 'static,
+    K: StateKey,
+    ACC: StateValue,
     R: 'static,
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
 {
+    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
+        // Per key: its accumulator in each pane.
+        let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
+        for (start, map) in &self.panes {
+            for (k, acc) in map {
+                per_key.entry(k).or_default().push((*start, acc));
+            }
+        }
+        let groups = keyed_snapshot::encode(per_key.iter(), ctx.max_parallelism)?;
+        Ok(StateCapture::keyed_bytes(groups))
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> Result<()> {
+        self.panes.clear();
+        let panes = &mut self.panes;
+        keyed_snapshot::decode::<K, Vec<(Timestamp, ACC)>>(&state.keyed, |k, list| {
+            for (start, acc) in list {
+                let at = panes.partition_point(|(s, _)| *s < start);
+                if panes.get(at).is_none_or(|(s, _)| *s != start) {
+                    panes.insert(at, (start, FxHashMap::default()));
+                }
+                panes[at].1.insert(k.clone(), acc);
+            }
+        })?;
+        self.recompute_progress();
+        Ok(())
+    }
+
+    fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.recompute_progress();
+        }
+        Ok(())
+    }
+
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;

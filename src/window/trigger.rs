@@ -35,7 +35,7 @@ impl TriggerResult {
 }
 
 /// Per-window trigger state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TriggerState {
     /// Records counted since the last firing (count triggers).
     pub count: u64,

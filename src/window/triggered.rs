@@ -33,10 +33,19 @@ pub fn system_clock() -> ClockFn {
     })
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Entry<T> {
     window: TimeWindow,
     records: Vec<Record<T>>,
     state: TriggerState,
+}
+
+/// One key's checkpointed windows and timers (0 = event time, 1 =
+/// processing time).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeySnapshot<E, W> {
+    entries: E,
+    timers: Vec<(u8, Timestamp, W)>,
 }
 
 /// Keyed windows driven by a trigger, with an optional evictor.
@@ -254,13 +263,79 @@ where
 
 impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for TriggeredWindowOp<T, K, ACC, R, OUT, A>
 where
-    T: Clone + Send + 'static,
-    K: Hash + Eq + Clone + Send + 'static,
+    T: crate::state::StateValue,
+    K: crate::state::StateKey,
     ACC: Send + 'static,
     R: 'static,
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
 {
+    fn snapshot_state(
+        &mut self,
+        ctx: &crate::operators::SnapshotContext,
+    ) -> Result<crate::operators::StateCapture> {
+        let mut per_key: FxHashMap<&K, KeySnapshot<&Vec<Entry<T>>, TimeWindow>> =
+            FxHashMap::default();
+        let empty = Vec::new();
+        for (k, entries) in &self.state {
+            per_key.insert(
+                k,
+                KeySnapshot {
+                    entries,
+                    timers: Vec::new(),
+                },
+            );
+        }
+        for (domain, map) in [(0u8, &self.event_timers), (1u8, &self.processing_timers)] {
+            for (t, due) in map {
+                for (k, w) in due {
+                    per_key
+                        .entry(k)
+                        .or_insert_with(|| KeySnapshot {
+                            entries: &empty,
+                            timers: Vec::new(),
+                        })
+                        .timers
+                        .push((domain, *t, *w));
+                }
+            }
+        }
+        let groups = crate::operators::keyed_snapshot::encode(per_key.iter(), ctx.max_parallelism)?;
+        Ok(crate::operators::StateCapture::keyed_bytes(groups))
+    }
+
+    fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
+        self.state.clear();
+        self.event_timers.clear();
+        self.processing_timers.clear();
+        let (map, event, processing) = (
+            &mut self.state,
+            &mut self.event_timers,
+            &mut self.processing_timers,
+        );
+        crate::operators::keyed_snapshot::decode::<K, KeySnapshot<Vec<Entry<T>>, TimeWindow>>(
+            &state.keyed,
+            |k, snap| {
+                for (domain, t, w) in snap.timers {
+                    let timers = if domain == 0 {
+                        &mut *event
+                    } else {
+                        &mut *processing
+                    };
+                    timers.entry(t).or_default().push((k.clone(), w));
+                }
+                if !snap.entries.is_empty() {
+                    map.insert(k, snap.entries);
+                }
+            },
+        )
+    }
+
+    fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        Ok(())
+    }
+
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         self.fire_processing_timers(out);
         for r in batch {

@@ -1,0 +1,230 @@
+//! Checkpoint, savepoint and restore flags shared by `floe run wordcount`
+//! and `floe run window`, and the summary fields they add.
+
+use floe::StreamExecutionEnvironment;
+use floe::checkpoint::{CheckpointConfig, CheckpointStats, CheckpointingMode};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `--checkpoint-mode`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeArg {
+    /// Aligned (or unaligned) barriers: state reflects every record once.
+    ExactlyOnce,
+    /// No alignment: after a restore some records may count twice.
+    AtLeastOnce,
+}
+
+/// Checkpointing flags.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CheckpointArgs {
+    /// Take a checkpoint every MS milliseconds (off by default).
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_interval: Option<u64>,
+    /// Exactly-once (default) or at-least-once.
+    #[arg(long, value_enum)]
+    pub checkpoint_mode: Option<ModeArg>,
+    /// Unaligned exactly-once checkpoints: barriers overtake in-flight data.
+    #[arg(long)]
+    pub unaligned: bool,
+    /// Aligned checkpoints switch to unaligned after waiting this long.
+    #[arg(long, value_name = "MS")]
+    pub alignment_timeout: Option<u64>,
+    /// Checkpoint directory (default: a temporary one, removed at the end).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Abort a checkpoint not complete after this long (default 600000).
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_timeout: Option<u64>,
+    /// Least pause between a completed checkpoint and the next trigger.
+    #[arg(long, value_name = "MS")]
+    pub min_pause: Option<u64>,
+    /// Checkpoints in progress at once (default 1).
+    #[arg(long, value_name = "N")]
+    pub max_concurrent_checkpoints: Option<usize>,
+    /// Failed checkpoints tolerated in a row before the job fails (default 0).
+    #[arg(long, value_name = "N")]
+    pub tolerable_failed_checkpoints: Option<u32>,
+    /// Completed checkpoints kept in the directory (default 1).
+    #[arg(long, value_name = "N")]
+    pub retain_checkpoints: Option<usize>,
+    /// Take a savepoint once the sources emitted N records.
+    #[arg(long, value_name = "N")]
+    pub savepoint_at_records: Option<u64>,
+    /// Take a savepoint MS milliseconds after the start.
+    #[arg(long, value_name = "MS")]
+    pub savepoint_after_ms: Option<u64>,
+    /// Where savepoints go.
+    #[arg(long, value_name = "DIR")]
+    pub savepoint_dir: Option<PathBuf>,
+    /// Start from a checkpoint directory (its newest intact checkpoint), one
+    /// checkpoint's directory or a savepoint.
+    #[arg(long, value_name = "PATH")]
+    pub from_checkpoint: Option<PathBuf>,
+    /// Throttle the sink to this many records per second (shows
+    /// backpressure).
+    #[arg(long, value_name = "RECORDS_PER_S")]
+    pub sink_rate: Option<f64>,
+    /// Credits (batches in flight) per channel.
+    #[arg(long, value_name = "N")]
+    pub credits: Option<u32>,
+}
+
+impl CheckpointArgs {
+    /// Whether checkpointing (and so the transactional output) is on.
+    pub fn enabled(&self) -> bool {
+        self.checkpoint_interval.is_some()
+    }
+
+    /// Checks the flags and applies them to `env`.
+    pub fn apply(&self, env: &StreamExecutionEnvironment) -> floe::Result<()> {
+        let bad = |m: &str| Err(floe::Error::Config(m.to_string()));
+        if self.checkpoint_interval == Some(0) {
+            return bad("--checkpoint-interval must be at least 1 ms");
+        }
+        if !self.enabled()
+            && (self.checkpoint_mode.is_some()
+                || self.unaligned
+                || self.alignment_timeout.is_some()
+                || self.retain_checkpoints.is_some())
+        {
+            return bad("checkpoint options need --checkpoint-interval");
+        }
+        if (self.savepoint_at_records.is_some() || self.savepoint_after_ms.is_some())
+            && self.savepoint_dir.is_none()
+        {
+            return bad("--savepoint-at-records/--savepoint-after-ms need --savepoint-dir");
+        }
+        if self.savepoint_at_records == Some(0) {
+            return bad("--savepoint-at-records must be at least 1");
+        }
+        if self.retain_checkpoints == Some(0) {
+            return bad("--retain-checkpoints must be at least 1");
+        }
+        if let Some(r) = self.sink_rate
+            && !(r > 0.0 && r.is_finite())
+        {
+            return bad("--sink-rate must be a positive number of records per second");
+        }
+        if self.credits == Some(0) {
+            return bad("--credits must be at least 1");
+        }
+        if let Some(path) = &self.from_checkpoint
+            && !path.exists()
+        {
+            return Err(floe::checkpoint::CheckpointError::NotFound { path: path.clone() }.into());
+        }
+        let defaults = CheckpointConfig::default();
+        let mode = match self.checkpoint_mode {
+            Some(ModeArg::AtLeastOnce) => CheckpointingMode::AtLeastOnce,
+            _ => CheckpointingMode::ExactlyOnce,
+        };
+        env.set_checkpoint_config(CheckpointConfig {
+            interval: self.checkpoint_interval.map(Duration::from_millis),
+            mode,
+            min_pause: self
+                .min_pause
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.min_pause),
+            timeout: self
+                .checkpoint_timeout
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.timeout),
+            max_concurrent: self
+                .max_concurrent_checkpoints
+                .unwrap_or(defaults.max_concurrent),
+            tolerable_failures: self
+                .tolerable_failed_checkpoints
+                .unwrap_or(defaults.tolerable_failures),
+            retained: self.retain_checkpoints.unwrap_or(defaults.retained),
+            unaligned: self.unaligned,
+            alignment_timeout: self.alignment_timeout.map(Duration::from_millis),
+            dir: self.checkpoint_dir.clone(),
+            savepoint_at_records: self.savepoint_at_records,
+            savepoint_dir: self.savepoint_dir.clone(),
+            ..defaults
+        });
+        if let Some(path) = &self.from_checkpoint {
+            env.restore_from(path);
+        }
+        if let Some(c) = self.credits {
+            env.set_credits(c);
+        }
+        Ok(())
+    }
+
+    /// Takes the `--savepoint-after-ms` savepoint on a helper thread.
+    pub fn schedule_savepoint(&self, handle: &floe::JobHandle) {
+        let (Some(ms), Some(dir)) = (self.savepoint_after_ms, self.savepoint_dir.clone()) else {
+            return;
+        };
+        let handle = handle.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(ms));
+            match futures::executor::block_on(handle.trigger_savepoint(dir)) {
+                Ok(path) => eprintln!("savepoint={}", path.display()),
+                Err(e) => eprintln!("warning: savepoint not taken: {e}"),
+            }
+        });
+    }
+
+    /// Reports the `--savepoint-at-records` savepoint; an error when it was
+    /// asked for and not taken.
+    pub fn report_savepoint(&self, stats: &CheckpointStats) -> floe::Result<()> {
+        let Some(n) = self.savepoint_at_records else {
+            return Ok(());
+        };
+        match &stats.savepoint {
+            Some(Ok(path)) => {
+                eprintln!("savepoint={path}");
+                Ok(())
+            }
+            Some(Err(e)) => Err(floe::Error::Config(format!("savepoint not taken: {e}"))),
+            None => Err(floe::Error::Config(format!(
+                "savepoint not taken: the input ended before {n} records"
+            ))),
+        }
+    }
+}
+
+/// The summary fields of checkpointing, when a checkpoint, savepoint or
+/// restore was asked for (the summary without them stays as it was).
+pub fn summary(args: &CheckpointArgs, stats: &CheckpointStats) -> String {
+    let asked = args.enabled()
+        || args.from_checkpoint.is_some()
+        || args.savepoint_at_records.is_some()
+        || args.savepoint_after_ms.is_some();
+    if !asked {
+        return String::new();
+    }
+    format!(
+        " checkpoints={} failed_checkpoints={} max_checkpoint_ms={} channel_state_bytes={}",
+        stats.completed, stats.failed, stats.max_duration_ms, stats.channel_state_bytes
+    )
+}
+
+/// The transactional file sink for `--output` when checkpointing is on and
+/// the output is a regular file (or does not exist yet); `None` otherwise,
+/// with a warning when checkpointing is on but the output cannot be one.
+pub fn transactional_output(
+    args: &CheckpointArgs,
+    output: Option<&std::path::Path>,
+) -> floe::Result<Option<floe::connectors::transactional_file::TransactionalFileSink>> {
+    let Some(path) = output else {
+        return Ok(None);
+    };
+    if !args.enabled() && args.from_checkpoint.is_none() {
+        return Ok(None);
+    }
+    match floe::connectors::transactional_file::TransactionalFileSink::new(path) {
+        Ok(sink) => Ok(Some(sink)),
+        Err(floe::Error::Config(_)) => {
+            eprintln!(
+                "warning: --output '{}' is not a regular file; it is written directly, not transactionally",
+                path.display()
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}

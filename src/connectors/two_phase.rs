@@ -1,0 +1,277 @@
+//! Exactly-once sinks by two-phase commit, as Flink's `TwoPhaseCommitSinkFunction`.
+//!
+//! A [`TwoPhaseCommitSink`] writes records into a transaction. At a checkpoint
+//! barrier [`TwoPhaseCommitSinkOp`] pre-commits the current transaction (makes it
+//! durable, not yet visible), records it in the checkpoint as pending, and begins
+//! the next one; when the checkpoint is complete everywhere it commits (publishes)
+//! every pending transaction of that checkpoint or earlier. Records thus become
+//! visible only once the state that produced them is durable, and a failure
+//! replays exactly the records whose transactions were not part of the restored
+//! checkpoint.
+//!
+//! Invariants the operator keeps:
+//!
+//! 1. Transactions are committed in the order of their checkpoints, each at most
+//!    once per run; a commit repeated after a restore must be harmless, which is
+//!    why [`TwoPhaseCommitSink::commit`] is required to be idempotent.
+//! 2. An aborted checkpoint leaves its transactions pending: the next completed
+//!    checkpoint commits them (a later checkpoint subsumes an earlier one).
+//! 3. On restore from checkpoint n, the transactions pending at n — those of
+//!    every former subtask, kept in union list state — are handed to
+//!    [`TwoPhaseCommitSink::recover`] by subtask 0 only, before any record, so
+//!    that exactly one subtask commits them and cleans up what was begun after n.
+//! 4. At the end of a bounded input everything is committed, like Flink's final
+//!    checkpoint: the input is complete, so nothing will be replayed for this
+//!    subtask unless another subtask fails before the job finishes.
+
+use crate::operators::sink::SinkContext;
+use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
+use crate::{Error, Result};
+use floe_actors::element::Batch;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// A sink that writes in transactions and publishes them in two phases.
+///
+/// One instance per subtask is cloned from the instance given to
+/// [`DataStream::add_two_phase_sink`](crate::api::DataStream::add_two_phase_sink).
+/// The call order on one instance is: [`on_restore`](Self::on_restore) and
+/// [`recover`](Self::recover) (only when the job starts from a checkpoint or
+/// savepoint), [`open`](Self::open), then any number of
+/// `begin` → `write`* → `pre_commit` → `commit` (or `abort`) cycles, several
+/// transactions being pre-committed but not yet committed at a time.
+pub trait TwoPhaseCommitSink<T>: Send + 'static {
+    /// A transaction handle, persisted in checkpoints (e.g. a pending file's name).
+    type Txn: Serialize + DeserializeOwned + Clone + Send + std::fmt::Debug + 'static;
+
+    /// Called once before the first transaction begins.
+    fn open(&mut self, _ctx: &SinkContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called on every subtask, before [`recover`](Self::recover) and
+    /// [`open`](Self::open), when the job starts from a checkpoint or
+    /// savepoint: a sink that resets its output on a fresh start must keep it
+    /// now.
+    fn on_restore(&mut self, _ctx: &SinkContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Starts a new transaction.
+    fn begin(&mut self) -> Result<Self::Txn>;
+
+    /// Writes a batch of records into `txn`.
+    fn write(&mut self, txn: &mut Self::Txn, batch: Batch<T>) -> Result<()>;
+
+    /// Flush and make durable; after this the txn must be committable even after a crash.
+    fn pre_commit(&mut self, txn: &mut Self::Txn) -> Result<()>;
+
+    /// Publish. MUST be idempotent: called again for the same txn after a restore.
+    fn commit(&mut self, txn: Self::Txn) -> Result<()>;
+
+    /// Discards a transaction that will never be committed.
+    fn abort(&mut self, txn: Self::Txn) -> Result<()>;
+
+    /// On restore, before anything else: called once with every transaction the
+    /// checkpoint recorded as pre-committed (they must be committed,
+    /// idempotently) — by ONE subtask only (subtask 0 of the new parallelism) —
+    /// so it can also clean up leftovers (transactions begun after the
+    /// checkpoint and never pre-committed). Default: commit each.
+    fn recover(&mut self, committed: Vec<Self::Txn>) -> Result<()> {
+        for t in committed {
+            self.commit(t)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a [`TwoPhaseCommitSink`] as the last operator of a chain.
+pub struct TwoPhaseCommitSinkOp<S, T>
+where
+    S: TwoPhaseCommitSink<T>,
+{
+    sink: S,
+    ctx: SinkContext,
+    opened: bool,
+    /// The transaction records are written into; begun lazily.
+    current: Option<S::Txn>,
+    /// Pre-committed transactions by the checkpoint that pre-committed them.
+    pending: BTreeMap<u64, Vec<S::Txn>>,
+    _type: PhantomData<fn(T)>,
+}
+
+impl<S, T> TwoPhaseCommitSinkOp<S, T>
+where
+    S: TwoPhaseCommitSink<T>,
+{
+    /// Wraps `sink` for the subtask described by `ctx`.
+    pub fn new(sink: S, ctx: SinkContext) -> Self {
+        TwoPhaseCommitSinkOp {
+            sink,
+            ctx,
+            opened: false,
+            current: None,
+            pending: BTreeMap::new(),
+            _type: PhantomData,
+        }
+    }
+
+    /// The transactions pre-committed and not yet committed, by checkpoint.
+    pub fn pending(&self) -> &BTreeMap<u64, Vec<S::Txn>> {
+        &self.pending
+    }
+
+    fn ensure_open(&mut self) -> Result<()> {
+        if !self.opened {
+            self.opened = true;
+            self.sink.open(&self.ctx)?;
+        }
+        Ok(())
+    }
+
+    fn ensure_current(&mut self) -> Result<()> {
+        self.ensure_open()?;
+        if self.current.is_none() {
+            self.current = Some(self.sink.begin()?);
+        }
+        Ok(())
+    }
+
+    /// Commits, in checkpoint order, every pending transaction of a checkpoint
+    /// up to `up_to`; a failed commit keeps itself and the later ones pending.
+    fn commit_up_to(&mut self, up_to: u64) -> Result<()> {
+        while let Some(entry) = self.pending.first_entry() {
+            if *entry.key() > up_to {
+                break;
+            }
+            let (checkpoint, txns) = entry.remove_entry();
+            let mut txns = txns.into_iter();
+            while let Some(txn) = txns.next() {
+                if let Err(e) = self.sink.commit(txn.clone()) {
+                    let mut rest = vec![txn.clone()];
+                    rest.extend(txns);
+                    self.pending.insert(checkpoint, rest);
+                    return Err(Error::User(format!(
+                        "cannot commit transaction {txn:?} of checkpoint {checkpoint}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a batch into the current transaction, beginning it if needed:
+    /// [`Operator::process_batch`] without an output (this operator emits
+    /// nothing), for driving the operator directly.
+    pub fn write_batch(&mut self, batch: Batch<T>) -> Result<()> {
+        self.ensure_current()?;
+        let txn = self
+            .current
+            .as_mut()
+            .expect("current transaction was just begun");
+        self.sink.write(txn, batch)
+    }
+
+    /// The input is complete: pre-commits the current transaction and commits
+    /// it after every pending one, as Flink's final checkpoint would;
+    /// [`Operator::on_end_of_input`] without an output.
+    pub fn finish(&mut self) -> Result<()> {
+        // Opened even without records, so an empty input yields empty output.
+        self.ensure_open()?;
+        if let Some(mut txn) = self.current.take() {
+            self.sink.pre_commit(&mut txn)?;
+            self.pending.entry(u64::MAX).or_default().push(txn);
+        }
+        self.commit_up_to(u64::MAX)
+    }
+
+    fn restore(&mut self, state: RestoredState) -> Result<()> {
+        let mut entries: Vec<(u64, S::Txn)> = state
+            .union_list
+            .iter()
+            .map(|bytes| {
+                postcard::from_bytes(bytes)
+                    .map_err(|e| Error::User(format!("cannot decode a pending transaction: {e}")))
+            })
+            .collect::<Result<_>>()?;
+        self.sink.on_restore(&self.ctx)?;
+        if self.ctx.subtask.0 != 0 {
+            // Subtask 0 commits them; doing it here too would commit the same
+            // transactions twice, concurrently.
+            return Ok(());
+        }
+        // Stable: the order of one former subtask's transactions is kept.
+        entries.sort_by_key(|(checkpoint, _)| *checkpoint);
+        self.sink
+            .recover(entries.into_iter().map(|(_, txn)| txn).collect())
+    }
+}
+
+impl<S, T> Operator<T, ()> for TwoPhaseCommitSinkOp<S, T>
+where
+    S: TwoPhaseCommitSink<T>,
+    T: 'static,
+{
+    fn process_batch(&mut self, batch: Batch<T>, _: &mut Output<'_, ()>) -> Result<()> {
+        self.write_batch(batch)
+    }
+
+    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
+        // A transaction is begun even if nothing was written yet, so every
+        // running subtask has one pending per checkpoint: recovery relies on it
+        // to tell commits before the checkpoint from commits after it.
+        self.ensure_current()?;
+        let mut txn = self
+            .current
+            .take()
+            .expect("current transaction was just begun");
+        self.sink.pre_commit(&mut txn)?;
+        self.pending.entry(ctx.checkpoint).or_default().push(txn);
+        self.current = Some(self.sink.begin()?);
+        let union_list = self
+            .pending
+            .iter()
+            .flat_map(|(checkpoint, txns)| txns.iter().map(move |t| (*checkpoint, t)))
+            .map(|entry| {
+                postcard::to_allocvec(&entry).map_err(|e| {
+                    Error::User(format!(
+                        "cannot encode pending transaction {:?}: {e}",
+                        entry.1
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(StateCapture {
+            union_list,
+            ..Default::default()
+        })
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> Result<()> {
+        // Called outside the node's guard: turn a panic into an error here.
+        match catch_unwind(AssertUnwindSafe(|| self.restore(state))) {
+            Ok(r) => r,
+            Err(p) => Err(Error::User(format!(
+                "panic while recovering transactions: {}",
+                floe_actors::error::panic_message(&*p)
+            ))),
+        }
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        self.commit_up_to(checkpoint)
+    }
+
+    fn notify_checkpoint_aborted(&mut self, _checkpoint: u64) -> Result<()> {
+        // Kept pending: the next completed checkpoint commits them.
+        Ok(())
+    }
+
+    /// See [`finish`](TwoPhaseCommitSinkOp::finish).
+    fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {
+        self.finish()
+    }
+}

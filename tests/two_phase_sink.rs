@@ -1,0 +1,585 @@
+//! The two-phase-commit sink and its transactional file sink, against oracles
+//! computed from the records written (never from the sink's output):
+//!
+//! - `TransactionalFileSink` driven by hand: a committed transaction holds
+//!   exactly its lines; a second commit appends nothing; a crash between
+//!   pre-commit and commit, then `recover`, commits once; a commit that crashed
+//!   after its `begin` log entry is cut and redone once; recovery deletes
+//!   leftover pending files of the output and nothing else; abort drops the
+//!   lines; recovery drops output committed after the restored checkpoint;
+//!   a non-regular path is refused;
+//! - `TwoPhaseCommitSinkOp` driven through its operator hooks: nothing is
+//!   visible before the checkpoint completes, an aborted checkpoint's
+//!   transactions commit with the next one, the union list state restores on
+//!   subtask 0 only;
+//! - whole jobs: without checkpoints all lines appear at the end; with
+//!   checkpoints, a job cancelled mid-run and restored (at another parallelism,
+//!   and from an older checkpoint) writes every record exactly once.
+
+use floe::checkpoint::CheckpointConfig;
+use floe::connectors::transactional_file::{FileTransaction, TransactionalFileSink};
+use floe::connectors::two_phase::{TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
+use floe::operators::sink::SinkContext;
+use floe::operators::{Operator, RestoredState, SnapshotContext};
+use floe::{Record, StreamExecutionEnvironment};
+use floe_actors::ids::SubtaskIndex;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------- helpers
+
+type Sink = TransactionalFileSink;
+
+fn begin(sink: &mut Sink) -> FileTransaction {
+    TwoPhaseCommitSink::<String>::begin(sink).expect("begin")
+}
+
+fn write(sink: &mut Sink, txn: &mut FileTransaction, lines: &[String]) {
+    let batch = lines.iter().cloned().map(Record::new).collect();
+    sink.write(txn, batch).expect("write");
+}
+
+fn pre_commit(sink: &mut Sink, txn: &mut FileTransaction) {
+    TwoPhaseCommitSink::<String>::pre_commit(sink, txn).expect("pre-commit");
+}
+
+fn commit(sink: &mut Sink, txn: FileTransaction) -> floe::Result<()> {
+    TwoPhaseCommitSink::<String>::commit(sink, txn)
+}
+
+fn recover(sink: &mut Sink, txns: Vec<FileTransaction>) -> floe::Result<()> {
+    TwoPhaseCommitSink::<String>::recover(sink, txns)
+}
+
+fn ctx(subtask: u32, parallelism: usize) -> SinkContext {
+    SinkContext {
+        subtask: SubtaskIndex(subtask),
+        parallelism,
+    }
+}
+
+fn lines(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}-{i}")).collect()
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => s.lines().map(str::to_string).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("cannot read {}: {e}", path.display()),
+    }
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// Names of the sink's pending files in `dir`.
+fn pending_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".floe-pending-"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn concat(parts: &[&[String]]) -> Vec<String> {
+    parts.iter().flat_map(|p| p.iter().cloned()).collect()
+}
+
+// ---------------------------------------------------------------- the file sink
+
+#[test]
+fn committed_transaction_holds_exactly_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let mut sink = Sink::new(&path).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    let (a, b) = (lines("a", 100), lines("b", 7));
+    let mut t1 = begin(&mut sink);
+    write(&mut sink, &mut t1, &a[..50]);
+    write(&mut sink, &mut t1, &a[50..]);
+    let mut t2 = begin(&mut sink);
+    write(&mut sink, &mut t2, &b);
+    pre_commit(&mut sink, &mut t1);
+    pre_commit(&mut sink, &mut t2);
+    assert!(
+        read_lines(&path).is_empty(),
+        "nothing visible before commit"
+    );
+    commit(&mut sink, t1.clone()).unwrap();
+    assert_eq!(read_lines(&path), a);
+    commit(&mut sink, t2.clone()).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b]));
+    // Idempotent: committing again appends nothing.
+    commit(&mut sink, t1).unwrap();
+    commit(&mut sink, t2).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b]));
+    assert!(pending_files(dir.path()).is_empty());
+}
+
+#[test]
+fn crash_between_pre_commit_and_commit_commits_once_on_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let a = lines("a", 20);
+    let txn = {
+        let mut sink = Sink::new(&path).unwrap();
+        TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+        let mut txn = begin(&mut sink);
+        write(&mut sink, &mut txn, &a);
+        pre_commit(&mut sink, &mut txn);
+        txn
+        // Dropped without commit: the crash.
+    };
+    assert!(read_lines(&path).is_empty());
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![txn.clone()]).unwrap();
+    assert_eq!(read_lines(&path), a);
+    // A second recovery of the same checkpoint (another crash) changes nothing.
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![txn]).unwrap();
+    assert_eq!(read_lines(&path), a);
+    assert!(pending_files(dir.path()).is_empty());
+}
+
+#[test]
+fn crash_inside_commit_is_cut_and_redone_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let (a, b) = (lines("a", 10), lines("b", 10));
+    let mut sink = Sink::new(&path).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    let mut t1 = begin(&mut sink);
+    write(&mut sink, &mut t1, &a);
+    pre_commit(&mut sink, &mut t1);
+    commit(&mut sink, t1).unwrap();
+    let mut t2 = begin(&mut sink);
+    write(&mut sink, &mut t2, &b);
+    pre_commit(&mut sink, &mut t2);
+    drop(sink);
+    // Simulate a crash after `begin` was logged and part of the data appended.
+    let len = std::fs::metadata(&path).unwrap().len();
+    let log = dir.path().join(".out.txt.floe-commits");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str(&format!("begin {} {len}\n", t2.name));
+    std::fs::write(&log, text).unwrap();
+    let mut out = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut out, b"b-0\nb-1\nb-").unwrap();
+    drop(out);
+
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![t2.clone()]).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b]));
+    commit(&mut sink, t2).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b]));
+}
+
+#[test]
+fn recovery_deletes_leftovers_of_the_output_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let (a, late) = (lines("a", 5), lines("late", 5));
+    let unrelated = [
+        dir.path().join("notes.txt"),
+        dir.path().join(".other.txt.floe-pending-0-0-1x1"),
+        dir.path().join(".out.txt.floe-pending-not-a-txn"),
+    ];
+    for f in &unrelated {
+        std::fs::write(f, "keep me\n").unwrap();
+    }
+    let (kept, leftover) = {
+        let mut sink = Sink::new(&path).unwrap();
+        TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+        let mut kept = begin(&mut sink);
+        write(&mut sink, &mut kept, &a);
+        pre_commit(&mut sink, &mut kept);
+        // Begun after the checkpoint, never pre-committed.
+        let mut leftover = begin(&mut sink);
+        write(&mut sink, &mut leftover, &late);
+        (kept, leftover)
+    };
+    let mut sink = Sink::new(&path).unwrap();
+    assert!(sink.pending_path(&leftover).exists());
+    recover(&mut sink, vec![kept]).unwrap();
+    assert_eq!(read_lines(&path), a);
+    assert!(!sink.pending_path(&leftover).exists());
+    for f in &unrelated {
+        assert_eq!(std::fs::read_to_string(f).unwrap(), "keep me\n", "{f:?}");
+    }
+}
+
+#[test]
+fn abort_removes_the_pending_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let mut sink = Sink::new(&path).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    let (a, b) = (lines("a", 3), lines("b", 3));
+    let mut t1 = begin(&mut sink);
+    write(&mut sink, &mut t1, &a);
+    pre_commit(&mut sink, &mut t1);
+    let mut t2 = begin(&mut sink);
+    write(&mut sink, &mut t2, &b);
+    pre_commit(&mut sink, &mut t2);
+    TwoPhaseCommitSink::<String>::abort(&mut sink, t2.clone()).unwrap();
+    assert!(!sink.pending_path(&t2).exists());
+    commit(&mut sink, t1).unwrap();
+    assert_eq!(read_lines(&path), a);
+    // Its records are gone: committing it is an error naming the file.
+    let err = commit(&mut sink, t2.clone()).unwrap_err().to_string();
+    assert!(err.contains(&t2.name), "{err}");
+    assert_eq!(read_lines(&path), a);
+}
+
+#[test]
+fn recovery_drops_output_committed_after_the_checkpoint() {
+    // Two subtasks; checkpoint n had x0 (subtask 0) and y0 (subtask 1)
+    // pending. After n, subtask 0 committed x0 and then x1 (of a later
+    // checkpoint) before subtask 1 committed y0: restoring n must keep
+    // earlier output, x0 and y0, and drop x1.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let template = Sink::new(&path).unwrap();
+    let (mut s0, mut s1) = (template.clone(), template.clone());
+    TwoPhaseCommitSink::<String>::open(&mut s0, &ctx(0, 2)).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut s1, &ctx(1, 2)).unwrap();
+    let (early, x0, y0, x1) = (
+        lines("e", 4),
+        lines("x0", 4),
+        lines("y0", 4),
+        lines("x1", 4),
+    );
+    let mut e = begin(&mut s1);
+    write(&mut s1, &mut e, &early);
+    pre_commit(&mut s1, &mut e);
+    commit(&mut s1, e).unwrap();
+    let mut tx0 = begin(&mut s0);
+    write(&mut s0, &mut tx0, &x0);
+    pre_commit(&mut s0, &mut tx0);
+    let mut ty0 = begin(&mut s1);
+    write(&mut s1, &mut ty0, &y0);
+    pre_commit(&mut s1, &mut ty0);
+    let mut tx1 = begin(&mut s0);
+    write(&mut s0, &mut tx1, &x1);
+    pre_commit(&mut s0, &mut tx1);
+    commit(&mut s0, tx0.clone()).unwrap();
+    commit(&mut s0, tx1).unwrap();
+    commit(&mut s1, ty0.clone()).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&early, &x0, &x1, &y0]));
+    drop((s0, s1, template));
+
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![tx0.clone(), ty0.clone()]).unwrap();
+    assert_eq!(
+        sorted(read_lines(&path)),
+        sorted(concat(&[&early, &x0, &y0]))
+    );
+    // Idempotent, also across another recovery.
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![tx0, ty0]).unwrap();
+    assert_eq!(
+        sorted(read_lines(&path)),
+        sorted(concat(&[&early, &x0, &y0]))
+    );
+    assert!(pending_files(dir.path()).is_empty());
+    // A restored run keeps appending to the same output.
+    let mut tz = begin(&mut sink);
+    let z = lines("z", 2);
+    write(&mut sink, &mut tz, &z);
+    pre_commit(&mut sink, &mut tz);
+    commit(&mut sink, tz).unwrap();
+    assert_eq!(
+        sorted(read_lines(&path)),
+        sorted(concat(&[&early, &x0, &y0, &z]))
+    );
+}
+
+#[test]
+fn fresh_start_resets_the_output_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    std::fs::write(&path, "old\n").unwrap();
+    let stale = dir.path().join(".out.txt.floe-pending-0-3-99x7");
+    std::fs::write(&stale, "stale\n").unwrap();
+    let template = Sink::new(&path).unwrap();
+    let (mut s0, mut s1) = (template.clone(), template.clone());
+    TwoPhaseCommitSink::<String>::open(&mut s1, &ctx(1, 2)).unwrap();
+    assert!(read_lines(&path).is_empty());
+    assert!(!stale.exists());
+    let a = lines("a", 3);
+    let mut t = begin(&mut s1);
+    write(&mut s1, &mut t, &a);
+    pre_commit(&mut s1, &mut t);
+    commit(&mut s1, t).unwrap();
+    // The second subtask to open does not reset again.
+    TwoPhaseCommitSink::<String>::open(&mut s0, &ctx(0, 2)).unwrap();
+    assert_eq!(read_lines(&path), a);
+}
+
+#[test]
+fn non_regular_paths_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for p in [PathBuf::from("-"), dir.path().to_path_buf()] {
+        let err = Sink::new(&p).unwrap_err();
+        assert!(
+            matches!(&err, floe::Error::Config(m) if m.contains("not a regular file")),
+            "{p:?}: {err}"
+        );
+    }
+    if Path::new("/dev/null").exists() {
+        assert!(Sink::new("/dev/null").is_err());
+    }
+    assert!(Sink::new(dir.path().join("new.txt")).is_ok());
+}
+
+// ---------------------------------------------------------------- the operator
+
+fn snapshot(checkpoint: u64) -> SnapshotContext {
+    SnapshotContext {
+        checkpoint,
+        savepoint: false,
+        max_parallelism: 128,
+        key_groups: 0..128,
+    }
+}
+
+/// Feeds one batch through the operator (`Output` is crate-private; the
+/// operator emits nothing, so `write_batch` is the same hook without it).
+fn feed(op: &mut TwoPhaseCommitSinkOp<Sink, String>, lines: &[String]) {
+    let batch: Vec<Record<String>> = lines.iter().cloned().map(Record::new).collect();
+    op.write_batch(batch).expect("process");
+}
+
+#[test]
+fn operator_commits_on_checkpoint_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let mut op = TwoPhaseCommitSinkOp::new(Sink::new(&path).unwrap(), ctx(0, 1));
+    let (a, b, c) = (lines("a", 5), lines("b", 5), lines("c", 5));
+    feed(&mut op, &a);
+    let s1 = op.snapshot_state(&snapshot(1)).unwrap();
+    assert_eq!(s1.union_list.len(), 1);
+    feed(&mut op, &b);
+    assert!(read_lines(&path).is_empty(), "nothing before completion");
+    let s2 = op.snapshot_state(&snapshot(2)).unwrap();
+    assert_eq!(
+        s2.union_list.len(),
+        2,
+        "checkpoint 1's txn is still pending"
+    );
+    op.notify_checkpoint_aborted(1).unwrap();
+    assert!(read_lines(&path).is_empty());
+    feed(&mut op, &c);
+    // Checkpoint 2 completing commits checkpoint 1's aborted-then-kept txn too.
+    op.notify_checkpoint_complete(2).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b]));
+    op.finish().unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b, &c]));
+    assert!(op.pending().is_empty());
+}
+
+#[test]
+fn operator_restores_on_subtask_zero_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let template = Sink::new(&path).unwrap();
+    let (a, b) = (lines("a", 5), lines("b", 5));
+    let state = {
+        let mut op0 = TwoPhaseCommitSinkOp::new(template.clone(), ctx(0, 2));
+        let mut op1 = TwoPhaseCommitSinkOp::new(template.clone(), ctx(1, 2));
+        feed(&mut op0, &a);
+        feed(&mut op1, &b);
+        let mut union = op0.snapshot_state(&snapshot(1)).unwrap().union_list;
+        union.extend(op1.snapshot_state(&snapshot(1)).unwrap().union_list);
+        // Lines written after the checkpoint, then the job fails.
+        feed(&mut op0, &lines("late", 3));
+        RestoredState {
+            union_list: union,
+            ..Default::default()
+        }
+    };
+    assert!(read_lines(&path).is_empty());
+    // Restored at parallelism 3: subtask 1 and 2 must not commit.
+    let template = Sink::new(&path).unwrap();
+    for i in [1, 2] {
+        let mut op: TwoPhaseCommitSinkOp<Sink, String> =
+            TwoPhaseCommitSinkOp::new(template.clone(), ctx(i, 3));
+        op.restore_state(state.clone()).unwrap();
+        assert!(read_lines(&path).is_empty(), "subtask {i} committed");
+    }
+    let mut op0 = TwoPhaseCommitSinkOp::new(template.clone(), ctx(0, 3));
+    op0.restore_state(state.clone()).unwrap();
+    assert_eq!(sorted(read_lines(&path)), sorted(concat(&[&a, &b])));
+    assert!(pending_files(dir.path()).is_empty(), "leftover deleted");
+    // Opening after a restore does not reset the output.
+    let c = lines("c", 2);
+    feed(&mut op0, &c);
+    op0.finish().unwrap();
+    assert_eq!(sorted(read_lines(&path)), sorted(concat(&[&a, &b, &c])));
+}
+
+// ---------------------------------------------------------------- whole jobs
+
+#[test]
+fn job_without_checkpoints_writes_everything_at_the_end() {
+    for parallelism in [1, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.txt");
+        std::fs::write(&path, "from an earlier run\n").unwrap();
+        let input: Vec<u64> = (0..5_000).map(|i| floe::text::mix64(i) % 1000).collect();
+        let env = StreamExecutionEnvironment::new();
+        env.set_parallelism(parallelism).set_batch_size(64);
+        env.from_collection(input.clone())
+            .rebalance()
+            .add_two_phase_sink(TransactionalFileSink::new(&path).unwrap());
+        env.execute().expect("job finishes");
+        let expected = sorted(input.iter().map(u64::to_string).collect());
+        assert_eq!(
+            sorted(read_lines(&path)),
+            expected,
+            "parallelism {parallelism}"
+        );
+        assert!(pending_files(dir.path()).is_empty());
+    }
+}
+
+const RECORDS: u64 = 40_000;
+
+fn record(i: u64) -> String {
+    format!("r{i}-{}", floe::text::mix64(i) % 97)
+}
+
+/// Generator → rebalance → transactional file sink, checkpointing every 30 ms.
+fn checkpointed_job(
+    parallelism: usize,
+    checkpoints: &Path,
+    out: &Path,
+    rate: Option<f64>,
+    restore: Option<&Path>,
+) -> StreamExecutionEnvironment {
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(parallelism).set_batch_size(64);
+    env.set_checkpoint_config(CheckpointConfig {
+        interval: Some(Duration::from_millis(30)),
+        dir: Some(checkpoints.to_path_buf()),
+        retained: 10,
+        ..Default::default()
+    });
+    if let Some(from) = restore {
+        env.restore_from(from);
+    }
+    let records = match rate {
+        Some(r) => env.from_generator_rate_limited(RECORDS, r, record),
+        None => env.from_generator(RECORDS, record),
+    }
+    .uid("records");
+    records
+        .rebalance()
+        .add_two_phase_sink(TransactionalFileSink::new(out).unwrap())
+        .uid("sink");
+    env
+}
+
+/// Runs the rate-limited job until `n` checkpoints completed, then cancels it.
+fn run_until_checkpoints(parallelism: usize, checkpoints: &Path, out: &Path, n: u64) {
+    let env = checkpointed_job(parallelism, checkpoints, out, Some(30_000.0), None);
+    let handle = env.execute_async().expect("job starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while handle.checkpoint_stats().completed < n {
+        assert!(Instant::now() < deadline, "no checkpoint completed in time");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    handle.cancel();
+    let _ = futures::executor::block_on(handle.wait());
+}
+
+fn expected_records() -> Vec<String> {
+    sorted((0..RECORDS).map(record).collect())
+}
+
+#[test]
+fn job_restored_after_cancel_writes_every_record_once() {
+    for (before, after) in [(2, 2), (2, 3), (3, 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (checkpoints, out) = (dir.path().join("chk"), dir.path().join("out.txt"));
+        run_until_checkpoints(before, &checkpoints, &out, 3);
+        let committed = read_lines(&out).len() as u64;
+        assert!(
+            committed < RECORDS,
+            "cancelled job committed {committed} records"
+        );
+        assert!(committed > 0, "no output committed before the cancel");
+        let env = checkpointed_job(after, &checkpoints, &out, None, Some(&checkpoints));
+        let result = env.execute().expect("restored job finishes");
+        // It resumed from the checkpoint rather than starting over.
+        let replayed = result.operator("TransactionalFileSink").unwrap().records_in;
+        assert!(replayed < RECORDS, "restored job wrote {replayed} records");
+        assert_eq!(
+            sorted(read_lines(&out)),
+            expected_records(),
+            "parallelism {before} -> {after}"
+        );
+    }
+}
+
+#[test]
+fn job_restored_from_an_older_checkpoint_drops_later_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (checkpoints, out) = (dir.path().join("chk"), dir.path().join("out.txt"));
+    run_until_checkpoints(2, &checkpoints, &out, 4);
+    // The oldest retained checkpoint: output was committed after it.
+    let mut ids: Vec<u64> = std::fs::read_dir(&checkpoints)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix("chk-")?.parse().ok()
+        })
+        .collect();
+    ids.sort();
+    let oldest = checkpoints.join(format!("chk-{}", ids[0]));
+    let env = checkpointed_job(2, &dir.path().join("chk2"), &out, None, Some(&oldest));
+    let result = env.execute().expect("restored job finishes");
+    let replayed = result.operator("TransactionalFileSink").unwrap().records_in;
+    assert!(replayed < RECORDS, "restored job wrote {replayed} records");
+    assert_eq!(sorted(read_lines(&out)), expected_records());
+    // Later checkpoints had committed output, which recovery cut.
+    let log = std::fs::read_to_string(dir.path().join(".out.txt.floe-commits")).unwrap();
+    assert!(log.lines().any(|l| l.starts_with("truncate ")), "{log}");
+}
+
+#[test]
+fn torn_log_line_is_ignored_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let (a, b) = (lines("a", 4), lines("b", 4));
+    let mut sink = Sink::new(&path).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    let mut t1 = begin(&mut sink);
+    write(&mut sink, &mut t1, &a);
+    pre_commit(&mut sink, &mut t1);
+    commit(&mut sink, t1.clone()).unwrap();
+    let mut t2 = begin(&mut sink);
+    write(&mut sink, &mut t2, &b);
+    pre_commit(&mut sink, &mut t2);
+    drop(sink);
+    // A crash while writing t2's `begin` line: no newline, no data.
+    let log = dir.path().join(".out.txt.floe-commits");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("begin 0-1");
+    std::fs::write(&log, text).unwrap();
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![t1, t2]).unwrap();
+    assert_eq!(read_lines(&path), concat(&[&a, &b]));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.ends_with('\n') && !text.contains("begin 0-1begin"),
+        "{text}"
+    );
+}
