@@ -5,7 +5,7 @@ use floe_actors::keygroup::DEFAULT_MAX_PARALLELISM;
 use std::time::Duration;
 
 /// The settings of a job, set on the environment before operators are added.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Default parallelism of operators (sources of collections and files use 1).
     pub parallelism: usize,
@@ -21,6 +21,14 @@ pub struct Config {
     pub checkpoint: crate::checkpoint::CheckpointConfig,
     /// Start from this checkpoint directory, checkpoint or savepoint.
     pub restore_from: Option<std::path::PathBuf>,
+    /// Whether and when a failed job restarts; `None` here means the
+    /// default: [`RestartStrategy::exponential_default`] with checkpointing
+    /// on, no restart without.
+    pub restart: Option<crate::failover::RestartStrategy>,
+    /// What restarts.
+    pub failover: crate::failover::FailoverStrategy,
+    /// Failures to inject (tests, demos).
+    pub fault_injection: crate::failover::FaultInjection,
 }
 
 impl Default for Config {
@@ -34,6 +42,9 @@ impl Default for Config {
             runtime,
             checkpoint: Default::default(),
             restore_from: None,
+            restart: None,
+            failover: Default::default(),
+            fault_injection: Default::default(),
         }
     }
 }
@@ -55,6 +66,17 @@ impl Config {
         self.runtime
             .validate()
             .map_err(|e| crate::Error::Config(e.to_string()))
+    }
+
+    /// The restart strategy in force.
+    pub fn restart_strategy(&self) -> crate::failover::RestartStrategy {
+        match &self.restart {
+            Some(r) => r.clone(),
+            None if self.checkpoint.enabled() => {
+                crate::failover::RestartStrategy::exponential_default()
+            }
+            None => crate::failover::RestartStrategy::None,
+        }
     }
 
     /// Sets the buffer timeout (zero flushes after every step).

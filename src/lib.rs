@@ -38,6 +38,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod error;
+pub mod failover;
 pub mod operators;
 pub mod state;
 pub mod text;

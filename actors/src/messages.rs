@@ -84,3 +84,8 @@ pub struct SubtaskFailed {
 #[derive(Message, Clone, Copy, Debug)]
 #[rtype(result = "()")]
 pub struct CancelJob;
+
+/// Fails the receiving subtask at once (fault injection).
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub struct InjectFailure;

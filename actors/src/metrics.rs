@@ -389,6 +389,7 @@ pub struct JobMetrics {
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     queues: Mutex<Vec<Arc<QueueMetrics>>>,
     failures: Mutex<Vec<FailureRecord>>,
+    last_failure_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl Default for JobMetrics {
@@ -398,6 +399,7 @@ impl Default for JobMetrics {
             operators: Mutex::default(),
             queues: Mutex::default(),
             failures: Mutex::default(),
+            last_failure_at: Mutex::default(),
         }
     }
 }
@@ -410,6 +412,14 @@ impl JobMetrics {
         name: &str,
         subtask: SubtaskIndex,
     ) -> Arc<OperatorMetrics> {
+        let mut ops = self.operators.lock().expect("metrics lock poisoned");
+        // A restarted subtask counts on: its records add to the job's.
+        if let Some(m) = ops
+            .iter()
+            .find(|m| m.operator == operator && m.subtask == subtask)
+        {
+            return m.clone();
+        }
         let m = Arc::new(OperatorMetrics {
             operator,
             name: name.to_string(),
@@ -417,10 +427,7 @@ impl JobMetrics {
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
         });
-        self.operators
-            .lock()
-            .expect("metrics lock poisoned")
-            .push(m.clone());
+        ops.push(m.clone());
         m
     }
 
@@ -433,10 +440,10 @@ impl JobMetrics {
         inputs: usize,
     ) -> Arc<QueueMetrics> {
         let q = Arc::new(QueueMetrics::new(vertex, name, subtask, inputs, self.epoch));
-        self.queues
-            .lock()
-            .expect("metrics lock poisoned")
-            .push(q.clone());
+        let mut queues = self.queues.lock().expect("metrics lock poisoned");
+        // A restarted subtask replaces its predecessor's queues.
+        queues.retain(|x| !(x.vertex == vertex && x.subtask == subtask));
+        queues.push(q.clone());
         q
     }
 
@@ -523,6 +530,9 @@ impl JobMetrics {
         message: String,
     ) {
         let at_ms = self.elapsed_ms();
+        if let Ok(mut last) = self.last_failure_at.lock() {
+            *last = Some(std::time::Instant::now());
+        }
         self.failures
             .lock()
             .expect("metrics lock poisoned")
@@ -532,6 +542,11 @@ impl JobMetrics {
                 subtask,
                 message,
             });
+    }
+
+    /// When the latest failure was recorded.
+    pub fn last_failure_at(&self) -> Option<std::time::Instant> {
+        self.last_failure_at.lock().ok().and_then(|l| *l)
     }
 
     /// The failures so far, oldest first.

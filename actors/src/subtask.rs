@@ -28,7 +28,8 @@ use crate::error::{Error, Result, panic_message};
 use crate::ids::CheckpointId;
 use crate::ids::{ChannelId, SubtaskIndex, VertexId};
 use crate::messages::{
-    CancelSubtask, ConnectChannel, Deliver, GrantCredit, Step, SubtaskFailed, SubtaskFinished,
+    CancelSubtask, ConnectChannel, Deliver, GrantCredit, InjectFailure, Step, SubtaskFailed,
+    SubtaskFinished,
 };
 use crate::metrics::{QueueMetrics, WaitState};
 use crate::snapshot::{
@@ -74,6 +75,9 @@ pub struct SubtaskSetup {
     /// Consume input records at most this fast (records per second): a
     /// throttled sink, which backpressures its inputs without blocking.
     pub input_rate: Option<f64>,
+    /// Set when the subtask first processes (or, a source, emits) records:
+    /// how long a restart took to get records flowing again.
+    pub activity: Option<Arc<std::sync::OnceLock<Instant>>>,
 }
 
 /// Paces input consumption: records consumed vs. the rate times the time
@@ -290,6 +294,15 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         }
     }
 
+    #[inline]
+    fn mark_active(&self) {
+        if let Some(a) = &self.setup.activity
+            && a.get().is_none()
+        {
+            let _ = a.set(Instant::now());
+        }
+    }
+
     fn backpressured(&self) -> bool {
         self.writers.iter().any(|w| w.borrow().backpressured())
     }
@@ -391,6 +404,11 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     }
                     match driver.step()? {
                         SourceStep::Emitted => {
+                            if let Some(a) = &self.setup.activity
+                                && a.get().is_none()
+                            {
+                                let _ = a.set(Instant::now());
+                            }
                             budget -= 1;
                             more = budget == 0;
                         }
@@ -500,6 +518,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     ch.ungranted = 0;
                 }
                 chain.process(batch)?;
+                self.mark_active();
                 Ok(1)
             }
             StreamElement::Watermark(wm) => {
@@ -1249,5 +1268,18 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
         if self.has_ready_input() {
             self.schedule(ctx);
         }
+    }
+}
+
+impl<IN: Send + 'static> Handler<InjectFailure> for SubtaskActor<IN> {
+    type Result = ();
+
+    fn handle(&mut self, _: InjectFailure, ctx: &mut Context<Self>) {
+        let e = Error::operator(
+            self.setup.name.clone(),
+            self.setup.index,
+            "injected failure",
+        );
+        self.fail(e, ctx);
     }
 }

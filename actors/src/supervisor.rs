@@ -110,6 +110,7 @@ pub struct JobSupervisor {
     joined: Option<Arbiter>,
     /// The supervisor runs on an arbiter of its own, stopped with the job.
     own_arbiter: bool,
+    restartable: bool,
     expected: Option<usize>,
     finished: usize,
     pending_error: Option<Error>,
@@ -134,6 +135,7 @@ impl JobSupervisor {
             arbiters: Vec::new(),
             joined: None,
             own_arbiter: false,
+            restartable: false,
             expected: None,
             finished: 0,
             pending_error: None,
@@ -147,6 +149,13 @@ impl JobSupervisor {
     /// (zero: only when the job ends).
     pub fn with_publish_interval(mut self, interval: Duration) -> Self {
         self.publish_interval = interval;
+        self
+    }
+
+    /// A failure ends this attempt but not the job (its manager may
+    /// restart it): the status stays `Failing` instead of `Failed`.
+    pub fn restartable(mut self) -> Self {
+        self.restartable = true;
         self
     }
 
@@ -184,8 +193,11 @@ impl JobSupervisor {
             max_output_queued_batches: self.metrics.max_output_batches(),
         });
         self.set_status(match &outcome {
+            Ok(_) if self.restartable => JobStatus::Running,
             Ok(_) => JobStatus::Finished,
+            Err(Error::Cancelled) if self.restartable => JobStatus::Canceling,
             Err(Error::Cancelled) => JobStatus::Canceled,
+            Err(_) if self.restartable => JobStatus::Failing,
             Err(_) => JobStatus::Failed,
         });
         self.metrics.publish();

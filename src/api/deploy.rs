@@ -226,19 +226,93 @@ type SavepointRequest = Arc<dyn Fn(VertexId, SubtaskIndex) + Send + Sync>;
 /// Key of the precomputed output targets of one subtask: (node, port, consumer, edge index).
 type TargetKey = (NodeId, Port, NodeId, usize);
 
-/// Deploys `plan` in the current actix system and returns the job's handle.
+/// What every attempt of a job shares.
+pub(crate) struct Shared {
+    pub status: Arc<Mutex<JobStatus>>,
+    pub metrics: Arc<JobMetrics>,
+    pub stats: Arc<Mutex<CheckpointStats>>,
+    /// Injected failures still to come; sources do not finish meanwhile.
+    pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+}
+
+/// One deployment of the job.
+pub(crate) struct Attempt {
+    pub supervisor: actix::Addr<JobSupervisor>,
+    pub coordinator: actix::Addr<CheckpointCoordinator>,
+    pub done: futures::channel::oneshot::Receiver<
+        floe_actors::Result<floe_actors::supervisor::JobOutcome>,
+    >,
+    pub fail: Vec<actix::Recipient<floe_actors::messages::InjectFailure>>,
+    pub subtasks: usize,
+    /// When the attempt's subtasks first processed records.
+    pub activity: Arc<std::sync::OnceLock<std::time::Instant>>,
+}
+
+/// Deploys `plan` in the current actix system and returns the job's handle;
+/// the job's manager restarts it on failure as its restart strategy allows.
 pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
     config.validate()?;
+    let mut config = config;
+    let mut temporary = None;
+    if config.checkpoint.enabled() && config.checkpoint.dir.is_none() {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("floe-checkpoints-{}-{n}", std::process::id()));
+        config.checkpoint.dir = Some(dir.clone());
+        temporary = Some(dir);
+    }
     let config = Arc::new(config);
     let plan = Arc::new(plan);
-    let metrics = Arc::new(JobMetrics::default());
-    let status = Arc::new(Mutex::new(JobStatus::Created));
+    let injected = config.fault_injection.random_failures;
+    let shared = Shared {
+        status: Arc::new(Mutex::new(JobStatus::Created)),
+        metrics: Arc::new(JobMetrics::default()),
+        stats: Arc::new(Mutex::new(CheckpointStats::default())),
+        hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
+    };
+    let graph = plan.describe();
+    let first = deploy_attempt(&plan, &config, &shared, config.restore_from.as_deref())?;
+    let (done_tx, done_rx) = futures::channel::oneshot::channel();
+    let control = Arc::new(super::job::JobControl::new(
+        first.supervisor.clone(),
+        first.coordinator.clone(),
+    ));
+    let handle = JobHandle::new(
+        control.clone(),
+        shared.status.clone(),
+        shared.metrics.clone(),
+        graph,
+        done_rx,
+    )
+    .with_checkpoints(shared.stats.clone());
+    let manager = super::manager::Manager {
+        plan,
+        config,
+        shared,
+        control,
+        done: Some(done_tx),
+        temporary,
+    };
+    actix::spawn(manager.run(first));
+    Ok(handle)
+}
+
+/// Deploys one attempt of the job: every subtask, its supervisor and its
+/// checkpoint coordinator, restoring from `restore_from` when given.
+pub(crate) fn deploy_attempt(
+    plan: &Arc<Plan>,
+    config: &Arc<Config>,
+    shared: &Shared,
+    restore_from: Option<&std::path::Path>,
+) -> Result<Attempt> {
+    let (plan, config) = (plan.clone(), config.clone());
+    let (status, metrics) = (shared.status.clone(), shared.metrics.clone());
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
     let arbiters: Vec<Arbiter> = (0..config.runtime.arbiters)
         .map(|_| Arbiter::new())
         .collect();
-    let graph = plan.describe();
-    let restore = match &config.restore_from {
+    let activity: Arc<std::sync::OnceLock<std::time::Instant>> = Arc::default();
+    let restore = match restore_from {
         Some(path) => {
             let loaded = crate::checkpoint::load_snapshot(path)?;
             for skipped in &loaded.skipped {
@@ -250,8 +324,13 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         None => None,
     };
     let restore = Arc::new(restore);
-    let checkpoints = checkpoint_setup(&plan, &config, restore.as_ref().as_ref(), status.clone())?;
-    let stats = checkpoints.stats.clone();
+    let checkpoints = checkpoint_setup(
+        &plan,
+        &config,
+        restore.as_ref().as_ref(),
+        status.clone(),
+        shared.stats.clone(),
+    )?;
     let router = checkpoints.router.clone();
     let coordinator_arbiter = Arbiter::new();
     let coordinator =
@@ -268,6 +347,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
                 .with_publish_interval(interval)
                 .with_observer(observer)
                 .on_own_arbiter()
+                .restartable()
         }
     });
     let savepoint_request: Option<SavepointRequest> =
@@ -331,17 +411,20 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
                     .reduce(f64::min)
                     .map(|r| r / p as f64),
                 restore: restore.as_ref().as_ref().and_then(|r| r.runtime(v, j)),
+                activity: Some(activity.clone()),
             };
             let build = {
                 let (plan, config, metrics) = (plan.clone(), config.clone(), metrics.clone());
                 let restore = restore.clone();
                 let savepoint_request = savepoint_request.clone();
+                let hold = shared.hold.clone();
                 let queue_metrics = setup.queue_metrics.clone();
                 Box::new(move |builder: &mut ChainBuilder| {
                     let mut b = ChainBuild {
                         plan: &plan,
                         restore: restore.as_ref().as_ref(),
                         savepoint_request,
+                        hold,
                         config: &config,
                         metrics: &metrics,
                         queue_metrics,
@@ -366,6 +449,10 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         .iter()
         .flat_map(|v| v.iter().map(|s| s.cancel.clone()))
         .collect();
+    let fail = spawned
+        .iter()
+        .flat_map(|v| v.iter().map(|s| s.fail.clone()))
+        .collect();
     let mut tasks = Vec::new();
     for (v, subtasks) in spawned.iter().enumerate() {
         let head = plan.heads[v];
@@ -381,6 +468,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
             });
         }
     }
+    let subtasks = tasks.len();
     coordinator.do_send(RegisterTasks {
         tasks,
         supervisor: supervisor.clone().recipient(),
@@ -390,8 +478,14 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         arbiters,
         joined: Some(coordinator_arbiter),
     });
-    Ok(JobHandle::new(supervisor, status, metrics, graph, done_rx)
-        .with_checkpoints(coordinator, stats))
+    Ok(Attempt {
+        supervisor,
+        coordinator,
+        done: done_rx,
+        fail,
+        subtasks,
+        activity,
+    })
 }
 
 /// The coordinator's settings: the store (the configured directory, or a
@@ -401,19 +495,16 @@ fn checkpoint_setup(
     config: &Config,
     restore: Option<&RestorePlan>,
     status: Arc<Mutex<JobStatus>>,
+    stats: Arc<Mutex<CheckpointStats>>,
 ) -> Result<CoordinatorSetup> {
     let cp = &config.checkpoint;
-    let (store, temporary) = match (&cp.dir, cp.enabled()) {
-        (Some(dir), _) => (Some(Arc::new(CheckpointStore::open(dir)?)), false),
-        (None, true) => {
-            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("floe-checkpoints-{}-{n}", std::process::id()));
-            (Some(Arc::new(CheckpointStore::open(&dir)?)), true)
-        }
-        (None, false) => (None, false),
+    // `launch` gives checkpointing jobs a directory (a temporary one if
+    // none was configured), shared by every attempt.
+    let store = match &cp.dir {
+        Some(dir) if cp.enabled() => Some(Arc::new(CheckpointStore::open(dir)?)),
+        _ => None,
     };
+    let temporary = false;
     let stored = match &store {
         Some(s) => s.max_id()?,
         None => 0,
@@ -439,7 +530,7 @@ fn checkpoint_setup(
             .filter(|(_, n)| n.transactional)
             .map(|(id, n)| node_uid(id, n))
             .collect(),
-        stats: Arc::new(Mutex::new(CheckpointStats::default())),
+        stats,
         temporary,
         status,
     })
@@ -466,6 +557,7 @@ struct ChainBuild<'a> {
     plan: &'a Plan,
     restore: Option<&'a RestorePlan>,
     savepoint_request: Option<SavepointRequest>,
+    hold: Option<Arc<std::sync::atomic::AtomicU32>>,
     config: &'a Arc<Config>,
     metrics: &'a Arc<JobMetrics>,
     queue_metrics: Arc<QueueMetrics>,
@@ -479,6 +571,7 @@ impl ChainBuild<'_> {
         let node = &self.plan.nodes[id];
         let mut ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
         ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
+        ctx.hold = self.hold.clone();
         if let (Some(n), Some(request)) = (
             self.config.checkpoint.savepoint_at_records,
             self.savepoint_request.as_ref(),

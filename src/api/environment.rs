@@ -189,6 +189,9 @@ impl StreamExecutionEnvironment {
             if let Some((records, request)) = ctx.savepoint_pause.clone() {
                 driver = driver.with_savepoint_pause(records, request);
             }
+            if let Some(hold) = ctx.hold.clone() {
+                driver = driver.with_hold(hold);
+            }
             Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
         });
         let id = self.add_node(Node {

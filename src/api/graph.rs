@@ -69,6 +69,9 @@ pub(crate) struct NodeCtx {
     /// Sources: records to emit before pausing for the savepoint of
     /// `savepoint_at_records`, and how to ask for it.
     pub savepoint_pause: Option<(u64, Arc<dyn Fn() + Send + Sync>)>,
+    /// Sources: injected failures still to come; a source does not finish
+    /// while any are.
+    pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
     pub subtask: SubtaskIndex,
     pub parallelism: usize,
     pub config: Arc<Config>,
@@ -143,6 +146,7 @@ pub(crate) struct Spawned {
     pub cancel: Recipient<CancelSubtask>,
     pub trigger: Recipient<floe_actors::snapshot::TriggerCheckpoint>,
     pub notify: Recipient<floe_actors::snapshot::NotifyCheckpoint>,
+    pub fail: Recipient<floe_actors::messages::InjectFailure>,
 }
 
 pub(crate) enum ErasedHead {
@@ -271,6 +275,7 @@ impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
             cancel: addr.clone().recipient(),
             trigger: addr.clone().recipient(),
             notify: addr.clone().recipient(),
+            fail: addr.clone().recipient(),
             addr: Arc::new(addr),
         }
     }
@@ -387,6 +392,7 @@ pub(crate) fn node_ctx(
         uid: node_uid(id, node),
         restored: None,
         savepoint_pause: None,
+        hold: None,
         subtask: SubtaskIndex(subtask as u32),
         parallelism: node.parallelism,
         config: config.clone(),

@@ -21,18 +21,69 @@ pub type JobResult = JobOutcome;
 /// A handle on a running job. Cloning it is cheap; every clone sees the same job.
 #[derive(Clone)]
 pub struct JobHandle {
-    supervisor: Addr<JobSupervisor>,
+    control: Arc<JobControl>,
     status: Arc<Mutex<JobStatus>>,
     metrics: Arc<JobMetrics>,
     graph: Arc<JobGraphInfo>,
     done: Shared<BoxFuture<'static, floe_actors::Result<JobOutcome>>>,
-    coordinator: Option<Addr<CheckpointCoordinator>>,
     checkpoints: Arc<Mutex<CheckpointStats>>,
+}
+
+/// Reaches the current attempt of a job (restarts replace it).
+pub(crate) struct JobControl {
+    current: Mutex<(Addr<JobSupervisor>, Addr<CheckpointCoordinator>)>,
+    cancelled: std::sync::atomic::AtomicBool,
+    failover: Mutex<super::manager::FailoverStats>,
+}
+
+impl JobControl {
+    pub fn new(supervisor: Addr<JobSupervisor>, coordinator: Addr<CheckpointCoordinator>) -> Self {
+        JobControl {
+            current: Mutex::new((supervisor, coordinator)),
+            cancelled: Default::default(),
+            failover: Default::default(),
+        }
+    }
+
+    pub fn set_current(
+        &self,
+        supervisor: Addr<JobSupervisor>,
+        coordinator: Addr<CheckpointCoordinator>,
+    ) {
+        if let Ok(mut c) = self.current.lock() {
+            *c = (supervisor, coordinator);
+        }
+        if self.cancelled() {
+            self.cancel();
+        }
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn cancel(&self) {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Ok(c) = self.current.lock() {
+            c.0.do_send(CancelJob);
+        }
+    }
+
+    fn coordinator(&self) -> Option<Addr<CheckpointCoordinator>> {
+        self.current.lock().ok().map(|c| c.1.clone())
+    }
+
+    pub fn update_failover(&self, f: impl FnOnce(&mut super::manager::FailoverStats)) {
+        if let Ok(mut s) = self.failover.lock() {
+            f(&mut s);
+        }
+    }
 }
 
 impl JobHandle {
     pub(crate) fn new(
-        supervisor: Addr<JobSupervisor>,
+        control: Arc<JobControl>,
         status: Arc<Mutex<JobStatus>>,
         metrics: Arc<JobMetrics>,
         graph: JobGraphInfo,
@@ -49,24 +100,27 @@ impl JobHandle {
         .boxed()
         .shared();
         JobHandle {
-            supervisor,
+            control,
             status,
             metrics,
             graph: Arc::new(graph),
             done,
-            coordinator: None,
             checkpoints: Arc::default(),
         }
     }
 
-    pub(crate) fn with_checkpoints(
-        mut self,
-        coordinator: Addr<CheckpointCoordinator>,
-        stats: Arc<Mutex<CheckpointStats>>,
-    ) -> Self {
-        self.coordinator = Some(coordinator);
+    pub(crate) fn with_checkpoints(mut self, stats: Arc<Mutex<CheckpointStats>>) -> Self {
         self.checkpoints = stats;
         self
+    }
+
+    /// Restarts so far: how many, how many subtasks, the longest recovery.
+    pub fn failover_stats(&self) -> super::manager::FailoverStats {
+        self.control
+            .failover
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// Checkpoint counters and recent history.
@@ -85,7 +139,7 @@ impl JobHandle {
         &self,
         dir: impl Into<std::path::PathBuf>,
     ) -> Result<std::path::PathBuf> {
-        let Some(coordinator) = &self.coordinator else {
+        let Some(coordinator) = self.control.coordinator() else {
             return Err(Error::Config(
                 "the job has no checkpoint coordinator".into(),
             ));
@@ -114,7 +168,7 @@ impl JobHandle {
 
     /// Asks the job to cancel; `wait` then returns `Cancelled`.
     pub fn cancel(&self) {
-        self.supervisor.do_send(CancelJob);
+        self.control.cancel();
     }
 
     /// Records in and out per operator so far.

@@ -10,6 +10,7 @@ mod environment;
 pub(crate) mod graph;
 mod job;
 mod keyed;
+pub(crate) mod manager;
 pub mod status;
 mod windowed;
 
@@ -17,5 +18,6 @@ pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use job::{JobHandle, JobResult};
 pub use keyed::KeyedStream;
+pub use manager::FailoverStats;
 pub use status::{JobStatusSnapshot, StatusReporter};
 pub use windowed::WindowedStream;

@@ -470,6 +470,12 @@ impl CheckpointCoordinator {
     }
 
     fn abort(&mut self, id: u64, reason: String, ctx: &mut Context<Self>) {
+        self.abort_with(id, reason, true, ctx)
+    }
+
+    /// Aborts checkpoint `id`; `counts`: whether it counts against the
+    /// tolerable failed checkpoints.
+    fn abort_with(&mut self, id: u64, reason: String, counts: bool, ctx: &mut Context<Self>) {
         let Some(p) = self.pending.remove(&id) else {
             return;
         };
@@ -493,7 +499,7 @@ impl CheckpointCoordinator {
                 completed: false,
             });
         }
-        let record = CheckpointRecord {
+        let mut record = CheckpointRecord {
             id,
             savepoint: p.kind == SnapshotKind::Savepoint,
             status: "failed",
@@ -508,18 +514,28 @@ impl CheckpointCoordinator {
             failure: Some(reason.clone()),
         };
         if let Ok(mut stats) = self.setup.stats.lock() {
-            if p.kind == SnapshotKind::Checkpoint {
+            // A checkpoint abandoned because a subtask reached its end is
+            // not a failure (it is in the history as "aborted").
+            if p.kind == SnapshotKind::Checkpoint && counts {
                 stats.failed += 1;
+            }
+            if !counts {
+                record.status = "aborted";
             }
             stats.record(record);
         }
-        metrics::counter!("floe_checkpoints_failed_total").increment(1);
+        if counts {
+            metrics::counter!("floe_checkpoints_failed_total").increment(1);
+        }
         if let Some(tx) = p.reply {
             let _ = tx.send(Err(CheckpointError::Failed {
                 checkpoint: id,
                 message: reason.clone(),
             }
             .into()));
+            return;
+        }
+        if !counts {
             return;
         }
         self.failures_in_row += 1;
@@ -634,12 +650,26 @@ impl Handler<SubtaskFinished> for CheckpointCoordinator {
         let key = (msg.vertex, msg.subtask);
         self.finished.insert(key);
         self.maybe_take_requested_savepoint(ctx);
-        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        // A subtask that finishes while a checkpoint still waits for its
+        // snapshot never takes one (its barriers came after its end of
+        // input): the checkpoint cannot be complete. It is aborted without
+        // counting as a failure, as Flink treats a task closing.
+        let ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.awaiting.contains(&key))
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
-            if let Some(p) = self.pending.get_mut(&id) {
-                p.awaiting.remove(&key);
-            }
-            self.maybe_complete(id, ctx);
+            self.abort_with(
+                id,
+                format!(
+                    "subtask {} of vertex {} finished before its snapshot",
+                    msg.subtask, msg.vertex
+                ),
+                false,
+                ctx,
+            );
         }
     }
 }

@@ -68,6 +68,28 @@ pub struct CheckpointArgs {
     /// Credits (batches in flight) per channel.
     #[arg(long, value_name = "N")]
     pub credits: Option<u32>,
+    /// What restarts on a failure: every subtask, or the failed one's
+    /// pipelined region.
+    #[arg(long, value_enum)]
+    pub failover: Option<FailoverArg>,
+    /// Restart strategy: none, fixed:ATTEMPTS,DELAY_MS,
+    /// exponential:INITIAL_MS,MAX_MS or failure-rate:MAX,INTERVAL_MS,DELAY_MS
+    /// (default: exponential with checkpointing on, none without).
+    #[arg(long, value_name = "STRATEGY")]
+    pub restart: Option<String>,
+    /// Kill K subtasks, chosen by --seed, one after each new completed
+    /// checkpoint.
+    #[arg(long, value_name = "K")]
+    pub inject_failures: Option<u32>,
+}
+
+/// `--failover`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailoverArg {
+    /// Restart every subtask.
+    All,
+    /// Restart the failed subtask's pipelined region only.
+    Region,
 }
 
 impl CheckpointArgs {
@@ -77,7 +99,7 @@ impl CheckpointArgs {
     }
 
     /// Checks the flags and applies them to `env`.
-    pub fn apply(&self, env: &StreamExecutionEnvironment) -> floe::Result<()> {
+    pub fn apply(&self, env: &StreamExecutionEnvironment, seed: u64) -> floe::Result<()> {
         let bad = |m: &str| Err(floe::Error::Config(m.to_string()));
         if self.checkpoint_interval == Some(0) {
             return bad("--checkpoint-interval must be at least 1 ms");
@@ -147,6 +169,26 @@ impl CheckpointArgs {
         if let Some(path) = &self.from_checkpoint {
             env.restore_from(path);
         }
+        let mut config = env.config();
+        if let Some(spec) = &self.restart {
+            config.restart = Some(floe::failover::RestartStrategy::parse(spec)?);
+        }
+        if let Some(f) = self.failover {
+            config.failover = match f {
+                FailoverArg::All => floe::failover::FailoverStrategy::All,
+                FailoverArg::Region => floe::failover::FailoverStrategy::Region,
+            };
+        }
+        if let Some(k) = self.inject_failures
+            && k > 0
+        {
+            if !self.enabled() {
+                return bad("--inject-failures needs --checkpoint-interval");
+            }
+            config.fault_injection.random_failures = k;
+            config.fault_injection.seed = seed;
+        }
+        env.set_config(config);
         if let Some(c) = self.credits {
             env.set_credits(c);
         }
@@ -187,20 +229,34 @@ impl CheckpointArgs {
     }
 }
 
-/// The summary fields of checkpointing, when a checkpoint, savepoint or
-/// restore was asked for (the summary without them stays as it was).
-pub fn summary(args: &CheckpointArgs, stats: &CheckpointStats) -> String {
+/// The summary fields of checkpointing and failover, when a checkpoint,
+/// savepoint, restore or restart was asked for (the summary without them
+/// stays as it was).
+pub fn summary(args: &CheckpointArgs, handle: &floe::JobHandle) -> String {
+    let stats = handle.checkpoint_stats();
+    let failover = handle.failover_stats();
+    let mut out = String::new();
     let asked = args.enabled()
         || args.from_checkpoint.is_some()
         || args.savepoint_at_records.is_some()
         || args.savepoint_after_ms.is_some();
-    if !asked {
-        return String::new();
+    if asked {
+        out.push_str(&format!(
+            " checkpoints={} failed_checkpoints={} max_checkpoint_ms={} channel_state_bytes={}",
+            stats.completed, stats.failed, stats.max_duration_ms, stats.channel_state_bytes
+        ));
     }
-    format!(
-        " checkpoints={} failed_checkpoints={} max_checkpoint_ms={} channel_state_bytes={}",
-        stats.completed, stats.failed, stats.max_duration_ms, stats.channel_state_bytes
-    )
+    let restarts_asked = args.restart.is_some()
+        || args.failover.is_some()
+        || args.inject_failures.is_some()
+        || failover.restarts > 0;
+    if restarts_asked {
+        out.push_str(&format!(
+            " restarts={} restarted_subtasks={} max_recovery_ms={}",
+            failover.restarts, failover.restarted_subtasks, failover.max_recovery_ms
+        ));
+    }
+    out
 }
 
 /// The transactional file sink for `--output` when checkpointing is on and

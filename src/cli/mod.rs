@@ -102,6 +102,9 @@ pub struct WindowArgs {
     /// watermarks, idle flags and the channel holding the watermark back.
     #[arg(long)]
     pub explain_watermarks: bool,
+    /// Seed of injected failures.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
     /// Checkpoints, savepoints, restore.
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,

@@ -198,7 +198,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }
-    args.checkpoints.apply(&env)?;
+    args.checkpoints.apply(&env, args.seed)?;
     let output =
         super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
     let late_output =
@@ -308,7 +308,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         count("Late Records", false),
         bad.load(Ordering::Relaxed),
         count("Window", true),
-        super::checkpointing::summary(&args.checkpoints, &stats),
+        super::checkpointing::summary(&args.checkpoints, &handle),
     );
     if let Some(e) = endpoint {
         e.linger();

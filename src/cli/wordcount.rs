@@ -183,7 +183,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     env.set_batch_size(args.batch_size);
-    args.checkpoints.apply(&env)?;
+    args.checkpoints.apply(&env, args.seed)?;
     let transactional =
         super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
     if let Some(a) = args.arbiters {
@@ -275,7 +275,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         result.elapsed.as_millis(),
         rps,
         args.parallelism,
-        super::checkpointing::summary(&args.checkpoints, &stats)
+        super::checkpointing::summary(&args.checkpoints, &handle)
     );
     if let Some(e) = endpoint {
         e.linger();

@@ -104,6 +104,7 @@ pub struct SourceNode<T> {
     info: NodeInfo,
     batch_size: usize,
     pause: Option<SavepointPause>,
+    hold: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
 /// Holds a source at a record count until a savepoint's barrier passed it:
@@ -130,7 +131,18 @@ impl<T: 'static> SourceNode<T> {
             info,
             batch_size,
             pause: None,
+            hold: None,
         }
+    }
+
+    /// Does not finish while `pending` (injected failures to come) is
+    /// above zero: the failures then happen while the job runs.
+    pub(crate) fn with_hold(
+        mut self,
+        pending: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    ) -> Self {
+        self.hold = Some(pending);
+        self
     }
 
     /// Pauses after `records` records until a savepoint barrier passed,
@@ -223,6 +235,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         Ok(match poll {
             SourcePoll::Ready => SourceStep::Emitted,
             SourcePoll::Wait(d) => SourceStep::Wait(d),
+            SourcePoll::Finished
+                if self
+                    .hold
+                    .as_ref()
+                    .is_some_and(|h| h.load(std::sync::atomic::Ordering::Acquire) > 0) =>
+            {
+                SourceStep::Wait(std::time::Duration::from_millis(2))
+            }
             SourcePoll::Finished => {
                 self.next.watermark(MAX_WATERMARK)?;
                 self.next.end_of_input()?;

@@ -1,0 +1,160 @@
+//! Isolates what periodic checkpoints cost a running job: the same job with
+//! checkpointing off and with exactly-once aligned checkpoints (heap state,
+//! checkpoint directory in a temporary directory) every 100 ms, side by side
+//! in one run. Two jobs at parallelism 2: the generated word count of
+//! `benches/pipeline.rs` (keyBy + rolling sum, 10,000-word vocabulary) over
+//! 4M records, and a keyed 1 s tumbling event-time window sum over 4M
+//! generated `(key, ts, value)` events (1,000 keys). Before each group one
+//! untimed checkpointed run prints how many checkpoints it completed and the
+//! longest one's trigger-to-completion time.
+//!
+//! The interval is 100 ms, not the 1 s of the CLI measurements in
+//! `docs/benchmarks.md`, so that each iteration (~0.3–1 s) holds several
+//! checkpoints.
+//!
+//! Run: `cargo bench --bench checkpoint`
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use floe::StreamExecutionEnvironment;
+use floe::checkpoint::CheckpointConfig;
+use floe::operators::sink::SinkFunction;
+use floe::text::WordGenerator;
+use floe::time::WatermarkStrategy;
+use floe::window::WindowAssigner;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const RECORDS: u64 = 4_000_000;
+const PARALLELISM: usize = 2;
+const INTERVAL: Duration = Duration::from_millis(100);
+const KEYS: u64 = 1_000;
+/// Event-time rate per source subtask: 40 windows of 1 s per run.
+const EVENTS_PER_SECOND: u64 = 50_000;
+const BASE_TS: i64 = 1_700_000_000_000;
+
+/// The largest value seen, kept per subtask and published once at the end.
+#[derive(Clone)]
+struct Last(Arc<AtomicU64>, u64);
+
+impl SinkFunction<(String, u64)> for Last {
+    fn invoke(&mut self, v: (String, u64), _: Option<i64>) -> floe::Result<()> {
+        self.1 = self.1.max(v.1);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> floe::Result<()> {
+        self.0.fetch_max(self.1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The sum of the window results, kept per subtask and published at the end.
+#[derive(Clone)]
+struct Total(Arc<AtomicU64>, u64);
+
+impl SinkFunction<(u64, i64, i64)> for Total {
+    fn invoke(&mut self, v: (u64, i64, i64), _: Option<i64>) -> floe::Result<()> {
+        self.1 = self.1.wrapping_add(v.2 as u64);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> floe::Result<()> {
+        self.0.fetch_add(self.1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// An environment at `PARALLELISM`, checkpointing into `dir` when given.
+fn environment(dir: Option<&tempfile::TempDir>) -> StreamExecutionEnvironment {
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(PARALLELISM);
+    if let Some(dir) = dir {
+        env.set_checkpoint_config(CheckpointConfig {
+            interval: Some(INTERVAL),
+            dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        });
+    }
+    env
+}
+
+/// Runs the job and returns the checkpoints it completed and the longest.
+fn run(env: StreamExecutionEnvironment) -> (u64, u64) {
+    let handle = env.execute_async().expect("bench job starts");
+    futures::executor::block_on(handle.wait()).expect("bench job runs");
+    let stats = handle.checkpoint_stats();
+    (stats.completed, stats.max_duration_ms)
+}
+
+fn wordcount(words: &Arc<WordGenerator>, dir: Option<&tempfile::TempDir>) -> (u64, u64) {
+    let env = environment(dir);
+    let top = Arc::new(AtomicU64::new(0));
+    let g = words.clone();
+    env.from_generator(RECORDS, move |i| (g.word(i), 1u64))
+        .key_by_field(|t: &(String, u64)| &t.0)
+        .sum(|t: &mut (String, u64)| &mut t.1)
+        .add_sink(Last(top.clone(), 0));
+    run(env)
+}
+
+fn window(dir: Option<&tempfile::TempDir>) -> (u64, u64) {
+    type E = (u64, i64, i64);
+    let env = environment(dir);
+    let total = Arc::new(AtomicU64::new(0));
+    // The generator gives each source subtask a contiguous range of `i`, so
+    // event time follows the position within that range: both subtasks
+    // advance through event time together.
+    let share = RECORDS / PARALLELISM as u64;
+    env.from_generator(RECORDS, move |i| {
+        let local = i % share;
+        let ts = BASE_TS + (local * 1000 / EVENTS_PER_SECOND) as i64;
+        (floe::text::mix64(i) % KEYS, ts, (i % 100 + 1) as i64)
+    })
+    .assign_timestamps_and_watermarks(
+        WatermarkStrategy::<E>::monotonous_timestamps().with_timestamp_assigner(|e, _| e.1),
+    )
+    .key_by_field(|e: &E| &e.0)
+    .window(WindowAssigner::tumbling(1_000))
+    .reduce(|a: E, b: E| (a.0, a.1, a.2 + b.2))
+    .add_sink(Total(total.clone(), 0));
+    run(env)
+}
+
+fn bench(c: &mut Criterion) {
+    let words = Arc::new(WordGenerator::new(10_000, 42));
+    let modes = ["off", "aligned-100ms"];
+
+    let (n, max_ms) = wordcount(&words, Some(&tempfile::tempdir().expect("temp dir")));
+    eprintln!("wordcount, aligned every 100 ms: checkpoints={n} max_checkpoint_ms={max_ms}");
+    let mut g = c.benchmark_group("checkpoint-wordcount-4M-p2");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(RECORDS));
+    for mode in modes {
+        g.bench_function(BenchmarkId::from_parameter(mode), |b| {
+            b.iter(|| {
+                let dir = (mode != "off").then(|| tempfile::tempdir().expect("temp dir"));
+                wordcount(&words, dir.as_ref())
+            })
+        });
+    }
+    g.finish();
+
+    let (n, max_ms) = window(Some(&tempfile::tempdir().expect("temp dir")));
+    eprintln!("window, aligned every 100 ms: checkpoints={n} max_checkpoint_ms={max_ms}");
+    let mut g = c.benchmark_group("checkpoint-window-tumbling-4M-p2");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(RECORDS));
+    for mode in modes {
+        g.bench_function(BenchmarkId::from_parameter(mode), |b| {
+            b.iter(|| {
+                let dir = (mode != "off").then(|| tempfile::tempdir().expect("temp dir"));
+                window(dir.as_ref())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

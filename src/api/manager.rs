@@ -1,0 +1,191 @@
+//! The job manager: runs attempts of a job and restarts failed ones.
+//!
+//! 1. An attempt is one deployment: subtasks, supervisor, checkpoint
+//!    coordinator. Its supervisor reports the attempt's outcome once every
+//!    thread of the attempt has stopped.
+//! 2. A failure is handed to the restart strategy: exhausted, the job fails
+//!    with the last error; otherwise, after the strategy's delay, a new
+//!    attempt restores the latest completed checkpoint (sources rewind,
+//!    state reloads, two-phase-commit sinks commit what the checkpoint
+//!    pre-committed and drop what came after), or starts from the beginning
+//!    when no checkpoint completed yet.
+//! 3. Injected failures (tests, demos) kill a seeded choice of subtask after
+//!    each new completed checkpoint; sources hold at their end meanwhile.
+
+use super::deploy::{Attempt, Plan, Shared};
+use super::job::JobControl;
+use crate::config::Config;
+use crate::failover::RestartTracker;
+use floe_actors::error::Error;
+use floe_actors::messages::InjectFailure;
+use floe_actors::supervisor::{JobOutcome, JobStatus};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Restarts of a job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FailoverStats {
+    /// Restarts done.
+    pub restarts: u64,
+    /// Subtasks restarted, summed over restarts.
+    pub restarted_subtasks: u64,
+    /// Longest time from a failure to the restarted subtasks processing
+    /// records again, ms.
+    pub max_recovery_ms: u64,
+    /// Per restart: the checkpoint restored (0: from the beginning).
+    pub restored_checkpoints: Vec<u64>,
+}
+
+pub(crate) struct Manager {
+    pub plan: Arc<Plan>,
+    pub config: Arc<Config>,
+    pub shared: Shared,
+    pub control: Arc<JobControl>,
+    pub done: Option<futures::channel::oneshot::Sender<floe_actors::Result<JobOutcome>>>,
+    /// A temporary checkpoint directory to remove when the job ends.
+    pub temporary: Option<PathBuf>,
+}
+
+impl Manager {
+    fn set_status(&self, s: JobStatus) {
+        if let Ok(mut st) = self.shared.status.lock() {
+            *st = s;
+        }
+    }
+
+    pub async fn run(mut self, first: Attempt) {
+        let started = Instant::now();
+        let mut tracker = RestartTracker::new(self.config.restart_strategy(), self.config.seed);
+        let mut attempt = first;
+        let mut failed_at: Option<Instant> = None;
+        let mut rng = self.config.fault_injection.seed ^ 0x9e37_79b9_7f4a_7c15;
+        let result = loop {
+            self.control
+                .set_current(attempt.supervisor.clone(), attempt.coordinator.clone());
+            let ended = Arc::new(AtomicBool::new(false));
+            if let Some(hold) = &self.shared.hold
+                && hold.load(Ordering::Acquire) > 0
+            {
+                rng = crate::text::mix64(rng);
+                actix::spawn(inject_after_checkpoint(
+                    self.shared.stats.clone(),
+                    attempt.fail.clone(),
+                    hold.clone(),
+                    ended.clone(),
+                    rng,
+                    self.config
+                        .checkpoint
+                        .interval
+                        .unwrap_or(Duration::from_millis(100)),
+                ));
+            }
+            let outcome = match (&mut attempt.done).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::Runtime(
+                    "the job supervisor stopped without a result".into(),
+                )),
+            };
+            ended.store(true, Ordering::Release);
+            if let (Some(f), Some(active)) = (failed_at, attempt.activity.get()) {
+                let ms = active.saturating_duration_since(f).as_millis() as u64;
+                self.control
+                    .update_failover(|s| s.max_recovery_ms = s.max_recovery_ms.max(ms));
+            }
+            let error = match outcome {
+                Ok(o) => break Ok(o),
+                Err(e) if e == Error::Cancelled || self.control.cancelled() => {
+                    break Err(Error::Cancelled);
+                }
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            let Some(delay) = tracker.on_failure(now) else {
+                tracing::info!(error = %error, "restart strategy exhausted; the job fails");
+                break Err(error);
+            };
+            failed_at = Some(self.shared.metrics.last_failure_at().unwrap_or(now));
+            self.set_status(JobStatus::Restarting);
+            tracing::info!(error = %error, delay_ms = delay.as_millis() as u64, "restarting the job");
+            if !delay.is_zero() {
+                actix_rt::time::sleep(delay).await;
+            }
+            if self.control.cancelled() {
+                break Err(Error::Cancelled);
+            }
+            let completed = self.shared.stats.lock().ok().and_then(|s| s.last_completed);
+            let restore: Option<PathBuf> = match completed {
+                Some(_) => self.config.checkpoint.dir.clone(),
+                None => self.config.restore_from.clone(),
+            };
+            let restored_id = completed.unwrap_or(0);
+            tracing::info!(checkpoint = restored_id, "restoring after a failure");
+            match super::deploy::deploy_attempt(
+                &self.plan,
+                &self.config,
+                &self.shared,
+                restore.as_deref(),
+            ) {
+                Ok(a) => {
+                    self.control.update_failover(|s| {
+                        s.restarts += 1;
+                        s.restarted_subtasks += a.subtasks as u64;
+                        s.restored_checkpoints.push(restored_id);
+                    });
+                    attempt = a;
+                }
+                Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),
+            }
+        };
+        let result = result.map(|mut o| {
+            o.elapsed = started.elapsed();
+            o.operators = self.shared.metrics.operator_summaries();
+            o
+        });
+        self.set_status(match &result {
+            Ok(_) => JobStatus::Finished,
+            Err(Error::Cancelled) => JobStatus::Canceled,
+            Err(_) => JobStatus::Failed,
+        });
+        if let Some(dir) = self.temporary.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(done) = self.done.take() {
+            let _ = done.send(result);
+        }
+    }
+}
+
+/// Kills one subtask of the attempt once a checkpoint newer than the ones
+/// at its start completed (plus a seeded jitter of up to half an interval).
+async fn inject_after_checkpoint(
+    stats: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
+    targets: Vec<actix::Recipient<InjectFailure>>,
+    remaining: Arc<std::sync::atomic::AtomicU32>,
+    ended: Arc<AtomicBool>,
+    seed: u64,
+    interval: Duration,
+) {
+    let completed = || stats.lock().map(|s| s.completed).unwrap_or(0);
+    let base = completed();
+    while completed() <= base {
+        if ended.load(Ordering::Acquire) {
+            return;
+        }
+        actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    let jitter_ms = seed % (interval.as_millis() as u64 / 2).max(1);
+    actix_rt::time::sleep(Duration::from_millis(jitter_ms)).await;
+    if ended.load(Ordering::Acquire) || targets.is_empty() {
+        return;
+    }
+    let target = &targets[(crate::text::mix64(seed) % targets.len() as u64) as usize];
+    let left = remaining
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
+        .unwrap_or(0);
+    if left > 0 {
+        target.do_send(InjectFailure);
+    }
+}

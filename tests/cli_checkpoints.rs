@@ -1,0 +1,777 @@
+//! End-to-end checks of the checkpoint flags of the `floe` binary and of
+//! `floe checkpoints list|verify`, each against an oracle computed in this
+//! file (a HashMap over the generated input) or a fault-free run.
+//!
+//! - Savepoint rescale: a run at parallelism 2 takes a savepoint after N
+//!   records; restores at parallelism 3 and 1 must end with the oracle's
+//!   output and must really resume (`records=` is the total minus N).
+//! - Checkpoints on, no restore: exactly-once, at-least-once and unaligned
+//!   (under backpressure) runs give the oracle's output.
+//! - Retention: `checkpoints list` shows exactly `--retain-checkpoints` rows.
+//! - Corruption: a flipped byte in a state file or a truncated `_metadata` is
+//!   reported by `checkpoints verify` and refused by `--from-checkpoint` with
+//!   one `error:` line naming the checkpoint.
+//! - Bad flags are refused with one readable `error:` line.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// splitmix64: a small seeded generator so the test input is reproducible.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn floe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("floe binary runs")
+}
+
+/// Runs `floe args...`, asserts success and returns its stderr.
+fn run_ok(args: &[&str]) -> String {
+    let out = floe(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "floe {args:?} failed with {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    stderr
+}
+
+/// Runs `floe args...`, asserts it failed with exactly one clean stderr line
+/// starting `error:`, and returns that line.
+fn fails_with_one_error_line(args: &[&str]) -> String {
+    let out = floe(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.code().is_some_and(|c| c != 0),
+        "floe {args:?}: expected a non-zero exit code, got {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "floe {args:?}: stderr shows a panic:\n{stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "floe {args:?}: expected exactly one line on stderr, got:\n{stderr}"
+    );
+    assert!(
+        lines[0].starts_with("error:") && lines[0].len() > "error: ".len(),
+        "floe {args:?}: the stderr line should start with 'error:' and say something: {}",
+        lines[0]
+    );
+    lines[0].to_string()
+}
+
+/// The value of `name=` on the summary line (the one starting `records=`).
+fn summary_field(stderr: &str, name: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("records="))
+        .unwrap_or_else(|| panic!("no summary line in stderr:\n{stderr}"));
+    let prefix = format!("{name}=");
+    let value = line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {name}= in the summary line: {line}"));
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}={value} is not a number: {line}"))
+}
+
+/// The path of the `savepoint=PATH` line.
+fn savepoint_path(stderr: &str) -> PathBuf {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint="))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no savepoint= line in stderr:\n{stderr}"))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temp path")
+}
+
+// ---------------------------------------------------------------- wordcount
+
+const RECORDS: u64 = 60_000;
+const VOCABULARY: usize = 400;
+const SEED: u64 = 11;
+
+/// The oracle: the generated words counted in a HashMap.
+fn wordcount_oracle(records: u64) -> HashMap<String, u64> {
+    let generator = floe::text::WordGenerator::new(VOCABULARY, SEED);
+    let mut counts = HashMap::new();
+    for i in 0..records {
+        *counts.entry(generator.word(i)).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Reads `word,count` lines, failing on a word written twice.
+fn read_counts(path: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let mut counts = HashMap::new();
+    for line in text.lines() {
+        let (word, count) = line
+            .rsplit_once(',')
+            .unwrap_or_else(|| panic!("bad output line {line:?}"));
+        let count: u64 = count
+            .parse()
+            .unwrap_or_else(|_| panic!("bad count in {line:?}"));
+        assert!(
+            counts.insert(word.to_string(), count).is_none(),
+            "{word} written twice in {}",
+            path.display()
+        );
+    }
+    counts
+}
+
+/// `floe run wordcount` over the generated words with `extra` flags.
+fn wordcount(records: u64, parallelism: usize, output: &Path, extra: &[&str]) -> String {
+    let records = records.to_string();
+    let parallelism = parallelism.to_string();
+    let mut args = vec![
+        "run",
+        "wordcount",
+        "--records",
+        &records,
+        "--vocabulary",
+        "400",
+        "--seed",
+        "11",
+        "--parallelism",
+        &parallelism,
+        "--output",
+        s(output),
+    ];
+    args.extend_from_slice(extra);
+    run_ok(&args)
+}
+
+fn assert_counts(path: &Path, oracle: &HashMap<String, u64>, what: &str) {
+    let got = read_counts(path);
+    if &got != oracle {
+        let wrong: Vec<_> = oracle
+            .iter()
+            .filter(|(w, c)| got.get(*w) != Some(c))
+            .take(5)
+            .map(|(w, c)| format!("{w}: expected {c}, got {:?}", got.get(w)))
+            .collect();
+        panic!(
+            "{what}: {} words written, {} expected; first differences: {wrong:?}",
+            got.len(),
+            oracle.len()
+        );
+    }
+}
+
+#[test]
+fn wordcount_savepoint_restores_at_other_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let oracle = wordcount_oracle(RECORDS);
+    let at = 25_000u64;
+
+    // The uninterrupted CLI run agrees with the oracle.
+    let full = dir.path().join("full.txt");
+    wordcount(RECORDS, 2, &full, &[]);
+    assert_counts(&full, &oracle, "uninterrupted run");
+
+    let sp = dir.path().join("sp");
+    let run1 = dir.path().join("run1.txt");
+    let stderr = wordcount(
+        RECORDS,
+        2,
+        &run1,
+        &[
+            "--batch-size",
+            "256",
+            "--checkpoint-interval",
+            "50",
+            "--checkpoint-dir",
+            s(&dir.path().join("ck")),
+            "--savepoint-at-records",
+            &at.to_string(),
+            "--savepoint-dir",
+            s(&sp),
+        ],
+    );
+    assert_counts(&run1, &oracle, "run with a savepoint");
+    let savepoint = savepoint_path(&stderr);
+    assert!(
+        savepoint.starts_with(&sp) && savepoint.is_dir(),
+        "savepoint {} should be a directory under {}",
+        savepoint.display(),
+        sp.display()
+    );
+
+    for p in [3, 1] {
+        let out = dir.path().join(format!("restored-p{p}.txt"));
+        let stderr = wordcount(
+            RECORDS,
+            p,
+            &out,
+            &["--batch-size", "256", "--from-checkpoint", s(&savepoint)],
+        );
+        assert_counts(&out, &oracle, &format!("restored at parallelism {p}"));
+        assert_eq!(
+            summary_field(&stderr, "records"),
+            RECORDS - at,
+            "restored at parallelism {p}: should resume after the savepoint's {at} records; stderr:\n{stderr}"
+        );
+        assert_eq!(summary_field(&stderr, "parallelism"), p as u64);
+    }
+}
+
+#[test]
+fn wordcount_checkpoints_do_not_change_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let oracle = wordcount_oracle(RECORDS);
+    let plain = dir.path().join("plain.txt");
+    wordcount(RECORDS, 2, &plain, &[]);
+    assert_counts(&plain, &oracle, "without checkpoints");
+    let out = dir.path().join("checkpointed.txt");
+    let stderr = wordcount(
+        RECORDS,
+        2,
+        &out,
+        &["--batch-size", "256", "--checkpoint-interval", "20"],
+    );
+    assert_counts(&out, &oracle, "exactly-once, checkpoint every 20 ms");
+    assert_eq!(summary_field(&stderr, "records"), RECORDS);
+    assert_eq!(summary_field(&stderr, "failed_checkpoints"), 0);
+}
+
+#[test]
+fn at_least_once_without_failure_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = 8_000;
+    let oracle = wordcount_oracle(records);
+    let out = dir.path().join("at-least-once.txt");
+    let stderr = wordcount(
+        records,
+        2,
+        &out,
+        &[
+            "--batch-size",
+            "128",
+            "--checkpoint-interval",
+            "20",
+            "--checkpoint-mode",
+            "at-least-once",
+            "--sink-rate",
+            "20000",
+            "--credits",
+            "1",
+        ],
+    );
+    assert_counts(&out, &oracle, "at-least-once");
+    assert_eq!(summary_field(&stderr, "failed_checkpoints"), 0);
+    // At-least-once never aligns, so never stores channel state.
+    assert_eq!(summary_field(&stderr, "channel_state_bytes"), 0);
+}
+
+#[test]
+fn unaligned_under_backpressure_is_exact_and_stores_channel_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = 3_000;
+    let oracle = wordcount_oracle(records);
+    let out = dir.path().join("unaligned.txt");
+    let stderr = wordcount(
+        records,
+        2,
+        &out,
+        &[
+            "--batch-size",
+            "128",
+            "--checkpoint-interval",
+            "20",
+            "--unaligned",
+            "--sink-rate",
+            "2000",
+            "--credits",
+            "1",
+        ],
+    );
+    assert_counts(&out, &oracle, "unaligned under backpressure");
+    assert!(
+        summary_field(&stderr, "checkpoints") >= 1,
+        "no checkpoint completed: {stderr}"
+    );
+    assert!(
+        summary_field(&stderr, "channel_state_bytes") > 0,
+        "unaligned checkpoints under backpressure should store in-flight data: {stderr}"
+    );
+}
+
+#[test]
+fn list_shows_exactly_the_retained_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let records = 3_000;
+    let retain = 3u64;
+    // Unaligned checkpoints under a slow sink complete every interval, so a
+    // 1.5 s run completes many more than `retain`.
+    let stderr = wordcount(
+        records,
+        2,
+        &dir.path().join("out.txt"),
+        &[
+            "--batch-size",
+            "128",
+            "--checkpoint-interval",
+            "20",
+            "--unaligned",
+            "--sink-rate",
+            "2000",
+            "--credits",
+            "1",
+            "--checkpoint-dir",
+            s(&ck),
+            "--retain-checkpoints",
+            &retain.to_string(),
+        ],
+    );
+    let completed = summary_field(&stderr, "checkpoints");
+    assert!(
+        completed > retain,
+        "the run should complete more than {retain} checkpoints: {stderr}"
+    );
+    let out = floe(&["checkpoints", "list", s(&ck)]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "list failed: {stdout}");
+    let mut lines = stdout.lines();
+    let header = lines.next().expect("a header line");
+    assert!(header.contains("id"), "header: {header}");
+    let ids: Vec<u64> = lines
+        .map(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("row without an id: {l:?}"))
+        })
+        .collect();
+    assert_eq!(ids.len() as u64, retain, "rows: {stdout}");
+    // The newest ones, oldest first, as many directories as rows.
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "rows: {stdout}");
+    let dirs = std::fs::read_dir(&ck)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("chk-")
+        })
+        .count();
+    assert_eq!(dirs as u64, retain, "chk-* directories in {}", ck.display());
+    for id in ids {
+        assert!(ck.join(format!("chk-{id}")).is_dir(), "chk-{id} missing");
+    }
+}
+
+/// The newest committed checkpoint's `chk-<id>` directory of `ck` that
+/// holds a keyed state file, and that file (the largest one). Directories
+/// of aborted checkpoints may linger until the next commit; they are not
+/// listed.
+fn checkpoint_with_keyed_state(ck: &Path) -> (PathBuf, PathBuf) {
+    let listed = floe(&["checkpoints", "list", s(ck)]);
+    let committed: Vec<u64> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    let mut found = None;
+    for entry in std::fs::read_dir(ck).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(id) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("chk-"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|id| committed.contains(id))
+        else {
+            continue;
+        };
+        let blob = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with("-keyed"))
+            .max_by_key(|p| std::fs::metadata(p).unwrap().len());
+        if let Some(blob) = blob
+            && found.as_ref().is_none_or(|(i, _, _)| *i < id)
+        {
+            found = Some((id, path, blob));
+        }
+    }
+    let (_, chk, blob) =
+        found.unwrap_or_else(|| panic!("no checkpoint with keyed state in {}", ck.display()));
+    (chk, blob)
+}
+
+#[test]
+fn corrupt_checkpoints_are_reported_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let stderr = wordcount(
+        RECORDS,
+        2,
+        &dir.path().join("out.txt"),
+        &[
+            "--batch-size",
+            "256",
+            "--checkpoint-interval",
+            "20",
+            "--checkpoint-dir",
+            s(&ck),
+            "--retain-checkpoints",
+            "5",
+        ],
+    );
+    assert!(summary_field(&stderr, "checkpoints") >= 1, "{stderr}");
+
+    // Intact: verify passes and names every checkpoint ok.
+    let out = floe(&["checkpoints", "verify", s(&ck)]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "verify of an intact dir: {stdout}");
+    assert!(
+        stdout.lines().count() >= 1 && stdout.lines().all(|l| l.ends_with(": ok")),
+        "verify of an intact dir: {stdout}"
+    );
+
+    let (chk, blob) = checkpoint_with_keyed_state(&ck);
+    let chk_name = chk.file_name().unwrap().to_str().unwrap().to_string();
+    let id = chk_name.strip_prefix("chk-").unwrap().to_string();
+    let restore = |from: &Path| {
+        fails_with_one_error_line(&[
+            "run",
+            "wordcount",
+            "--records",
+            "1000",
+            "--output",
+            s(&dir.path().join("restored.txt")),
+            "--from-checkpoint",
+            s(from),
+        ])
+    };
+
+    // One flipped byte in a state file.
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&blob, &bytes).unwrap();
+    let out = floe(&["checkpoints", "verify", s(&ck)]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !out.status.success(),
+        "verify should fail on a flipped byte in {}: {stdout}",
+        blob.display()
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("checkpoint {id}: CORRUPT"))),
+        "verify should report checkpoint {id} as CORRUPT: {stdout}"
+    );
+    let line = restore(&chk);
+    assert!(
+        line.contains(&chk_name) || line.contains(&format!("checkpoint {id}")),
+        "the error should name the checkpoint {chk_name}: {line}"
+    );
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&blob, &bytes).unwrap();
+    let out = floe(&["checkpoints", "verify", s(&ck)]);
+    assert!(out.status.success(), "verify after repairing the byte");
+
+    // A truncated `_metadata`.
+    let metadata = chk.join("_metadata");
+    let full = std::fs::read(&metadata).unwrap();
+    std::fs::write(&metadata, &full[..full.len() / 2]).unwrap();
+    let out = floe(&["checkpoints", "verify", s(&ck)]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success(), "verify of a truncated _metadata");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("checkpoint {id}: CORRUPT"))),
+        "verify should report checkpoint {id} as CORRUPT: {stdout}"
+    );
+    let line = restore(&chk);
+    assert!(
+        line.contains(&chk_name) || line.contains(&format!("checkpoint {id}")),
+        "the error should name the checkpoint {chk_name}: {line}"
+    );
+}
+
+#[test]
+fn bad_checkpoint_flags_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = dir.path().join("sp");
+    let missing = dir.path().join("nonexistent");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--checkpoint-interval", "0"], "checkpoint-interval"),
+        (vec!["--savepoint-at-records", "10"], "savepoint-dir"),
+        (vec!["--from-checkpoint", s(&missing)], s(&missing)),
+        (vec!["--unaligned"], "checkpoint-interval"),
+        (
+            vec!["--checkpoint-interval", "20", "--retain-checkpoints", "0"],
+            "retain-checkpoints",
+        ),
+        (
+            vec![
+                "--checkpoint-interval",
+                "20",
+                "--savepoint-at-records",
+                "0",
+                "--savepoint-dir",
+                s(&sp),
+            ],
+            "savepoint-at-records",
+        ),
+    ];
+    for (flags, named) in cases {
+        let mut args = vec!["run", "wordcount", "--records", "100"];
+        args.extend_from_slice(&flags);
+        let line = fails_with_one_error_line(&args);
+        assert!(
+            line.contains(named),
+            "floe {args:?}: the error should name {named}: {line}"
+        );
+    }
+    // The same checks for the window job.
+    let input = dir.path().join("ev.txt");
+    std::fs::write(&input, "a,1,1\n").unwrap();
+    let line = fails_with_one_error_line(&[
+        "run",
+        "window",
+        "--input",
+        s(&input),
+        "--window",
+        "tumbling:1000",
+        "--agg",
+        "sum",
+        "--unaligned",
+    ]);
+    assert!(line.contains("checkpoint-interval"), "{line}");
+}
+
+// ------------------------------------------------------------------- window
+
+const OUT_OF_ORDERNESS: i64 = 50;
+const WINDOW_MS: i64 = 1000;
+
+/// A seeded input of `lines` `key,timestamp_ms,value` lines: timestamps rise
+/// with jitter of at most half the out-of-orderness, so no record is late.
+fn window_input(seed: u64, lines: usize) -> (String, Vec<(String, i64, i64)>) {
+    let mut rng = SplitMix(seed);
+    let mut events = Vec::with_capacity(lines);
+    let mut text = String::new();
+    let mut now: i64 = 1_000_000;
+    for _ in 0..lines {
+        now += rng.below(12) as i64;
+        let ts = now - rng.below((OUT_OF_ORDERNESS / 2 + 1) as u64) as i64;
+        let key = format!("k{}", rng.below(17));
+        let value = rng.below(2001) as i64 - 1000;
+        text.push_str(&format!("{key},{ts},{value}\n"));
+        events.push((key, ts, value));
+    }
+    (text, events)
+}
+
+/// The oracle: tumbling-window sums per (key, window) in a HashMap, as
+/// sorted `key,start,end,sum` lines.
+fn window_oracle(events: &[(String, i64, i64)]) -> Vec<String> {
+    let mut sums: HashMap<(String, i64), i64> = HashMap::new();
+    for (key, ts, value) in events {
+        let start = ts.div_euclid(WINDOW_MS) * WINDOW_MS;
+        *sums.entry((key.clone(), start)).or_insert(0) += value;
+    }
+    let mut lines: Vec<String> = sums
+        .into_iter()
+        .map(|((k, start), v)| format!("{k},{start},{},{v}", start + WINDOW_MS))
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn sorted_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+fn window(input: &Path, parallelism: usize, output: &Path, extra: &[&str]) -> String {
+    let parallelism = parallelism.to_string();
+    let mut args = vec![
+        "run",
+        "window",
+        "--input",
+        s(input),
+        "--window",
+        "tumbling:1000",
+        "--agg",
+        "sum",
+        "--watermarks",
+        "per-record",
+        "--out-of-orderness",
+        "50",
+        "--parallelism",
+        &parallelism,
+        "--output",
+        s(output),
+    ];
+    args.extend_from_slice(extra);
+    run_ok(&args)
+}
+
+fn assert_window_output(path: &Path, oracle: &[String], what: &str) {
+    let got = sorted_lines(path);
+    if got != oracle {
+        let missing: Vec<_> = oracle.iter().filter(|l| !got.contains(l)).take(5).collect();
+        let extra: Vec<_> = got.iter().filter(|l| !oracle.contains(l)).take(5).collect();
+        panic!(
+            "{what}: {} lines, {} expected; missing {missing:?}, unexpected {extra:?}",
+            got.len(),
+            oracle.len()
+        );
+    }
+}
+
+#[test]
+fn window_savepoint_restores_into_the_same_output_at_other_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = 6_000usize;
+    let at = 2_500u64;
+    let (text, events) = window_input(0x5eed_0001, lines);
+    let input = dir.path().join("ev.txt");
+    std::fs::write(&input, text).unwrap();
+    let oracle = window_oracle(&events);
+
+    let full = dir.path().join("full.txt");
+    let stderr = window(&input, 2, &full, &[]);
+    assert_window_output(&full, &oracle, "uninterrupted run");
+    assert_eq!(summary_field(&stderr, "late"), 0, "{stderr}");
+
+    for p in [3, 1] {
+        // A run 1 of its own for each restore, into the output the restore
+        // then continues.
+        let out = dir.path().join(format!("w-p{p}.txt"));
+        let sp = dir.path().join(format!("sp-p{p}"));
+        let stderr = window(
+            &input,
+            2,
+            &out,
+            &[
+                "--checkpoint-interval",
+                "50",
+                "--savepoint-at-records",
+                &at.to_string(),
+                "--savepoint-dir",
+                s(&sp),
+            ],
+        );
+        assert_window_output(&out, &oracle, "run with a savepoint");
+        let savepoint = savepoint_path(&stderr);
+        let stderr = window(&input, p, &out, &["--from-checkpoint", s(&savepoint)]);
+        assert_window_output(
+            &out,
+            &oracle,
+            &format!("restored at parallelism {p} into the same output"),
+        );
+        assert_eq!(
+            summary_field(&stderr, "records"),
+            lines as u64 - at,
+            "restored at parallelism {p}: should resume after the savepoint's {at} records; stderr:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn window_checkpoints_do_not_change_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, events) = window_input(0x5eed_0002, 5_000);
+    let input = dir.path().join("ev.txt");
+    std::fs::write(&input, text).unwrap();
+    let oracle = window_oracle(&events);
+    let plain = dir.path().join("plain.txt");
+    window(&input, 2, &plain, &[]);
+    assert_window_output(&plain, &oracle, "without checkpoints");
+    let out = dir.path().join("checkpointed.txt");
+    let stderr = window(&input, 2, &out, &["--checkpoint-interval", "20"]);
+    assert_window_output(&out, &oracle, "exactly-once, checkpoint every 20 ms");
+    assert_eq!(summary_field(&stderr, "failed_checkpoints"), 0);
+}
+
+/// A checkpoint still waiting for a subtask that reaches its end of input
+/// (its barrier stuck behind a slow sink) is aborted, never completed
+/// without that subtask's state: the newest retained checkpoint of a
+/// backpressured run restores into the same output exactly.
+#[test]
+fn restore_from_the_last_checkpoint_of_a_backpressured_run_keeps_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = 10_000;
+    let oracle = wordcount_oracle(records);
+    let ck = dir.path().join("ck");
+    let out = dir.path().join("out.txt");
+    wordcount(
+        records,
+        2,
+        &out,
+        &[
+            "--batch-size",
+            "128",
+            "--checkpoint-interval",
+            "20",
+            "--sink-rate",
+            "20000",
+            "--checkpoint-dir",
+            s(&ck),
+        ],
+    );
+    assert_counts(&out, &oracle, "run with checkpoints");
+    let newest = std::fs::read_dir(&ck)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix("chk-")?.parse::<u64>().ok()
+        })
+        .max()
+        .expect("a retained checkpoint");
+    let chk = ck.join(format!("chk-{newest}"));
+    wordcount(
+        records,
+        2,
+        &out,
+        &["--batch-size", "128", "--from-checkpoint", s(&chk)],
+    );
+    assert_counts(
+        &out,
+        &oracle,
+        "restored from the newest checkpoint into the same output",
+    );
+}
