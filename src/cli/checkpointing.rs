@@ -81,6 +81,10 @@ pub struct CheckpointArgs {
     /// checkpoint.
     #[arg(long, value_name = "K")]
     pub inject_failures: Option<u32>,
+    /// Debug switch: exactly-once barriers are not aligned (the job is then
+    /// NOT exactly-once; tests use it to show alignment matters).
+    #[arg(long, hide = true)]
+    pub debug_disable_alignment: bool,
 }
 
 /// `--failover`.
@@ -164,6 +168,7 @@ impl CheckpointArgs {
             dir: self.checkpoint_dir.clone(),
             savepoint_at_records: self.savepoint_at_records,
             savepoint_dir: self.savepoint_dir.clone(),
+            debug_disable_alignment: self.debug_disable_alignment,
             ..defaults
         });
         if let Some(path) = &self.from_checkpoint {

@@ -5,6 +5,7 @@ mod bench_window;
 mod checkpointing;
 mod checkpoints;
 mod observe;
+mod pipelines;
 mod progress;
 mod window;
 mod wordcount;
@@ -60,6 +61,8 @@ enum Job {
     Wordcount(Box<WordcountArgs>),
     /// Keyed event-time windows over `key,timestamp_ms,value` lines.
     Window(Box<WindowArgs>),
+    /// P independent forward-only pipelines (one pipelined region each).
+    Pipelines(Box<PipelinesArgs>),
 }
 
 /// Options of `floe run window`.
@@ -111,6 +114,29 @@ pub struct WindowArgs {
     /// Metrics endpoint.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,
+}
+
+/// Options of `floe run pipelines`.
+#[derive(Args, Debug, Clone)]
+pub struct PipelinesArgs {
+    /// Number of pipelines (each one a region of five subtasks).
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Records generated over all pipelines.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Seed of the records and of injected failures.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Arbiters (threads); default: the number of cores.
+    #[arg(long)]
+    pub arbiters: Option<usize>,
+    /// Write the enriched lines here instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Checkpoints, savepoints, restore, failover.
+    #[command(flatten)]
+    pub checkpoints: checkpointing::CheckpointArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -188,6 +214,9 @@ pub fn main() -> i32 {
         Command::Run {
             job: Job::Window(args),
         } => window::run(&args),
+        Command::Run {
+            job: Job::Pipelines(args),
+        } => pipelines::run(&args),
         Command::Bench {
             bench: Bench::Mailbox(args),
         } => bench::mailbox(&args),
