@@ -10,10 +10,12 @@
 //! (started, finished, failed, cancelled; a subtask failed at `warn`).
 
 use crate::error::{Error, Result};
+use crate::ids::{SubtaskIndex, VertexId};
 use crate::messages::{CancelJob, CancelSubtask, SubtaskFailed, SubtaskFinished};
 use crate::metrics::{JobMetrics, OperatorSummary};
 use actix::prelude::*;
 use futures::channel::oneshot;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,17 +79,37 @@ impl JobOutcome {
     }
 }
 
+/// Restarts pipelined regions in place (region failover), supplied by the
+/// layer that deploys subtasks.
+pub trait RegionFailover: Send + 'static {
+    /// The region of a subtask.
+    fn region_of(&self, vertex: VertexId, subtask: SubtaskIndex) -> usize;
+    /// The subtasks of a region.
+    fn members(&self, region: usize) -> Vec<(VertexId, SubtaskIndex)>;
+    /// A subtask failed: the delay before restarting its region, or `None`
+    /// when the restart strategy is exhausted.
+    fn on_failure(&mut self) -> Option<Duration>;
+    /// Deploys the region's subtasks anew from the latest completed
+    /// checkpoint; their cancel handles.
+    fn redeploy(&mut self, region: usize) -> Result<Vec<(SubtaskKey, Recipient<CancelSubtask>)>>;
+}
+
+/// A subtask: its vertex and index.
+pub type SubtaskKey = (VertexId, SubtaskIndex);
+
 /// Hands the supervisor the deployed subtasks and the arbiters they run on.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Supervise {
     /// Cancel handles of every subtask.
-    pub subtasks: Vec<Recipient<CancelSubtask>>,
+    pub subtasks: Vec<(SubtaskKey, Recipient<CancelSubtask>)>,
     /// The job's arbiters, stopped and joined when the job ends, before its
     /// result is reported.
     pub arbiters: Vec<Arbiter>,
     /// One more arbiter to stop and join (the checkpoint coordinator's).
     pub joined: Option<Arbiter>,
+    /// Region failover, when the job restarts regions in place.
+    pub region: Option<Box<dyn RegionFailover>>,
 }
 
 /// Fails the job with `error` (a checkpoint failure beyond tolerance, say).
@@ -105,14 +127,17 @@ pub struct JobSupervisor {
     status: Arc<Mutex<JobStatus>>,
     metrics: Arc<JobMetrics>,
     started: Instant,
-    subtasks: Vec<Recipient<CancelSubtask>>,
+    subtasks: HashMap<SubtaskKey, Recipient<CancelSubtask>>,
     arbiters: Vec<Arbiter>,
     joined: Option<Arbiter>,
     /// The supervisor runs on an arbiter of its own, stopped with the job.
     own_arbiter: bool,
     restartable: bool,
     expected: Option<usize>,
-    finished: usize,
+    finished: HashSet<SubtaskKey>,
+    region: Option<Box<dyn RegionFailover>>,
+    /// Regions waiting for their redeployment.
+    restarting: HashSet<usize>,
     pending_error: Option<Error>,
     done: Option<oneshot::Sender<Result<JobOutcome>>>,
     publish_interval: Duration,
@@ -131,13 +156,15 @@ impl JobSupervisor {
             status,
             metrics,
             started: Instant::now(),
-            subtasks: Vec::new(),
+            subtasks: HashMap::new(),
             arbiters: Vec::new(),
             joined: None,
             own_arbiter: false,
             restartable: false,
             expected: None,
-            finished: 0,
+            finished: HashSet::new(),
+            region: None,
+            restarting: HashSet::new(),
             pending_error: None,
             done: Some(done),
             publish_interval: Duration::ZERO,
@@ -149,6 +176,12 @@ impl JobSupervisor {
     /// (zero: only when the job ends).
     pub fn with_publish_interval(mut self, interval: Duration) -> Self {
         self.publish_interval = interval;
+        self
+    }
+
+    /// Restarts only the failed subtask's region, in place.
+    pub fn with_region_failover(mut self, region: Box<dyn RegionFailover>) -> Self {
+        self.region = Some(region);
         self
     }
 
@@ -224,9 +257,50 @@ impl JobSupervisor {
     }
 
     fn cancel_all(&mut self) {
-        for s in &self.subtasks {
+        for s in self.subtasks.values() {
             s.do_send(CancelSubtask);
         }
+    }
+
+    /// Region failover: restarts the failed subtask's region; false when the
+    /// job must fail instead.
+    fn restart_region(&mut self, key: SubtaskKey, ctx: &mut Context<Self>) -> bool {
+        let Some(rf) = self.region.as_mut() else {
+            return false;
+        };
+        let region = rf.region_of(key.0, key.1);
+        if self.restarting.contains(&region) {
+            return true;
+        }
+        let Some(delay) = rf.on_failure() else {
+            return false;
+        };
+        let members = rf.members(region);
+        for m in &members {
+            if *m != key
+                && let Some(c) = self.subtasks.get(m)
+            {
+                c.do_send(CancelSubtask);
+            }
+            self.finished.remove(m);
+        }
+        self.restarting.insert(region);
+        tracing::info!(job = %self.name, region, subtasks = members.len(), "restarting a region");
+        // The cancelled subtasks release their files meanwhile.
+        let delay = delay.max(Duration::from_millis(20));
+        ctx.run_later(delay, move |actor, ctx| {
+            let Some(rf) = actor.region.as_mut() else {
+                return;
+            };
+            match rf.redeploy(region) {
+                Ok(handles) => {
+                    actor.subtasks.extend(handles);
+                    actor.restarting.remove(&region);
+                }
+                Err(e) => actor.fail(e, ctx),
+            }
+        });
+        true
     }
 
     fn fail(&mut self, error: Error, ctx: &mut Context<Self>) {
@@ -264,12 +338,15 @@ impl Handler<Supervise> for JobSupervisor {
 
     fn handle(&mut self, msg: Supervise, ctx: &mut Context<Self>) {
         self.expected = Some(msg.subtasks.len());
-        self.subtasks = msg.subtasks;
+        self.subtasks = msg.subtasks.into_iter().collect();
         self.arbiters = msg.arbiters;
         self.joined = msg.joined;
+        if msg.region.is_some() {
+            self.region = msg.region;
+        }
         if let Some(e) = self.pending_error.take() {
             self.fail(e, ctx);
-        } else if self.finished >= self.subtasks.len() {
+        } else if self.finished.len() >= self.subtasks.len() {
             self.complete(Ok(()), ctx);
         } else {
             tracing::info!(job = %self.name, subtasks = self.subtasks.len(), "job started");
@@ -286,8 +363,11 @@ impl Handler<SubtaskFinished> for JobSupervisor {
         if let Some(o) = &self.observer {
             o.do_send(msg);
         }
-        self.finished += 1;
-        if Some(self.finished) == self.expected && self.pending_error.is_none() {
+        self.finished.insert((msg.vertex, msg.subtask));
+        if Some(self.finished.len()) == self.expected
+            && self.pending_error.is_none()
+            && self.restarting.is_empty()
+        {
             self.complete(Ok(()), ctx);
         }
     }
@@ -307,6 +387,12 @@ impl Handler<SubtaskFailed> for JobSupervisor {
             );
             self.metrics
                 .record_failure(Some(msg.vertex), Some(msg.subtask), msg.error.to_string());
+            if msg.error != Error::Cancelled
+                && self.expected.is_some()
+                && self.restart_region((msg.vertex, msg.subtask), ctx)
+            {
+                return;
+            }
         }
         self.fail(msg.error, ctx);
     }

@@ -29,6 +29,7 @@ use floe_actors::metrics::{JobMetrics, QueueMetrics};
 use floe_actors::partitioner::{Pattern, connected};
 use floe_actors::snapshot::CheckpointLink;
 use floe_actors::subtask::{ChainBuilder, SubtaskSetup};
+use floe_actors::supervisor::SubtaskKey;
 use floe_actors::supervisor::{JobStatus, JobSupervisor, Supervise};
 use std::any::Any;
 use std::collections::HashMap;
@@ -209,6 +210,50 @@ impl Plan {
         }
     }
 
+    /// The pipelined regions: connected components of the execution graph
+    /// (subtasks linked by a channel), as a region per `(vertex, subtask)`
+    /// and the members of each region.
+    pub fn regions(&self) -> Regioning {
+        let mut ids: HashMap<(usize, usize), usize> = HashMap::new();
+        let mut keys = Vec::new();
+        for (v, &h) in self.heads.iter().enumerate() {
+            for j in 0..self.nodes[h].parallelism {
+                ids.insert((v, j), keys.len());
+                keys.push((v, j));
+            }
+        }
+        let mut parent: Vec<usize> = (0..keys.len()).collect();
+        fn find(p: &mut [usize], mut x: usize) -> usize {
+            while p[x] != x {
+                p[x] = p[p[x]];
+                x = p[x];
+            }
+            x
+        }
+        for &(c, k, i, d) in self.channels.keys() {
+            let down = self.vertex_of[c];
+            let up = self.vertex_of[self.nodes[c].inputs[k].from];
+            let (a, b) = (ids[&(up, i)], ids[&(down, d)]);
+            let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+            if ra != rb {
+                parent[ra] = rb;
+            }
+        }
+        let mut region_of = HashMap::new();
+        let mut index: HashMap<usize, usize> = HashMap::new();
+        let mut members: Vec<Vec<(usize, usize)>> = Vec::new();
+        for (n, key) in keys.iter().enumerate() {
+            let root = find(&mut parent, n);
+            let r = *index.entry(root).or_insert_with(|| {
+                members.push(Vec::new());
+                members.len() - 1
+            });
+            members[r].push(*key);
+            region_of.insert(*key, r);
+        }
+        (region_of, members)
+    }
+
     /// Chain names, for logs: "source -> map -> sum".
     fn vertex_name(&self, v: usize) -> String {
         let names: Vec<&str> = (0..self.nodes.len())
@@ -223,6 +268,10 @@ impl Plan {
 /// tells the coordinator.
 type SavepointRequest = Arc<dyn Fn(VertexId, SubtaskIndex) + Send + Sync>;
 
+/// Regions of an execution graph: the region of each `(vertex, subtask)`
+/// and the members of each region.
+pub(crate) type Regioning = (HashMap<(usize, usize), usize>, Vec<Vec<(usize, usize)>>);
+
 /// Key of the precomputed output targets of one subtask: (node, port, consumer, edge index).
 type TargetKey = (NodeId, Port, NodeId, usize);
 
@@ -233,6 +282,8 @@ pub(crate) struct Shared {
     pub stats: Arc<Mutex<CheckpointStats>>,
     /// Injected failures still to come; sources do not finish meanwhile.
     pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// Restart counts.
+    pub failover: Arc<Mutex<super::manager::FailoverStats>>,
 }
 
 /// One deployment of the job.
@@ -242,7 +293,8 @@ pub(crate) struct Attempt {
     pub done: futures::channel::oneshot::Receiver<
         floe_actors::Result<floe_actors::supervisor::JobOutcome>,
     >,
-    pub fail: Vec<actix::Recipient<floe_actors::messages::InjectFailure>>,
+    pub fail:
+        Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
     pub subtasks: usize,
     /// When the attempt's subtasks first processed records.
     pub activity: Arc<std::sync::OnceLock<std::time::Instant>>,
@@ -269,6 +321,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         metrics: Arc::new(JobMetrics::default()),
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
         hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
+        failover: Arc::default(),
     };
     let graph = plan.describe();
     let first = deploy_attempt(&plan, &config, &shared, config.restore_from.as_deref())?;
@@ -276,6 +329,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
     let control = Arc::new(super::job::JobControl::new(
         first.supervisor.clone(),
         first.coordinator.clone(),
+        shared.failover.clone(),
     ));
     let handle = JobHandle::new(
         control.clone(),
@@ -332,6 +386,7 @@ pub(crate) fn deploy_attempt(
         shared.stats.clone(),
     )?;
     let router = checkpoints.router.clone();
+    let store = checkpoints.store.clone();
     let coordinator_arbiter = Arbiter::new();
     let coordinator =
         CheckpointCoordinator::start_in_arbiter(&coordinator_arbiter.handle(), move |_| {
@@ -363,120 +418,52 @@ pub(crate) fn deploy_attempt(
         alignment_timeout: config.checkpoint.alignment_timeout,
     };
 
-    let mut spawned: Vec<Vec<Spawned>> = (0..plan.heads.len()).map(|_| Vec::new()).collect();
-    for v in (0..plan.heads.len()).rev() {
-        let head = plan.heads[v];
-        let p = plan.nodes[head].parallelism;
-        let name = plan.vertex_name(v);
-        for j in 0..p {
-            // Output targets of every network edge leaving this vertex.
-            let mut targets: HashMap<TargetKey, Box<dyn Any + Send>> = HashMap::new();
-            for x in (0..plan.nodes.len()).filter(|&x| plan.vertex_of[x] == v) {
-                for &(port, c, k) in &plan.consumers[x] {
-                    if plan.chained[c] {
-                        continue;
-                    }
-                    let w = plan.vertex_of[c];
-                    let edge = &plan.nodes[c].inputs[k];
-                    let down_p = plan.nodes[c].parallelism;
-                    let to: Vec<_> = connected(edge.partition.pattern, j, p, down_p)
-                        .into_iter()
-                        .map(|d| (&spawned[w][d].addr, plan.channels[&(c, k, j, d)]))
-                        .collect();
-                    let ops = match port {
-                        Port::Main => &plan.nodes[x].out_type,
-                        Port::Side(tag) => side_ops(&plan.nodes[x], tag),
-                    };
-                    targets.insert((x, port, c, k), ops.targets(&to));
-                }
-            }
-            let setup = SubtaskSetup {
-                vertex: VertexId(v as u32),
-                name: name.clone(),
-                index: SubtaskIndex(j as u32),
-                inputs: plan.inputs_per_subtask[v][j],
-                config: config.runtime.clone(),
-                on_finished: supervisor.clone().recipient(),
-                on_failed: supervisor.clone().recipient(),
-                queue_metrics: metrics.queues(
-                    VertexId(v as u32),
-                    &name,
-                    SubtaskIndex(j as u32),
-                    plan.inputs_per_subtask[v][j],
-                ),
-                checkpoint: Some(link.clone()),
-                input_rate: (0..plan.nodes.len())
-                    .filter(|&x| plan.vertex_of[x] == v)
-                    .filter_map(|x| plan.nodes[x].input_rate)
-                    .reduce(f64::min)
-                    .map(|r| r / p as f64),
-                restore: restore.as_ref().as_ref().and_then(|r| r.runtime(v, j)),
-                activity: Some(activity.clone()),
-            };
-            let build = {
-                let (plan, config, metrics) = (plan.clone(), config.clone(), metrics.clone());
-                let restore = restore.clone();
-                let savepoint_request = savepoint_request.clone();
-                let hold = shared.hold.clone();
-                let queue_metrics = setup.queue_metrics.clone();
-                Box::new(move |builder: &mut ChainBuilder| {
-                    let mut b = ChainBuild {
-                        plan: &plan,
-                        restore: restore.as_ref().as_ref(),
-                        savepoint_request,
-                        hold,
-                        config: &config,
-                        metrics: &metrics,
-                        queue_metrics,
-                        subtask: j,
-                        targets,
-                        builder,
-                    };
-                    b.head(head).map_err(to_runtime)
-                })
-            };
-            let slot = if config.runtime.spread_vertices {
-                v + j
-            } else {
-                j
-            };
-            let arbiter = arbiters[slot % arbiters.len()].handle();
-            let s = plan.nodes[head].in_type.spawn(&arbiter, setup, build);
-            spawned[v].push(s);
-        }
-    }
+    let spawner = Spawner {
+        plan: plan.clone(),
+        config: config.clone(),
+        metrics: metrics.clone(),
+        link,
+        supervisor: supervisor.clone(),
+        savepoint_request,
+        hold: shared.hold.clone(),
+        arbiters: arbiters.iter().map(|a| a.handle()).collect(),
+        activity: activity.clone(),
+    };
+    let spawned = spawner.spawn(None, &restore);
     let cancels = spawned
         .iter()
-        .flat_map(|v| v.iter().map(|s| s.cancel.clone()))
+        .map(|(&(v, j), s)| {
+            (
+                (VertexId(v as u32), SubtaskIndex(j as u32)),
+                s.cancel.clone(),
+            )
+        })
         .collect();
-    let fail = spawned
+    let fail: HashMap<SubtaskKey, _> = spawned
         .iter()
-        .flat_map(|v| v.iter().map(|s| s.fail.clone()))
+        .map(|(&(v, j), s)| ((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone()))
         .collect();
-    let mut tasks = Vec::new();
-    for (v, subtasks) in spawned.iter().enumerate() {
-        let head = plan.heads[v];
-        for (j, s) in subtasks.iter().enumerate() {
-            tasks.push(TaskInfo {
-                vertex: VertexId(v as u32),
-                subtask: SubtaskIndex(j as u32),
-                is_source: matches!(plan.nodes[head].kind, NodeKind::Source(_)),
-                head_uid: node_uid(head, &plan.nodes[head]),
-                parallelism: plan.nodes[head].parallelism as u32,
-                trigger: s.trigger.clone(),
-                notify: s.notify.clone(),
-            });
-        }
-    }
+    let fail = Arc::new(Mutex::new(fail));
+    let tasks = spawner.tasks(&spawned);
     let subtasks = tasks.len();
     coordinator.do_send(RegisterTasks {
         tasks,
         supervisor: supervisor.clone().recipient(),
     });
+    let region = (config.failover == crate::failover::FailoverStrategy::Region).then(|| {
+        Box::new(Regions::new(
+            spawner,
+            store,
+            coordinator.clone(),
+            fail.clone(),
+            shared,
+        )) as Box<dyn floe_actors::supervisor::RegionFailover>
+    });
     supervisor.do_send(Supervise {
         subtasks: cancels,
         arbiters,
         joined: Some(coordinator_arbiter),
+        region,
     });
     Ok(Attempt {
         supervisor,
@@ -486,6 +473,306 @@ pub(crate) fn deploy_attempt(
         subtasks,
         activity,
     })
+}
+
+/// Everything needed to spawn subtasks of one attempt (all of them, or a
+/// region's again).
+#[derive(Clone)]
+struct Spawner {
+    plan: Arc<Plan>,
+    config: Arc<Config>,
+    metrics: Arc<JobMetrics>,
+    link: CheckpointLink,
+    supervisor: actix::Addr<JobSupervisor>,
+    savepoint_request: Option<SavepointRequest>,
+    hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+    arbiters: Vec<actix::ArbiterHandle>,
+    activity: Arc<std::sync::OnceLock<std::time::Instant>>,
+}
+
+impl Spawner {
+    /// Spawns the subtasks in `only` (every subtask when `None`), downstream
+    /// first; a subset must be closed under the graph's edges (a region).
+    fn spawn(
+        &self,
+        only: Option<&std::collections::HashSet<(usize, usize)>>,
+        restore: &Arc<Option<RestorePlan>>,
+    ) -> HashMap<(usize, usize), Spawned> {
+        let plan = &self.plan;
+        let config = &self.config;
+        let mut spawned: HashMap<(usize, usize), Spawned> = HashMap::new();
+        for v in (0..plan.heads.len()).rev() {
+            let head = plan.heads[v];
+            let p = plan.nodes[head].parallelism;
+            let name = plan.vertex_name(v);
+            for j in 0..p {
+                if only.is_some_and(|o| !o.contains(&(v, j))) {
+                    continue;
+                }
+                // Output targets of every network edge leaving this vertex.
+                let mut targets: HashMap<TargetKey, Box<dyn Any + Send>> = HashMap::new();
+                for x in (0..plan.nodes.len()).filter(|&x| plan.vertex_of[x] == v) {
+                    for &(port, c, k) in &plan.consumers[x] {
+                        if plan.chained[c] {
+                            continue;
+                        }
+                        let w = plan.vertex_of[c];
+                        let edge = &plan.nodes[c].inputs[k];
+                        let down_p = plan.nodes[c].parallelism;
+                        let to: Vec<_> = connected(edge.partition.pattern, j, p, down_p)
+                            .into_iter()
+                            .map(|d| (&spawned[&(w, d)].addr, plan.channels[&(c, k, j, d)]))
+                            .collect();
+                        let ops = match port {
+                            Port::Main => &plan.nodes[x].out_type,
+                            Port::Side(tag) => side_ops(&plan.nodes[x], tag),
+                        };
+                        targets.insert((x, port, c, k), ops.targets(&to));
+                    }
+                }
+                let setup = SubtaskSetup {
+                    vertex: VertexId(v as u32),
+                    name: name.clone(),
+                    index: SubtaskIndex(j as u32),
+                    inputs: plan.inputs_per_subtask[v][j],
+                    config: config.runtime.clone(),
+                    on_finished: self.supervisor.clone().recipient(),
+                    on_failed: self.supervisor.clone().recipient(),
+                    queue_metrics: self.metrics.queues(
+                        VertexId(v as u32),
+                        &name,
+                        SubtaskIndex(j as u32),
+                        plan.inputs_per_subtask[v][j],
+                    ),
+                    checkpoint: Some(self.link.clone()),
+                    input_rate: (0..plan.nodes.len())
+                        .filter(|&x| plan.vertex_of[x] == v)
+                        .filter_map(|x| plan.nodes[x].input_rate)
+                        .reduce(f64::min)
+                        .map(|r| r / p as f64),
+                    restore: restore.as_ref().as_ref().and_then(|r| r.runtime(v, j)),
+                    activity: Some(self.activity.clone()),
+                };
+                let partial = only.is_some();
+                let build = {
+                    let (plan, config, metrics) =
+                        (plan.clone(), config.clone(), self.metrics.clone());
+                    let restore = restore.clone();
+                    let savepoint_request = self.savepoint_request.clone();
+                    let hold = self.hold.clone();
+                    let queue_metrics = setup.queue_metrics.clone();
+                    Box::new(move |builder: &mut ChainBuilder| {
+                        let mut b = ChainBuild {
+                            plan: &plan,
+                            restore: restore.as_ref().as_ref(),
+                            partial,
+                            savepoint_request,
+                            hold,
+                            config: &config,
+                            metrics: &metrics,
+                            queue_metrics,
+                            subtask: j,
+                            targets,
+                            builder,
+                        };
+                        b.head(head).map_err(to_runtime)
+                    })
+                };
+                let slot = if config.runtime.spread_vertices {
+                    v + j
+                } else {
+                    j
+                };
+                let arbiter = &self.arbiters[slot % self.arbiters.len()];
+                let s = plan.nodes[head].in_type.spawn(arbiter, setup, build);
+                spawned.insert((v, j), s);
+            }
+        }
+        spawned
+    }
+
+    /// The coordinator's view of spawned subtasks.
+    fn tasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<TaskInfo> {
+        let plan = &self.plan;
+        let mut keys: Vec<&(usize, usize)> = spawned.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .map(|&(v, j)| {
+                let head = plan.heads[v];
+                let s = &spawned[&(v, j)];
+                TaskInfo {
+                    vertex: VertexId(v as u32),
+                    subtask: SubtaskIndex(j as u32),
+                    is_source: matches!(plan.nodes[head].kind, NodeKind::Source(_)),
+                    head_uid: node_uid(head, &plan.nodes[head]),
+                    parallelism: plan.nodes[head].parallelism as u32,
+                    trigger: s.trigger.clone(),
+                    notify: s.notify.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Region failover of one attempt: the pipelined regions (connected
+/// components of the execution graph) and how to redeploy one of them from
+/// the latest completed checkpoint while the others run on.
+struct Regions {
+    spawner: Spawner,
+    store: Option<Arc<CheckpointStore>>,
+    coordinator: actix::Addr<CheckpointCoordinator>,
+    fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
+    tracker: crate::failover::RestartTracker,
+    failover: Arc<Mutex<super::manager::FailoverStats>>,
+    stats: Arc<Mutex<CheckpointStats>>,
+    region_of: HashMap<(usize, usize), usize>,
+    members: Vec<Vec<(usize, usize)>>,
+}
+
+impl Regions {
+    fn new(
+        spawner: Spawner,
+        store: Option<Arc<CheckpointStore>>,
+        coordinator: actix::Addr<CheckpointCoordinator>,
+        fail: Arc<
+            Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>,
+        >,
+        shared: &Shared,
+    ) -> Self {
+        let (region_of, members) = spawner.plan.regions();
+        let tracker = crate::failover::RestartTracker::new(
+            spawner.config.restart_strategy(),
+            spawner.config.seed,
+        );
+        Regions {
+            spawner,
+            store,
+            coordinator,
+            fail,
+            tracker,
+            failover: shared.failover.clone(),
+            stats: shared.stats.clone(),
+            region_of,
+            members,
+        }
+    }
+}
+
+impl floe_actors::supervisor::RegionFailover for Regions {
+    fn region_of(&self, vertex: VertexId, subtask: SubtaskIndex) -> usize {
+        self.region_of
+            .get(&(vertex.0 as usize, subtask.0 as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn members(&self, region: usize) -> Vec<SubtaskKey> {
+        self.members
+            .get(region)
+            .map(|m| {
+                m.iter()
+                    .map(|&(v, j)| (VertexId(v as u32), SubtaskIndex(j as u32)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn on_failure(&mut self) -> Option<std::time::Duration> {
+        self.tracker.on_failure(std::time::Instant::now())
+    }
+
+    fn redeploy(
+        &mut self,
+        region: usize,
+    ) -> floe_actors::Result<
+        Vec<(
+            SubtaskKey,
+            actix::Recipient<floe_actors::messages::CancelSubtask>,
+        )>,
+    > {
+        let members: std::collections::HashSet<(usize, usize)> = self
+            .members
+            .get(region)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let completed = self.stats.lock().ok().and_then(|s| s.last_completed);
+        let plan = &self.spawner.plan;
+        let restore = match (completed, &self.store) {
+            (Some(_), Some(store)) => {
+                let loaded =
+                    crate::checkpoint::load_latest(store).map_err(|e| to_runtime(e.into()))?;
+                Some(
+                    RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
+                        .map_err(to_runtime)?,
+                )
+            }
+            _ => match &self.spawner.config.restore_from {
+                Some(path) => {
+                    let loaded =
+                        crate::checkpoint::load_snapshot(path).map_err(|e| to_runtime(e.into()))?;
+                    Some(
+                        RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
+                            .map_err(to_runtime)?,
+                    )
+                }
+                None => None,
+            },
+        };
+        let restored_id = restore.as_ref().map(|r| r.checkpoint_id).unwrap_or(0);
+        tracing::info!(
+            region,
+            checkpoint = restored_id,
+            subtasks = members.len(),
+            "redeploying a region"
+        );
+        // Recovery: from the failure to the region's subtasks processing
+        // records again.
+        let failed_at = self.spawner.metrics.last_failure_at();
+        let mut spawner = self.spawner.clone();
+        spawner.activity = Arc::default();
+        let activity = spawner.activity.clone();
+        let failover = self.failover.clone();
+        actix::spawn(async move {
+            let Some(failed_at) = failed_at else {
+                return;
+            };
+            for _ in 0..60_000 {
+                if let Some(t) = activity.get() {
+                    let ms = t.saturating_duration_since(failed_at).as_millis() as u64;
+                    if let Ok(mut f) = failover.lock() {
+                        f.max_recovery_ms = f.max_recovery_ms.max(ms);
+                    }
+                    return;
+                }
+                actix_rt::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        });
+        let spawned = spawner.spawn(Some(&members), &Arc::new(restore));
+        let tasks = self.spawner.tasks(&spawned);
+        self.coordinator
+            .do_send(crate::checkpoint::coordinator::ReplaceTasks { tasks });
+        if let Ok(mut f) = self.fail.lock() {
+            for (&(v, j), s) in &spawned {
+                f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());
+            }
+        }
+        if let Ok(mut f) = self.failover.lock() {
+            f.restarts += 1;
+            f.restarted_subtasks += members.len() as u64;
+            f.restored_checkpoints.push(restored_id);
+        }
+        Ok(spawned
+            .iter()
+            .map(|(&(v, j), s)| {
+                (
+                    (VertexId(v as u32), SubtaskIndex(j as u32)),
+                    s.cancel.clone(),
+                )
+            })
+            .collect())
+    }
 }
 
 /// The coordinator's settings: the store (the configured directory, or a
@@ -556,6 +843,8 @@ fn side_ops(node: &Node, tag: u64) -> &Arc<dyn super::graph::TypeOps> {
 struct ChainBuild<'a> {
     plan: &'a Plan,
     restore: Option<&'a RestorePlan>,
+    /// Only some subtasks restore (region failover).
+    partial: bool,
     savepoint_request: Option<SavepointRequest>,
     hold: Option<Arc<std::sync::atomic::AtomicU32>>,
     config: &'a Arc<Config>,
@@ -571,6 +860,9 @@ impl ChainBuild<'_> {
         let node = &self.plan.nodes[id];
         let mut ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
         ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
+        if let Some(r) = ctx.restored.as_mut() {
+            r.partial = self.partial;
+        }
         ctx.hold = self.hold.clone();
         if let (Some(n), Some(request)) = (
             self.config.checkpoint.savepoint_at_records,

@@ -33,15 +33,19 @@ pub struct JobHandle {
 pub(crate) struct JobControl {
     current: Mutex<(Addr<JobSupervisor>, Addr<CheckpointCoordinator>)>,
     cancelled: std::sync::atomic::AtomicBool,
-    failover: Mutex<super::manager::FailoverStats>,
+    failover: Arc<Mutex<super::manager::FailoverStats>>,
 }
 
 impl JobControl {
-    pub fn new(supervisor: Addr<JobSupervisor>, coordinator: Addr<CheckpointCoordinator>) -> Self {
+    pub fn new(
+        supervisor: Addr<JobSupervisor>,
+        coordinator: Addr<CheckpointCoordinator>,
+        failover: Arc<Mutex<super::manager::FailoverStats>>,
+    ) -> Self {
         JobControl {
             current: Mutex::new((supervisor, coordinator)),
             cancelled: Default::default(),
-            failover: Default::default(),
+            failover,
         }
     }
 

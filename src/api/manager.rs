@@ -70,8 +70,9 @@ impl Manager {
                 && hold.load(Ordering::Acquire) > 0
             {
                 rng = crate::text::mix64(rng);
-                actix::spawn(inject_after_checkpoint(
+                actix::spawn(inject_failures(
                     self.shared.stats.clone(),
+                    self.shared.failover.clone(),
                     attempt.fail.clone(),
                     hold.clone(),
                     ended.clone(),
@@ -102,6 +103,10 @@ impl Manager {
                 Err(e) => e,
             };
             let now = Instant::now();
+            if self.config.failover == crate::failover::FailoverStrategy::Region {
+                // Regions restarted in place until the strategy ran out.
+                break Err(error);
+            }
             let Some(delay) = tracker.on_failure(now) else {
                 tracing::info!(error = %error, "restart strategy exhausted; the job fails");
                 break Err(error);
@@ -158,34 +163,69 @@ impl Manager {
     }
 }
 
-/// Kills one subtask of the attempt once a checkpoint newer than the ones
-/// at its start completed (plus a seeded jitter of up to half an interval).
-async fn inject_after_checkpoint(
+/// Kills subtasks of the attempt, one after each checkpoint completed since
+/// the previous kill (plus a seeded jitter of up to half an interval), while
+/// kills remain and the attempt runs. A restart-all ends the attempt after
+/// its first kill; a region restart keeps it, with the region's new
+/// subtasks among the targets.
+async fn inject_failures(
     stats: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
-    targets: Vec<actix::Recipient<InjectFailure>>,
+    failover: Arc<Mutex<FailoverStats>>,
+    targets: Arc<
+        Mutex<
+            std::collections::HashMap<
+                floe_actors::supervisor::SubtaskKey,
+                actix::Recipient<InjectFailure>,
+            >,
+        >,
+    >,
     remaining: Arc<std::sync::atomic::AtomicU32>,
     ended: Arc<AtomicBool>,
-    seed: u64,
+    mut seed: u64,
     interval: Duration,
 ) {
     let completed = || stats.lock().map(|s| s.completed).unwrap_or(0);
-    let base = completed();
-    while completed() <= base {
+    while remaining.load(Ordering::Acquire) > 0 {
+        let base = completed();
+        while completed() <= base {
+            if ended.load(Ordering::Acquire) {
+                return;
+            }
+            actix_rt::time::sleep(Duration::from_millis(1)).await;
+        }
+        seed = crate::text::mix64(seed);
+        let jitter_ms = seed % (interval.as_millis() as u64 / 2).max(1);
+        actix_rt::time::sleep(Duration::from_millis(jitter_ms)).await;
         if ended.load(Ordering::Acquire) {
             return;
         }
-        actix_rt::time::sleep(Duration::from_millis(1)).await;
-    }
-    let jitter_ms = seed % (interval.as_millis() as u64 / 2).max(1);
-    actix_rt::time::sleep(Duration::from_millis(jitter_ms)).await;
-    if ended.load(Ordering::Acquire) || targets.is_empty() {
-        return;
-    }
-    let target = &targets[(crate::text::mix64(seed) % targets.len() as u64) as usize];
-    let left = remaining
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
-        .unwrap_or(0);
-    if left > 0 {
-        target.do_send(InjectFailure);
+        let target = {
+            let Ok(t) = targets.lock() else {
+                return;
+            };
+            let mut keys: Vec<_> = t.keys().copied().collect();
+            if keys.is_empty() {
+                return;
+            }
+            keys.sort();
+            let key = keys[(crate::text::mix64(seed) % keys.len() as u64) as usize];
+            t[&key].clone()
+        };
+        let took = remaining
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
+            .is_ok();
+        if took {
+            let restarts = || failover.lock().map(|f| f.restarts).unwrap_or(0);
+            let before = restarts();
+            target.do_send(InjectFailure);
+            // The next kill waits for this one's restart (and then for a
+            // checkpoint of the restarted job).
+            while restarts() == before {
+                if ended.load(Ordering::Acquire) {
+                    return;
+                }
+                actix_rt::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
     }
 }

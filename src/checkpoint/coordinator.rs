@@ -749,6 +749,37 @@ impl CheckpointCoordinator {
     }
 }
 
+/// A region was redeployed: its subtasks replace their predecessors.
+/// Pending checkpoints waited for the failed ones: they are aborted (without
+/// counting as failures) and checkpoints go on with the new subtasks.
+pub(crate) struct ReplaceTasks {
+    pub tasks: Vec<TaskInfo>,
+}
+
+impl Message for ReplaceTasks {
+    type Result = ();
+}
+
+impl Handler<ReplaceTasks> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReplaceTasks, ctx: &mut Context<Self>) {
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            self.abort_with(id, "a region restarted".into(), false, ctx);
+        }
+        for t in msg.tasks {
+            let key = (t.vertex, t.subtask);
+            self.finished.remove(&key);
+            self.holding.remove(&key);
+            match self.tasks.iter_mut().find(|x| (x.vertex, x.subtask) == key) {
+                Some(x) => *x = t,
+                None => self.tasks.push(t),
+            }
+        }
+    }
+}
+
 /// Asks for a savepoint in `dir`; the reply is its path.
 pub(crate) struct TriggerSavepoint {
     pub dir: PathBuf,

@@ -126,6 +126,7 @@ impl RestorePlan {
                     keyed: keyed.range(range).map(|(_, g)| g.clone()).collect(),
                     split_list: split.iter().skip(j).step_by(p).cloned().collect(),
                     union_list: union.clone(),
+                    partial: false,
                 };
                 operators.insert((id, j), restored);
             }

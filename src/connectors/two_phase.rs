@@ -198,6 +198,16 @@ where
             })
             .collect::<Result<_>>()?;
         self.sink.on_restore(&self.ctx)?;
+        if state.partial {
+            // Region failover: the rest of the job runs on, so nothing is
+            // rolled back; the checkpoint's pre-committed transactions are
+            // committed (idempotently: owners may have done so already).
+            entries.sort_by_key(|(checkpoint, _)| *checkpoint);
+            for (_, txn) in entries {
+                self.sink.commit(txn)?;
+            }
+            return Ok(());
+        }
         if self.ctx.subtask.0 != 0 {
             // Subtask 0 commits them; doing it here too would commit the same
             // transactions twice, concurrently.

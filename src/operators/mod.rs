@@ -130,6 +130,9 @@ pub struct RestoredState {
     pub split_list: Vec<Vec<u8>>,
     /// The union list state of every former subtask.
     pub union_list: Vec<Vec<u8>>,
+    /// Only some subtasks of the job restore (region failover) while the
+    /// others keep running: each restored subtask recovers for itself.
+    pub partial: bool,
 }
 
 impl RestoredState {
