@@ -284,6 +284,8 @@ pub(crate) struct Shared {
     pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
     /// Restart counts.
     pub failover: Arc<Mutex<super::manager::FailoverStats>>,
+    /// Per configured fault: whether it fired (once per job).
+    pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
 }
 
 /// One deployment of the job.
@@ -322,6 +324,16 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
         hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
         failover: Arc::default(),
+        fault_fired: (!config.fault_injection.faults.is_empty()).then(|| {
+            Arc::new(
+                config
+                    .fault_injection
+                    .faults
+                    .iter()
+                    .map(|_| std::sync::atomic::AtomicBool::new(false))
+                    .collect(),
+            )
+        }),
     };
     let graph = plan.describe();
     let first = deploy_attempt(&plan, &config, &shared, config.restore_from.as_deref())?;
@@ -426,6 +438,7 @@ pub(crate) fn deploy_attempt(
         supervisor: supervisor.clone(),
         savepoint_request,
         hold: shared.hold.clone(),
+        fault_fired: shared.fault_fired.clone(),
         arbiters: arbiters.iter().map(|a| a.handle()).collect(),
         activity: activity.clone(),
     };
@@ -486,6 +499,7 @@ struct Spawner {
     supervisor: actix::Addr<JobSupervisor>,
     savepoint_request: Option<SavepointRequest>,
     hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+    fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     arbiters: Vec<actix::ArbiterHandle>,
     activity: Arc<std::sync::OnceLock<std::time::Instant>>,
 }
@@ -560,12 +574,14 @@ impl Spawner {
                     let restore = restore.clone();
                     let savepoint_request = self.savepoint_request.clone();
                     let hold = self.hold.clone();
+                    let fault_fired = self.fault_fired.clone();
                     let queue_metrics = setup.queue_metrics.clone();
                     Box::new(move |builder: &mut ChainBuilder| {
                         let mut b = ChainBuild {
                             plan: &plan,
                             restore: restore.as_ref().as_ref(),
                             partial,
+                            fault_fired,
                             savepoint_request,
                             hold,
                             config: &config,
@@ -845,6 +861,7 @@ struct ChainBuild<'a> {
     restore: Option<&'a RestorePlan>,
     /// Only some subtasks restore (region failover).
     partial: bool,
+    fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     savepoint_request: Option<SavepointRequest>,
     hold: Option<Arc<std::sync::atomic::AtomicU32>>,
     config: &'a Arc<Config>,
@@ -864,6 +881,7 @@ impl ChainBuild<'_> {
             r.partial = self.partial;
         }
         ctx.hold = self.hold.clone();
+        ctx.fault_fired = self.fault_fired.clone();
         if let (Some(n), Some(request)) = (
             self.config.checkpoint.savepoint_at_records,
             self.savepoint_request.as_ref(),

@@ -72,6 +72,8 @@ pub(crate) struct NodeCtx {
     /// Sources: injected failures still to come; a source does not finish
     /// while any are.
     pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// Per configured fault: whether it fired already.
+    pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     pub subtask: SubtaskIndex,
     pub parallelism: usize,
     pub config: Arc<Config>,
@@ -94,7 +96,28 @@ impl NodeCtx {
             metrics: self
                 .metrics
                 .operator(self.operator, &self.name, self.subtask),
+            faults: self.faults(),
         }
+    }
+
+    /// The injected faults of this operator's subtask, with their shared
+    /// "fired" flags (each fires once per job, whatever the restarts).
+    fn faults(&self) -> Vec<crate::operators::node::FaultTrigger> {
+        let Some(fired) = &self.fault_fired else {
+            return Vec::new();
+        };
+        self.config
+            .fault_injection
+            .faults
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.operator == self.name && f.subtask == self.subtask.0 as usize)
+            .map(|(i, f)| crate::operators::node::FaultTrigger {
+                at: f.at,
+                index: i,
+                fired: fired.clone(),
+            })
+            .collect()
     }
 
     pub fn source_context(&self) -> SourceContext {
@@ -393,6 +416,7 @@ pub(crate) fn node_ctx(
         restored: None,
         savepoint_pause: None,
         hold: None,
+        fault_fired: None,
         subtask: SubtaskIndex(subtask as u32),
         parallelism: node.parallelism,
         config: config.clone(),

@@ -167,6 +167,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         barrier: floe_actors::element::Barrier,
         out: &mut floe_actors::snapshot::ChainSnapshot,
     ) -> floe_actors::Result<()> {
+        self.info.injected_fault(0, Some(barrier.checkpoint_id.0))?;
         if barrier.kind == floe_actors::element::BarrierKind::Savepoint {
             // The savepoint the source waited for has its cut: go on.
             self.pause = None;
@@ -229,6 +230,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         if !batch.is_empty() {
             self.info.metrics.add_out(batch.len());
             self.next.process(batch)?;
+            if !self.info.faults.is_empty() {
+                let emitted = self
+                    .info
+                    .metrics
+                    .records_out
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                self.info.injected_fault(emitted, None)?;
+            }
         }
         // Periodic watermarks and idleness advance even when nothing came.
         self.next.processing_time(floe_actors::element::now_ms())?;

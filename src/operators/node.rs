@@ -120,6 +120,48 @@ pub struct NodeInfo {
     pub subtask: SubtaskIndex,
     /// Record counters.
     pub metrics: Arc<OperatorMetrics>,
+    /// Failures to inject into this subtask.
+    pub faults: Vec<FaultTrigger>,
+}
+
+/// A configured fault of one operator subtask.
+#[derive(Clone, Debug)]
+pub struct FaultTrigger {
+    /// When it fires.
+    pub at: crate::failover::FaultPoint,
+    /// Its index in the configured faults.
+    pub index: usize,
+    /// Fired flags of every configured fault, shared by all attempts.
+    pub fired: Arc<Vec<std::sync::atomic::AtomicBool>>,
+}
+
+impl NodeInfo {
+    /// An injected failure due now: after `records` records in total, or at
+    /// checkpoint `checkpoint`; each fault fires once per job.
+    pub fn injected_fault(&self, records: u64, checkpoint: Option<u64>) -> floe_actors::Result<()> {
+        use crate::failover::FaultPoint;
+        for f in &self.faults {
+            let due = match f.at {
+                FaultPoint::Records(n) => checkpoint.is_none() && records >= n,
+                FaultPoint::Checkpoint(id) => checkpoint == Some(id),
+            };
+            if due
+                && let Some(flag) = f.fired.get(f.index)
+                && !flag.swap(true, std::sync::atomic::Ordering::AcqRel)
+            {
+                let at = match f.at {
+                    FaultPoint::Records(n) => format!("after {n} records"),
+                    FaultPoint::Checkpoint(id) => format!("during checkpoint {id}"),
+                };
+                return Err(floe_actors::Error::operator(
+                    self.name.clone(),
+                    self.subtask,
+                    format!("injected failure {at}"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl NodeInfo {
@@ -236,6 +278,14 @@ where
         // Counted once processed, so a reader that sees the count knows the
         // records went through.
         self.info.metrics.add_in(n);
+        if !self.info.faults.is_empty() {
+            let total = self
+                .info
+                .metrics
+                .records_in
+                .load(std::sync::atomic::Ordering::Relaxed);
+            self.info.injected_fault(total, None)?;
+        }
         Ok(())
     }
 
@@ -287,6 +337,9 @@ where
         unaligned: bool,
         out: &mut ChainSnapshot,
     ) -> floe_actors::Result<()> {
+        if !self.info.faults.is_empty() {
+            self.info.injected_fault(0, Some(barrier.checkpoint_id.0))?;
+        }
         let ctx = SnapshotContext {
             checkpoint: barrier.checkpoint_id.0,
             savepoint: barrier.kind == BarrierKind::Savepoint,
