@@ -726,6 +726,24 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
                 if b.kind == BarrierKind::Unaligned {
                     // Without a codec for this input the barrier keeps its place.
                     b.kind = BarrierKind::Aligned;
+                } else if b.kind == BarrierKind::Aligned
+                    && self.codec.is_some()
+                    && let Some(timeout) = cp.link.alignment_timeout
+                {
+                    let left = remaining(timeout, *b);
+                    if left.is_zero() {
+                        // Its checkpoint is older than the alignment timeout:
+                        // it continues unaligned at once.
+                        b.kind = BarrierKind::Unaligned;
+                        let b = *b;
+                        self.guard(ctx, |a, ctx| a.on_barrier(c, b, ctx));
+                        self.schedule(ctx);
+                        return;
+                    }
+                    let id = b.checkpoint_id;
+                    ctx.run_later(left, move |actor, ctx| {
+                        actor.guard(ctx, |a, ctx| a.expire_queued_barrier(c, id, ctx))
+                    });
                 }
             } else if let Err(e) = self.record_arrival(c, &element) {
                 self.fail(e, ctx);
@@ -849,6 +867,19 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     /// A barrier reached the barrier logic: on arrival (unaligned, or on a
     /// recording channel) or when dequeued (aligned, at-least-once).
     fn on_barrier(&mut self, c: usize, barrier: Barrier, ctx: &mut Context<Self>) -> Result<()> {
+        self.on_barrier_with(c, barrier, None, ctx)
+    }
+
+    /// `ahead`: for a barrier taken out of the middle of channel `c`'s
+    /// queue, how many queued elements precede it (otherwise all of them
+    /// do: the barrier was handled on arrival).
+    fn on_barrier_with(
+        &mut self,
+        c: usize,
+        barrier: Barrier,
+        ahead: Option<usize>,
+        ctx: &mut Context<Self>,
+    ) -> Result<()> {
         let Some(cp) = self.checkpointing.as_mut() else {
             return Ok(());
         };
@@ -864,15 +895,17 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 && self.codec.is_some()
                 && let Some(timeout) = cp.link.alignment_timeout
             {
-                ctx.run_later(timeout, move |actor, ctx| {
+                // Counted from the checkpoint's start, as Flink does.
+                ctx.run_later(remaining(timeout, barrier), move |actor, ctx| {
                     actor.guard(ctx, |a, ctx| a.on_alignment_timeout(id, ctx))
                 });
             }
         }
         // Unaligned snapshots record what precedes the barrier on its channel
-        // (all of that queue: the barrier was handled on arrival) and on
-        // every channel still awaiting it.
+        // and, on every channel still awaiting it, what is queued ahead of
+        // its barrier n (a barrier n already queued there overtakes too).
         let mut input_state = Vec::new();
+        let mut overtaking = Vec::new();
         if actions.iter().any(|a| {
             matches!(
                 a,
@@ -882,14 +915,64 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 }
             )
         }) {
-            let cp = self.checkpointing.as_ref().expect("checked above");
-            for ch in 0..self.inputs.len() {
-                if ch == c || cp.barriers.is_recording(ch) {
-                    input_state.extend(self.encode_queue(ch, None)?);
+            let recording: Vec<usize> = {
+                let cp = self.checkpointing.as_ref().expect("checked above");
+                (0..self.inputs.len())
+                    .filter(|&ch| ch != c && cp.barriers.is_recording(ch))
+                    .collect()
+            };
+            let mut own = self.encode_queue(c, None)?;
+            if let Some(n) = ahead {
+                own.truncate(n);
+            }
+            input_state.extend(own);
+            for ch in recording {
+                input_state.extend(self.encode_queue(ch, Some(id))?);
+                let queue = &mut self.inputs[ch].queue;
+                if let Some(pos) = queue
+                    .iter()
+                    .position(|e| matches!(e, StreamElement::Barrier(b) if b.checkpoint_id == id))
+                    && let Some(StreamElement::Barrier(b)) = queue.remove(pos)
+                {
+                    overtaking.push((ch, b));
                 }
             }
         }
-        self.apply_with(actions, input_state, ctx)
+        self.apply_with(actions, input_state, ctx)?;
+        for (ch, b) in overtaking {
+            self.on_barrier(ch, b, ctx)?;
+        }
+        Ok(())
+    }
+
+    /// An aligned barrier still queued on channel `c` when its checkpoint's
+    /// alignment timeout expired: it overtakes the data ahead of it.
+    fn expire_queued_barrier(
+        &mut self,
+        c: usize,
+        id: CheckpointId,
+        ctx: &mut Context<Self>,
+    ) -> Result<()> {
+        let Some(cp) = self.checkpointing.as_ref() else {
+            return Ok(());
+        };
+        if cp.barriers.pending() == Some(id) {
+            // Alignment started elsewhere: its own timeout handles it.
+            return self.on_alignment_timeout(id, ctx);
+        }
+        let queue = &mut self.inputs[c].queue;
+        let Some(pos) = queue
+            .iter()
+            .position(|e| matches!(e, StreamElement::Barrier(b) if b.checkpoint_id == id))
+        else {
+            return Ok(());
+        };
+        let Some(StreamElement::Barrier(mut b)) = queue.remove(pos) else {
+            return Ok(());
+        };
+        b.kind = BarrierKind::Unaligned;
+        tracing::debug!(checkpoint = %id, subtask = %self.setup.index, "alignment timed out in the queue; the barrier overtakes");
+        self.on_barrier_with(c, b, Some(pos), ctx)
     }
 
     /// An aligned checkpoint waited too long: it becomes unaligned.
@@ -1138,6 +1221,15 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             }
         }
     }
+}
+
+/// What is left of an alignment timeout counted from the barrier's
+/// checkpoint start.
+fn remaining(timeout: std::time::Duration, barrier: Barrier) -> std::time::Duration {
+    let elapsed = crate::element::now_ms()
+        .saturating_sub(barrier.timestamp)
+        .max(0) as u64;
+    timeout.saturating_sub(std::time::Duration::from_millis(elapsed))
 }
 
 /// Serializes a capture and writes its blobs (runs on a blocking thread).
