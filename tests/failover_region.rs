@@ -55,7 +55,13 @@ fn pipelines(parallelism: usize, seed: u64, failover: &str, output: &Path) -> St
         .arg(parallelism.to_string())
         .args(["--seed", &seed.to_string()])
         .args(["--checkpoint-interval", "30", "--inject-failures", "5"])
-        .args(["--restart", "fixed:10,0", "--failover", failover, "--output"])
+        .args([
+            "--restart",
+            "fixed:10,0",
+            "--failover",
+            failover,
+            "--output",
+        ])
         .arg(output)
         .output()
         .unwrap();
