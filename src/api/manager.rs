@@ -90,6 +90,14 @@ impl Manager {
                 )),
             };
             ended.store(true, Ordering::Release);
+            if let (Err(e), Some(hold)) = (&outcome, &self.shared.hold)
+                && e.to_string().contains("injected failure")
+            {
+                // A kill of restart-all took effect; the sources stay held
+                // until the last one has.
+                let _ =
+                    hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+            }
             if let (Some(f), Some(active)) = (failed_at, attempt.activity.get()) {
                 let ms = active.saturating_duration_since(f).as_millis() as u64;
                 self.control
@@ -211,21 +219,20 @@ async fn inject_failures(
             let key = keys[(crate::text::mix64(seed) % keys.len() as u64) as usize];
             t[&key].clone()
         };
-        let took = remaining
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
-            .is_ok();
-        if took {
-            let restarts = || failover.lock().map(|f| f.restarts).unwrap_or(0);
-            let before = restarts();
-            target.do_send(InjectFailure);
-            // The next kill waits for this one's restart (and then for a
-            // checkpoint of the restarted job).
-            while restarts() == before {
-                if ended.load(Ordering::Acquire) {
-                    return;
-                }
-                actix_rt::time::sleep(Duration::from_millis(1)).await;
-            }
+        let restarts = || failover.lock().map(|f| f.restarts).unwrap_or(0);
+        let before = restarts();
+        target.do_send(InjectFailure);
+        // The kill counts once it took effect: the region restarted, or the
+        // attempt ended (restart-all). Until then the sources stay held, so
+        // the job cannot reach its end under the kill.
+        while restarts() == before && !ended.load(Ordering::Acquire) {
+            actix_rt::time::sleep(Duration::from_millis(1)).await;
         }
+        if ended.load(Ordering::Acquire) {
+            // Restart-all: the manager counts the kill when the attempt
+            // failed with it.
+            return;
+        }
+        let _ = remaining.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
     }
 }
