@@ -241,12 +241,18 @@ impl JobSupervisor {
             Err(error) => tracing::info!(job = %self.name, elapsed_ms, %error, "job failed"),
         }
         // Every thread of the job ends before its result is reported: the
-        // files and databases its subtasks held are released by then.
-        let arbiters: Vec<Arbiter> = self.arbiters.drain(..).chain(self.joined.take()).collect();
+        // files and databases its subtasks held are released by then. The
+        // subtasks' threads go first (their last snapshot writes finish and
+        // reach the coordinator), then the coordinator's.
+        let arbiters: Vec<Arbiter> = self.arbiters.drain(..).collect();
         for a in &arbiters {
             a.stop();
         }
         for a in arbiters {
+            let _ = a.join();
+        }
+        if let Some(a) = self.joined.take() {
+            a.stop();
             let _ = a.join();
         }
         let _ = done.send(outcome);

@@ -188,6 +188,8 @@ pub struct CheckpointCoordinator {
     savepoint_requested: bool,
     /// Sources holding at their share of `savepoint_at_records`.
     holding: HashSet<(VertexId, SubtaskIndex)>,
+    /// Checkpoints aborted: files their late parts write are removed.
+    aborted: HashSet<u64>,
 }
 
 impl CheckpointCoordinator {
@@ -203,6 +205,7 @@ impl CheckpointCoordinator {
             failures_in_row: 0,
             savepoint_requested: false,
             holding: HashSet::new(),
+            aborted: HashSet::new(),
         }
     }
 
@@ -479,7 +482,12 @@ impl CheckpointCoordinator {
         let Some(p) = self.pending.remove(&id) else {
             return;
         };
-        tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
+        self.aborted.insert(id);
+        if counts {
+            tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
+        } else {
+            tracing::info!(checkpoint = id, %reason, "checkpoint aborted");
+        }
         match p.kind {
             SnapshotKind::Checkpoint => {
                 if let Some(store) = &self.setup.store {
@@ -595,6 +603,12 @@ impl Actor for CheckpointCoordinator {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        // Parts of aborted (or still pending) checkpoints written late.
+        if let Some(store) = &self.setup.store {
+            for id in self.aborted.iter().chain(self.pending.keys()) {
+                store.discard(*id);
+            }
+        }
         let status = self.setup.status.lock().map(|s| *s).ok();
         let cancelled = status == Some(floe_actors::supervisor::JobStatus::Canceled)
             || status == Some(floe_actors::supervisor::JobStatus::Canceling);
@@ -623,6 +637,12 @@ impl Handler<AcknowledgeCheckpoint> for CheckpointCoordinator {
     fn handle(&mut self, ack: AcknowledgeCheckpoint, ctx: &mut Context<Self>) {
         let id = ack.checkpoint.0;
         let Some(p) = self.pending.get_mut(&id) else {
+            // A late part of an aborted checkpoint: its files go too.
+            if let Some(store) = &self.setup.store
+                && self.aborted.contains(&id)
+            {
+                store.discard(id);
+            }
             return;
         };
         p.awaiting.remove(&(ack.vertex, ack.subtask));

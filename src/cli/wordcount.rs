@@ -10,10 +10,8 @@
 
 use super::WordcountArgs;
 use super::progress::Progress;
-use floe::connectors::transactional_file::TransactionalFileSink;
-use floe::connectors::two_phase::TwoPhaseCommitSink;
 use floe::operators::process::ProcessContext;
-use floe::operators::sink::{SinkContext, SinkFunction};
+use floe::operators::sink::SinkFunction;
 use floe::operators::{RestoredState, SnapshotContext, StateCapture, keyed_snapshot};
 use floe::state::{StateBackendKind, ValueStateDescriptor};
 use floe::text::{WordGenerator, for_each_word};
@@ -104,15 +102,64 @@ impl Counts {
     }
 }
 
-/// Keeps the latest count per word; hands its map over when the input ends,
-/// or (checkpointing with a file `--output`) writes it in one transaction of
-/// the transactional file sink, committed when the input is complete.
+/// Keeps the latest count per word; hands its map over when the input ends.
 #[derive(Clone)]
 struct FinalCounts {
     counts: Counts,
     done: Arc<Mutex<Vec<Counts>>>,
-    output: Option<TransactionalFileSink>,
-    ctx: Option<SinkContext>,
+}
+
+/// Keeps the latest count per word and emits `word,count` lines when the
+/// input ends, into the transactional file sink (checkpointing with a file
+/// `--output`): the lines are committed through the two-phase-commit
+/// protocol like any sink's, so a restore rolls back what was committed
+/// after the restored checkpoint.
+#[derive(Clone, Default)]
+struct FinalCountLines {
+    counts: Counts,
+}
+
+impl floe::operators::Operator<(String, u64), String> for FinalCountLines {
+    fn process_batch(
+        &mut self,
+        batch: Vec<Record<(String, u64)>>,
+        _: &mut floe::operators::Output<'_, String>,
+    ) -> floe::Result<()> {
+        for r in batch {
+            let (word, count) = r.value;
+            self.counts.set(word, count);
+        }
+        Ok(())
+    }
+
+    fn on_end_of_input(
+        &mut self,
+        out: &mut floe::operators::Output<'_, String>,
+    ) -> floe::Result<()> {
+        std::mem::take(&mut self.counts).for_each(|w, c| out.collect(format!("{w},{c}")));
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> floe::Result<StateCapture> {
+        snapshot_counts(&self.counts, ctx)
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> floe::Result<()> {
+        restore_counts(&mut self.counts, &state)
+    }
+}
+
+/// Counts keyed by word, like the sum before them: a restore at another
+/// parallelism hands each word to the subtask its key group goes to.
+fn snapshot_counts(counts: &Counts, ctx: &SnapshotContext) -> floe::Result<StateCapture> {
+    let mut entries: Vec<(String, u64)> = Vec::new();
+    counts.for_each(|w, c| entries.push((w.to_string(), c)));
+    let groups = keyed_snapshot::encode(entries.iter().map(|(w, c)| (w, c)), ctx.max_parallelism)?;
+    Ok(StateCapture::keyed_bytes(groups))
+}
+
+fn restore_counts(counts: &mut Counts, state: &RestoredState) -> floe::Result<()> {
+    keyed_snapshot::decode::<String, u64>(&state.keyed, |w, c| counts.set(w, c))
 }
 
 impl SinkFunction<(String, u64)> for FinalCounts {
@@ -129,22 +176,8 @@ impl SinkFunction<(String, u64)> for FinalCounts {
         Ok(())
     }
 
-    fn open(&mut self, ctx: &SinkContext) -> floe::Result<()> {
-        self.ctx = Some(*ctx);
-        Ok(())
-    }
-
     fn finish(&mut self) -> floe::Result<()> {
         let counts = std::mem::take(&mut self.counts);
-        if let (Some(sink), Some(ctx)) = (self.output.as_mut(), self.ctx.as_ref()) {
-            TwoPhaseCommitSink::<String>::open(sink, ctx)?;
-            let mut txn = TwoPhaseCommitSink::<String>::begin(sink)?;
-            let mut lines = Vec::new();
-            counts.for_each(|w, c| lines.push(Record::new(format!("{w},{c}"))));
-            sink.write(&mut txn, lines)?;
-            TwoPhaseCommitSink::<String>::pre_commit(sink, &mut txn)?;
-            return TwoPhaseCommitSink::<String>::commit(sink, txn);
-        }
         self.done
             .lock()
             .map_err(|_| floe::Error::User("final counts lock poisoned".into()))?
@@ -230,15 +263,21 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         }
     };
     let written_by_sink = transactional.is_some();
-    let sink = counts
-        .add_sink(FinalCounts {
-            counts: Counts::default(),
-            done: done.clone(),
-            output: transactional,
-            ctx: None,
-        })
-        .name("Final Counts")
-        .uid("final-counts");
+    let sink = match transactional {
+        Some(tx) => counts
+            .transform("Final Counts", |_| FinalCountLines::default())
+            .uid("final-counts")
+            .add_two_phase_sink(tx)
+            .name("Committed Counts")
+            .uid("committed-counts"),
+        None => counts
+            .add_sink(FinalCounts {
+                counts: Counts::default(),
+                done: done.clone(),
+            })
+            .name("Final Counts")
+            .uid("final-counts"),
+    };
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }

@@ -402,6 +402,22 @@ impl TransactionalFileSink {
     /// [`recover`](TwoPhaseCommitSink::recover) with the output's lock held.
     fn recover_locked(&self, state: &mut OutputState, committed: &[FileTransaction]) -> Result<()> {
         let log_path = self.commit_log_path();
+        if !committed.is_empty()
+            && !log_path.exists()
+            && committed.iter().all(|t| !self.pending_path(t).exists())
+        {
+            // This output never had a commit and holds none of the restored
+            // transactions: they were another output's (a restore into a new
+            // file). Their data stays
+            // there; this output starts empty and gets what follows the
+            // restored snapshot.
+            tracing::warn!(
+                output = %self.path.display(),
+                "restoring into an output without a commit log: the snapshot's pending transactions belong to another output and are not committed here"
+            );
+            drop(self.open_output(0)?);
+            return Ok(());
+        }
         let log = state.log(&log_path, &self.path)?;
         // Cut a crashed commit's partial append first.
         drop(self.open_output(log.len)?);
