@@ -807,7 +807,6 @@ fn checkpoint_setup(
         Some(dir) if cp.enabled() => Some(Arc::new(CheckpointStore::open(dir)?)),
         _ => None,
     };
-    let temporary = false;
     let stored = match &store {
         Some(s) => s.max_id()?,
         None => 0,
@@ -834,7 +833,6 @@ fn checkpoint_setup(
             .map(|(id, n)| node_uid(id, n))
             .collect(),
         stats,
-        temporary,
         status,
     })
 }

@@ -161,8 +161,6 @@ pub(crate) struct CoordinatorSetup {
     pub operators: HashMap<String, (String, u32)>,
     pub transactional_sinks: Vec<String>,
     pub stats: Arc<Mutex<CheckpointStats>>,
-    /// A temporary checkpoint directory to delete when the job ends.
-    pub temporary: bool,
     pub status: Arc<Mutex<floe_actors::supervisor::JobStatus>>,
 }
 
@@ -612,22 +610,14 @@ impl Actor for CheckpointCoordinator {
         let status = self.setup.status.lock().map(|s| *s).ok();
         let cancelled = status == Some(floe_actors::supervisor::JobStatus::Canceled)
             || status == Some(floe_actors::supervisor::JobStatus::Canceling);
-        let delete = self.setup.temporary
-            || (cancelled
-                && self.setup.config.retention_on_cancel == super::ExternalizedRetention::Delete);
+        let delete = cancelled
+            && self.setup.config.retention_on_cancel == super::ExternalizedRetention::Delete;
         if delete && let Some(store) = &self.setup.store {
             tracing::debug!(dir = %store.root().display(), "removing checkpoints");
-            remove_store(store, self.setup.temporary);
+            if let Err(e) = store.clear() {
+                tracing::warn!(error = %e, "cannot remove checkpoints");
+            }
         }
-    }
-}
-
-fn remove_store(store: &Arc<CheckpointStore>, whole_dir: bool) {
-    if let Err(e) = store.clear() {
-        tracing::warn!(error = %e, "cannot remove checkpoints");
-    }
-    if whole_dir {
-        let _ = std::fs::remove_dir_all(store.root());
     }
 }
 
