@@ -69,6 +69,18 @@ fn run_until_checkpoints(parallelism: usize, dir: &Path, n: u64) -> u64 {
         assert!(Instant::now() < deadline, "no checkpoint completed in time");
         std::thread::sleep(Duration::from_millis(5));
     }
+    // The status snapshot carries the same history.
+    let status = handle.status_snapshot();
+    assert!(status.checkpoints.completed >= n);
+    assert!(
+        status
+            .checkpoints
+            .history
+            .iter()
+            .filter(|r| r.status == "completed")
+            .count() as u64
+            >= n
+    );
     handle.cancel();
     let _ = futures::executor::block_on(handle.wait());
     handle.checkpoint_stats().completed

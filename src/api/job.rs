@@ -192,6 +192,8 @@ impl JobHandle {
             status: self.status.clone(),
             metrics: self.metrics.clone(),
             graph: self.graph.clone(),
+            checkpoints: self.checkpoints.clone(),
+            failover: self.control.failover.clone(),
         }
     }
 }

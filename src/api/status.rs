@@ -151,6 +151,11 @@ pub struct JobStatusSnapshot {
     pub subtasks: Vec<SubtaskStatus>,
     /// Failures, oldest first (empty for a healthy job).
     pub failures: Vec<FailureInfo>,
+    /// Checkpoint counters and the last checkpoints and savepoints.
+    pub checkpoints: crate::checkpoint::CheckpointStats,
+    /// Restarts: how many, how many subtasks, the longest recovery, the
+    /// checkpoint each restored.
+    pub failover: super::manager::FailoverStats,
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -239,6 +244,8 @@ pub struct StatusReporter {
     pub(crate) status: Arc<Mutex<JobStatus>>,
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) graph: Arc<JobGraphInfo>,
+    pub(crate) checkpoints: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
+    pub(crate) failover: Arc<Mutex<super::manager::FailoverStats>>,
 }
 
 impl StatusReporter {
@@ -337,6 +344,12 @@ impl StatusReporter {
             operators,
             subtasks,
             failures,
+            checkpoints: self
+                .checkpoints
+                .lock()
+                .map(|c| c.clone())
+                .unwrap_or_default(),
+            failover: self.failover.lock().map(|f| f.clone()).unwrap_or_default(),
         }
     }
 

@@ -52,14 +52,15 @@ pub(crate) struct TaskInfo {
 }
 
 /// A checkpoint's record in the job's history.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CheckpointRecord {
     /// Its id.
     pub id: u64,
     /// Checkpoint or savepoint.
     pub savepoint: bool,
-    /// Completed, failed (declined, expired, not written) or in progress.
-    pub status: &'static str,
+    /// Completed, failed (declined, expired, not written) or aborted (a
+    /// subtask reached its end first; not a failure).
+    pub status: String,
     /// When it was triggered (ms since the epoch).
     pub trigger_ms: i64,
     /// Trigger to completion (or failure), ms.
@@ -81,7 +82,7 @@ pub struct CheckpointRecord {
 }
 
 /// Checkpoint counters and the recent history of a job.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CheckpointStats {
     /// Checkpoints completed (savepoints not included).
     pub completed: u64,
@@ -508,7 +509,7 @@ impl CheckpointCoordinator {
         let mut record = CheckpointRecord {
             id,
             savepoint: p.kind == SnapshotKind::Savepoint,
-            status: "failed",
+            status: "failed".into(),
             trigger_ms: p.trigger_ms,
             duration_ms: p.started.elapsed().as_millis() as u64,
             alignment_ms: 0,
@@ -526,7 +527,7 @@ impl CheckpointCoordinator {
                 stats.failed += 1;
             }
             if !counts {
-                record.status = "aborted";
+                record.status = "aborted".into();
             }
             stats.record(record);
         }
@@ -566,7 +567,7 @@ fn record_of(
     CheckpointRecord {
         id: meta.id,
         savepoint: meta.kind == SnapshotKind::Savepoint,
-        status,
+        status: status.to_string(),
         trigger_ms: meta.trigger_ms,
         duration_ms: meta.duration_ms,
         alignment_ms: meta.alignment_ms,
