@@ -1,4 +1,5 @@
-//! Faults at given points (a record count, a checkpoint's snapshot) restart
+//! Faults at given points (a record count, a checkpoint's snapshot or its
+//! asynchronous write, a restore) restart
 //! the job from its latest checkpoint; the committed output of a
 //! two-phase-commit sink stays exactly the output of a run without faults.
 
@@ -93,4 +94,40 @@ fn without_faults_the_output_is_the_oracle() {
     let (stats, lines) = run(Vec::new(), dir.path());
     assert_eq!(stats.restarts, 0);
     assert!(lines == oracle());
+}
+
+#[test]
+fn faults_while_writing_a_checkpoint_and_while_restoring_keep_the_output_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = vec![
+        // First failure: a restart that restores a checkpoint...
+        Fault {
+            operator: "Keyed Sum".into(),
+            subtask: 0,
+            at: FaultPoint::Records(3_000),
+        },
+        // ...which fails while restoring: restored again.
+        Fault {
+            operator: "Keyed Sum".into(),
+            subtask: 1,
+            at: FaultPoint::Restore,
+        },
+        // A checkpoint whose asynchronous part fails is declined, never
+        // used, and (no failed checkpoint tolerated) restarts the job.
+        Fault {
+            operator: "Keyed Sum".into(),
+            subtask: 0,
+            at: FaultPoint::AsyncWrite(6),
+        },
+    ];
+    let (stats, lines) = run(faults, dir.path());
+    assert_eq!(stats.restarts, 3, "every fault fired once: {stats:?}");
+    assert!(
+        stats.restored_checkpoints.iter().all(|&c| c != 6),
+        "the checkpoint whose write failed was restored: {stats:?}"
+    );
+    assert!(
+        lines == oracle(),
+        "committed output differs from the fault-free output"
+    );
 }

@@ -90,11 +90,13 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 max_parallelism: ctx.config.max_parallelism,
             };
             let mut op = make(&view);
+            let info = ctx.info();
             if let Some(state) = ctx.restored.clone() {
+                info.injected_fault(crate::failover::FaultMoment::Restore)?;
                 op.restore_state(state)
                     .map_err(|e| restore_error(&ctx.name, ctx.subtask, e))?;
             }
-            let node = OperatorNode::new(op, next, sides, ctx.info());
+            let node = OperatorNode::new(op, next, sides, info);
             let chain: Box<dyn ChainInput<T>> = Box::new(node);
             Ok(Box::new(chain) as ErasedChain)
         });

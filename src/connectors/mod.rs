@@ -167,7 +167,10 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         barrier: floe_actors::element::Barrier,
         out: &mut floe_actors::snapshot::ChainSnapshot,
     ) -> floe_actors::Result<()> {
-        self.info.injected_fault(0, Some(barrier.checkpoint_id.0))?;
+        self.info
+            .injected_fault(crate::failover::FaultMoment::Snapshot(
+                barrier.checkpoint_id.0,
+            ))?;
         if barrier.kind == floe_actors::element::BarrierKind::Savepoint {
             // The savepoint the source waited for has its cut: go on.
             self.pause = None;
@@ -236,7 +239,8 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
                     .metrics
                     .records_out
                     .load(std::sync::atomic::Ordering::Relaxed);
-                self.info.injected_fault(emitted, None)?;
+                self.info
+                    .injected_fault(crate::failover::FaultMoment::Records(emitted))?;
             }
         }
         // Periodic watermarks and idleness advance even when nothing came.

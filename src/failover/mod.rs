@@ -231,8 +231,40 @@ pub struct Fault {
 pub enum FaultPoint {
     /// Once the operator's subtask has taken in this many records.
     Records(u64),
-    /// When the subtask snapshots this checkpoint.
+    /// When the subtask snapshots this checkpoint (the synchronous part).
     Checkpoint(u64),
+    /// In the asynchronous part (serialize and write) of this checkpoint:
+    /// the checkpoint is declined, and fails the job beyond the tolerable
+    /// failed checkpoints.
+    AsyncWrite(u64),
+    /// While the subtask restores a checkpoint (the first restore after
+    /// the fault was configured).
+    Restore,
+}
+
+/// Where a subtask is when it checks for a due fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FaultMoment {
+    /// After processing; `total` records taken in (or emitted, a source).
+    Records(u64),
+    /// The synchronous part of a checkpoint.
+    Snapshot(u64),
+    /// The asynchronous part of a checkpoint.
+    AsyncWrite(u64),
+    /// Restoring.
+    Restore,
+}
+
+impl FaultPoint {
+    pub(crate) fn due(self, at: FaultMoment) -> bool {
+        match (self, at) {
+            (FaultPoint::Records(n), FaultMoment::Records(total)) => total >= n,
+            (FaultPoint::Checkpoint(a), FaultMoment::Snapshot(b))
+            | (FaultPoint::AsyncWrite(a), FaultMoment::AsyncWrite(b)) => a == b,
+            (FaultPoint::Restore, FaultMoment::Restore) => true,
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]

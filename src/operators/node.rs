@@ -136,22 +136,22 @@ pub struct FaultTrigger {
 }
 
 impl NodeInfo {
-    /// An injected failure due now: after `records` records in total, or at
-    /// checkpoint `checkpoint`; each fault fires once per job.
-    pub fn injected_fault(&self, records: u64, checkpoint: Option<u64>) -> floe_actors::Result<()> {
+    /// An injected failure due at `at`; each fault fires once per job.
+    pub(crate) fn injected_fault(
+        &self,
+        at: crate::failover::FaultMoment,
+    ) -> floe_actors::Result<()> {
         use crate::failover::FaultPoint;
         for f in &self.faults {
-            let due = match f.at {
-                FaultPoint::Records(n) => checkpoint.is_none() && records >= n,
-                FaultPoint::Checkpoint(id) => checkpoint == Some(id),
-            };
-            if due
+            if f.at.due(at)
                 && let Some(flag) = f.fired.get(f.index)
                 && !flag.swap(true, std::sync::atomic::Ordering::AcqRel)
             {
                 let at = match f.at {
                     FaultPoint::Records(n) => format!("after {n} records"),
-                    FaultPoint::Checkpoint(id) => format!("during checkpoint {id}"),
+                    FaultPoint::Checkpoint(id) => format!("during the snapshot of checkpoint {id}"),
+                    FaultPoint::AsyncWrite(id) => format!("while writing checkpoint {id}"),
+                    FaultPoint::Restore => "while restoring".to_string(),
                 };
                 return Err(floe_actors::Error::operator(
                     self.name.clone(),
@@ -284,7 +284,8 @@ where
                 .metrics
                 .records_in
                 .load(std::sync::atomic::Ordering::Relaxed);
-            self.info.injected_fault(total, None)?;
+            self.info
+                .injected_fault(crate::failover::FaultMoment::Records(total))?;
         }
         Ok(())
     }
@@ -338,7 +339,10 @@ where
         out: &mut ChainSnapshot,
     ) -> floe_actors::Result<()> {
         if !self.info.faults.is_empty() {
-            self.info.injected_fault(0, Some(barrier.checkpoint_id.0))?;
+            self.info
+                .injected_fault(crate::failover::FaultMoment::Snapshot(
+                    barrier.checkpoint_id.0,
+                ))?;
         }
         let ctx = SnapshotContext {
             checkpoint: barrier.checkpoint_id.0,
@@ -353,7 +357,10 @@ where
             let info = self.info.clone();
             out.operators.push(OperatorCapture {
                 uid: self.info.uid.clone(),
-                finish: Box::new(move || encode_capture(capture, &info)),
+                finish: Box::new(move || {
+                    info.injected_fault(crate::failover::FaultMoment::AsyncWrite(ctx.checkpoint))?;
+                    encode_capture(capture, &info)
+                }),
             });
         }
         self.next.checkpoint(barrier, unaligned, out)?;
