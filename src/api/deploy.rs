@@ -286,6 +286,8 @@ pub(crate) struct Shared {
     pub failover: Arc<Mutex<super::manager::FailoverStats>>,
     /// Per configured fault: whether it fired (once per job).
     pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
+    /// The next checkpoint id (ids are never reused across attempts).
+    pub checkpoint_ids: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One deployment of the job.
@@ -324,6 +326,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
         hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
         failover: Arc::default(),
+        checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         fault_fired: (!config.fault_injection.faults.is_empty()).then(|| {
             Arc::new(
                 config
@@ -396,6 +399,7 @@ pub(crate) fn deploy_attempt(
         restore.as_ref().as_ref(),
         status.clone(),
         shared.stats.clone(),
+        shared.checkpoint_ids.clone(),
     )?;
     let router = checkpoints.router.clone();
     let store = checkpoints.store.clone();
@@ -799,6 +803,7 @@ fn checkpoint_setup(
     restore: Option<&RestorePlan>,
     status: Arc<Mutex<JobStatus>>,
     stats: Arc<Mutex<CheckpointStats>>,
+    ids: Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<CoordinatorSetup> {
     let cp = &config.checkpoint;
     // `launch` gives checkpointing jobs a directory (a temporary one if
@@ -823,7 +828,14 @@ fn checkpoint_setup(
         router: Arc::new(BlobRouter::new(store.clone())),
         store,
         max_parallelism: config.max_parallelism,
-        next_id: stored.max(restored) + 1,
+        next_id: {
+            // Never below what the store or the restored snapshot used.
+            ids.fetch_max(
+                stored.max(restored) + 1,
+                std::sync::atomic::Ordering::AcqRel,
+            );
+            ids
+        },
         operators,
         transactional_sinks: plan
             .nodes

@@ -157,7 +157,9 @@ pub(crate) struct CoordinatorSetup {
     pub store: Option<Arc<CheckpointStore>>,
     pub router: Arc<BlobRouter>,
     pub max_parallelism: u32,
-    pub next_id: u64,
+    /// The next checkpoint id, shared by every attempt of the job: an id is
+    /// used once, even by a checkpoint that was aborted.
+    pub next_id: Arc<std::sync::atomic::AtomicU64>,
     /// uid → (name, parallelism) of every operator.
     pub operators: HashMap<String, (String, u32)>,
     pub transactional_sinks: Vec<String>,
@@ -179,7 +181,6 @@ pub struct CheckpointCoordinator {
     setup: CoordinatorSetup,
     tasks: Vec<TaskInfo>,
     supervisor: Option<Recipient<FailJob>>,
-    next_id: u64,
     pending: BTreeMap<u64, Pending>,
     finished: HashSet<(VertexId, SubtaskIndex)>,
     last_completion: Option<Instant>,
@@ -196,7 +197,6 @@ impl CheckpointCoordinator {
         CheckpointCoordinator {
             tasks: Vec::new(),
             supervisor: None,
-            next_id: setup.next_id.max(1),
             setup,
             pending: BTreeMap::new(),
             finished: HashSet::new(),
@@ -251,8 +251,10 @@ impl CheckpointCoordinator {
             }
             return None;
         }
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self
+            .setup
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let barrier_kind = match kind {
             SnapshotKind::Checkpoint => self.setup.config.barrier_kind(),
             SnapshotKind::Savepoint => BarrierKind::Savepoint,
