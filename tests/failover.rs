@@ -21,97 +21,15 @@
 //! - The library: `Config.restart` and `fault_injection` through
 //!   `set_config`, `failover_stats`, a two-phase-commit sink, `Finished`.
 
+mod cli_common;
+use cli_common::{SplitMix, fails_with_one_error_line, run_ok, summary_field};
 use floe::failover::RestartStrategy;
 use floe::{JobStatus, StreamExecutionEnvironment};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-/// splitmix64: a small seeded generator so the test input is reproducible.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn floe(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(args)
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .expect("floe binary runs")
-}
-
-/// Runs `floe args...`, asserts success and returns its stderr.
-fn run_ok(args: &[&str]) -> String {
-    let out = floe(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "floe {args:?} failed with {:?}; stderr:\n{stderr}",
-        out.status
-    );
-    stderr
-}
-
-/// Runs `floe args...`, asserts it failed with exactly one clean stderr line
-/// starting `error:`, and returns that line.
-fn fails_with_one_error_line(args: &[&str]) -> String {
-    let out = floe(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.code().is_some_and(|c| c != 0),
-        "floe {args:?}: expected a non-zero exit code, got {:?}; stderr:\n{stderr}",
-        out.status
-    );
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("backtrace"),
-        "floe {args:?}: stderr shows a panic:\n{stderr}"
-    );
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "floe {args:?}: expected exactly one line on stderr, got:\n{stderr}"
-    );
-    assert!(
-        lines[0].starts_with("error:") && lines[0].len() > "error: ".len(),
-        "floe {args:?}: the stderr line should start with 'error:' and say something: {}",
-        lines[0]
-    );
-    lines[0].to_string()
-}
-
-/// The value of `name=` on the summary line (the one starting `records=`).
-fn summary_field(stderr: &str, name: &str) -> u64 {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("records="))
-        .unwrap_or_else(|| panic!("no summary line in stderr:\n{stderr}"));
-    let prefix = format!("{name}=");
-    let value = line
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("no {name}= in the summary line: {line}"));
-    value
-        .parse()
-        .unwrap_or_else(|_| panic!("{name}={value} is not a number: {line}"))
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 temp path")
