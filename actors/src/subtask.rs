@@ -592,21 +592,18 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             return;
         }
         let now = crate::element::now_ms();
-        let r = catch_unwind(AssertUnwindSafe(|| match self.head.as_mut() {
+        self.guard(ctx, |a, _| match a.head.as_mut() {
             Some(Head::Inputs(chain)) => chain.processing_time(now),
             _ => Ok(()),
-        }));
-        match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => self.fail(e, ctx),
-            Err(p) => {
-                let e = Error::UserPanic {
-                    operator: self.setup.name.clone(),
-                    subtask: self.setup.index,
-                    message: panic_message(&*p),
-                };
-                self.fail(e, ctx)
-            }
+        });
+    }
+
+    /// The error of a panic caught in this subtask.
+    fn panic_error(&self, payload: &(dyn std::any::Any + Send)) -> Error {
+        Error::UserPanic {
+            operator: self.setup.name.clone(),
+            subtask: self.setup.index,
+            message: panic_message(payload),
         }
     }
 
@@ -641,18 +638,9 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
         for (i, w) in self.writers.iter().enumerate() {
             w.borrow_mut().connect(i as u32, &me);
         }
-        let restored = catch_unwind(AssertUnwindSafe(|| self.restore_runtime()));
-        match restored {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return self.fail(e, ctx),
-            Err(p) => {
-                let e = Error::UserPanic {
-                    operator: self.setup.name.clone(),
-                    subtask: self.setup.index,
-                    message: panic_message(&*p),
-                };
-                return self.fail(e, ctx);
-            }
+        self.guard(ctx, |a, _| a.restore_runtime());
+        if self.phase == Phase::Done {
+            return;
         }
         if self.has_input_work() {
             self.schedule(ctx);
@@ -823,11 +811,7 @@ impl<IN: Send + 'static> Handler<Step> for SubtaskActor<IN> {
             }
             Ok(Err(e)) => self.fail(e, ctx),
             Err(p) => {
-                let e = Error::UserPanic {
-                    operator: self.setup.name.clone(),
-                    subtask: self.setup.index,
-                    message: panic_message(&*p),
-                };
+                let e = self.panic_error(&*p);
                 self.fail(e, ctx)
             }
         }
@@ -1212,11 +1196,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             Ok(Ok(())) => {}
             Ok(Err(e)) => self.fail(e, ctx),
             Err(p) => {
-                let e = Error::UserPanic {
-                    operator: self.setup.name.clone(),
-                    subtask: self.setup.index,
-                    message: panic_message(&*p),
-                };
+                let e = self.panic_error(&*p);
                 self.fail(e, ctx)
             }
         }
