@@ -4,7 +4,8 @@
 //! sliding-window sums from a HashMap), never against the job's own output.
 //!
 //! - Exactly-once: `floe run wordcount` (keyed sum, heap and redb
-//!   `ValueState`) and `floe run window` at parallelism 2 and 4, five
+//!   `ValueState`) and `floe run window` (built-in window operator, and
+//!   `MapState` + timers over heap and redb) at parallelism 2 and 4, five
 //!   injected failures each with restart-all: the committed output equals
 //!   the oracle and every restart restarts the job's every subtask
 //!   (wordcount: source and keyed sum, 2 × P; window: the chained parse
@@ -430,23 +431,30 @@ fn window_exactly_once_survives_five_failures() {
         .into_iter()
         .map(|(w, v)| (w, vec![v]))
         .collect();
-    for (parallelism, seed) in [(2, 7), (4, 8)] {
-        let what = format!("window P={parallelism} seed={seed}");
-        let output = dir.path().join(format!("w-p{parallelism}.txt"));
-        let stderr = window(
-            &input,
-            &output,
-            seed,
-            parallelism,
-            &[
-                "--checkpoint-interval",
-                "20",
-                "--inject-failures",
-                "5",
-                "--failover",
-                "all",
-            ],
-        );
+    let state_dir = dir.path().join("window-state");
+    for (parallelism, seed, state) in [
+        (2, 7, None),
+        (4, 8, None),
+        (2, 9, Some("redb")),
+        (4, 10, Some("heap")),
+    ] {
+        let what = format!("window P={parallelism} seed={seed} state={state:?}");
+        let output = dir.path().join(format!("w-p{parallelism}-{seed}.txt"));
+        let mut extra = vec![
+            "--checkpoint-interval",
+            "20",
+            "--inject-failures",
+            "5",
+            "--failover",
+            "all",
+        ];
+        if let Some(state) = state {
+            extra.extend(["--state", state]);
+            if state == "redb" {
+                extra.extend(["--state-dir", s(&state_dir)]);
+            }
+        }
+        let stderr = window(&input, &output, seed, parallelism, &extra);
         let got = read_windows(&output);
         if got != oracle {
             let wrong: Vec<String> = oracle

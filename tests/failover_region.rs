@@ -3,6 +3,11 @@
 //! region (restarted_subtasks = failures × 5) or, with restart-all, every
 //! subtask (failures × 5P); either way the committed output equals the
 //! records the pipeline logic yields, computed here on its own.
+//!
+//! With `--state heap|redb` the enrich step counts each event key's events
+//! per pipeline in keyed state: the counts (computed here from the
+//! generator's split of the records) stay exact through region and
+//! restart-all failover over both backends.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,15 +20,31 @@ fn mix64(x: u64) -> u64 {
 /// The output lines the pipelines must produce for `records` and `seed`:
 /// generate, parse, filter, enrich, as the demo defines them.
 fn oracle(records: u64, seed: u64) -> BTreeMap<String, usize> {
+    oracle_with_counts(records, seed, None)
+}
+
+/// Like [`oracle`]; with `Some(p)` each line also carries the number of
+/// events of its key seen so far in its pipeline, pipeline `j` of `p`
+/// generating the indices `records * j / p .. records * (j + 1) / p`.
+fn oracle_with_counts(records: u64, seed: u64, pipelines: Option<u64>) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for i in 0..records {
-        let h = mix64(i ^ mix64(seed));
-        let (key, value) = (h % 97, (h >> 16) % 10_000);
-        if value % 3 == 0 {
-            continue;
+    let p = pipelines.unwrap_or(1);
+    for j in 0..p {
+        let mut seen = std::collections::HashMap::<u64, u64>::new();
+        for i in records * j / p..records * (j + 1) / p {
+            let h = mix64(i ^ mix64(seed));
+            let (key, value) = (h % 97, (h >> 16) % 10_000);
+            if value % 3 == 0 {
+                continue;
+            }
+            let mut line = format!("{i},k{key},{value},{}", (value * 7 + key) % 13);
+            if pipelines.is_some() {
+                let n = seen.entry(key).or_insert(0);
+                *n += 1;
+                line.push_str(&format!(",{n}"));
+            }
+            *out.entry(line).or_insert(0) += 1;
         }
-        let line = format!("{i},k{key},{value},{}", (value * 7 + key) % 13);
-        *out.entry(line).or_insert(0) += 1;
     }
     out
 }
@@ -50,6 +71,16 @@ fn field(stderr: &str, name: &str) -> u64 {
 }
 
 fn pipelines(parallelism: usize, seed: u64, failover: &str, output: &Path) -> String {
+    pipelines_with(parallelism, seed, failover, output, &[])
+}
+
+fn pipelines_with(
+    parallelism: usize,
+    seed: u64,
+    failover: &str,
+    output: &Path,
+    extra: &[&str],
+) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", "pipelines", "--records", "60000", "--parallelism"])
         .arg(parallelism.to_string())
@@ -63,6 +94,7 @@ fn pipelines(parallelism: usize, seed: u64, failover: &str, output: &Path) -> St
             "--output",
         ])
         .arg(output)
+        .args(extra)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -92,6 +124,52 @@ fn region_failover_restarts_one_region_per_failure_and_stays_exact() {
             assert!(
                 lines(&path) == expected,
                 "{failover} at P={parallelism}: output differs from the pipeline logic"
+            );
+        }
+    }
+}
+
+#[test]
+fn keyed_state_in_each_region_survives_region_and_full_restarts() {
+    for (parallelism, seed, state) in [(2, 5, "redb"), (3, 6, "heap"), (4, 7, "redb")] {
+        let expected = oracle_with_counts(60_000, seed, Some(parallelism as u64));
+        for failover in ["region", "all"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out.txt");
+            let state_dir = dir.path().join("state");
+            let mut extra = vec!["--state", state];
+            if state == "redb" {
+                extra.extend(["--state-dir", state_dir.to_str().unwrap()]);
+            }
+            let stderr = pipelines_with(parallelism, seed, failover, &path, &extra);
+            let what = format!("{failover} at P={parallelism} with {state} state");
+            assert_eq!(field(&stderr, "restarts"), 5, "{what}: {stderr}");
+            let per_failure = if failover == "region" {
+                5
+            } else {
+                5 * parallelism as u64
+            };
+            assert_eq!(
+                field(&stderr, "restarted_subtasks"),
+                5 * per_failure,
+                "{what}: {stderr}"
+            );
+            let got = lines(&path);
+            let missing: Vec<_> = expected
+                .keys()
+                .filter(|l| !got.contains_key(*l))
+                .take(3)
+                .collect();
+            let extra: Vec<_> = got
+                .keys()
+                .filter(|l| !expected.contains_key(*l))
+                .take(3)
+                .collect();
+            assert!(
+                got == expected,
+                "{what}: output differs from the pipeline logic: {} lines, {} expected; missing {missing:?}, unexpected {extra:?}",
+                got.values().sum::<usize>(),
+                expected.values().sum::<usize>(),
             );
         }
     }

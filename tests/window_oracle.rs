@@ -16,6 +16,8 @@
 //!   windows and input out of order by at most the bound, no record is late
 //!   and no window fires before it is complete, so the result does not depend
 //!   on when watermarks come and must equal the model's too.
+//! - `state_backend_windows_match_oracle`: the same table with `--state
+//!   heap` and `--state redb` (windows in `MapState`, firings from timers).
 //! - empty input, input of only bad lines (skipped), and output to stdout
 //!   when `--output` is missing.
 //! - malformed lines (too few / too many fields, non-numeric or fractional
@@ -517,6 +519,33 @@ fn cases() -> Vec<Case> {
 #[test]
 fn cli_matches_oracle() {
     run_cases(&cases(), &["--watermarks", "per-record"]);
+}
+
+/// The same cases with the windows kept in a state backend (`--state`):
+/// a keyed process function over `MapState` and event-time timers must
+/// reproduce the model exactly too.
+#[test]
+fn state_backend_windows_match_oracle() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let all = cases();
+    let (heap, redb): (Vec<_>, Vec<_>) = all.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let strip = |v: Vec<(usize, Case)>| v.into_iter().map(|(_, c)| c).collect::<Vec<_>>();
+    run_cases(
+        &strip(heap),
+        &["--watermarks", "per-record", "--state", "heap"],
+    );
+    run_cases(
+        &strip(redb),
+        &[
+            "--watermarks",
+            "per-record",
+            "--state",
+            "redb",
+            "--state-dir",
+            state_dir,
+        ],
+    );
 }
 
 #[test]

@@ -216,6 +216,22 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.keyed(KeyFn::Borrowed(key))
     }
 
+    /// Treats this stream as keyed by `key` without repartitioning it
+    /// (Flink's `reinterpretAsKeyedStream`): the records must already be
+    /// where [`key_by`](Self::key_by) would send them — every record at the
+    /// subtask owning its key's key group. Keyed state and timers then work
+    /// over forward edges, without a shuffle; a record whose key group the
+    /// subtask does not own fails the job with
+    /// [`StateError::KeyGroupOutOfRange`](crate::state::StateError::KeyGroupOutOfRange) when it
+    /// touches keyed state.
+    pub fn reinterpret_as_keyed_stream<K, F>(&self, key: F) -> KeyedStream<T, K>
+    where
+        K: Hash + Eq + Clone + Send + 'static,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        KeyedStream::new(self.clone(), KeyFn::Owned(Arc::new(key)))
+    }
+
     fn keyed<K>(&self, key: KeyFn<T, K>) -> KeyedStream<T, K>
     where
         K: Hash + Eq + Clone + Send + 'static,

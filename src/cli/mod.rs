@@ -7,7 +7,9 @@ mod checkpoints;
 mod observe;
 mod pipelines;
 mod progress;
+mod state_args;
 mod window;
+mod window_state;
 mod wordcount;
 
 use clap::{Args, Parser, Subcommand};
@@ -108,6 +110,11 @@ pub struct WindowArgs {
     /// Seed of injected failures.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// `--state heap|redb`: window with a keyed process function keeping
+    /// each key's windows in a `MapState` and their firings in event-time
+    /// timers of that state backend (default: the built-in window operator).
+    #[command(flatten)]
+    pub state: state_args::StateArgs,
     /// Checkpoints, savepoints, restore.
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,
@@ -134,6 +141,11 @@ pub struct PipelinesArgs {
     /// Write the enriched lines here instead of stdout.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// `--state heap|redb`: the enrich step keeps, in that state backend,
+    /// the number of events seen per event key in its pipeline and appends
+    /// it to each line (the output then depends on `--parallelism` too).
+    #[command(flatten)]
+    pub state: state_args::StateArgs,
     /// Checkpoints, savepoints, restore, failover.
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,
@@ -174,14 +186,11 @@ pub struct WordcountArgs {
     /// Write `word,count` lines here instead of stdout.
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// Count with a keyed process function holding a `ValueState<u64>` per
-    /// word in this state backend (default: the built-in keyed sum).
-    #[arg(long, value_enum)]
-    pub state: Option<wordcount::StateArg>,
-    /// Directory of the redb state files (with `--state redb`; default: the
-    /// system's temp directory).
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
+    /// `--state heap|redb`: count with a keyed process function holding a
+    /// `ValueState<u64>` per word in that state backend (default: the
+    /// built-in keyed sum).
+    #[command(flatten)]
+    pub state: state_args::StateArgs,
     /// Checkpoints, savepoints, restore.
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,

@@ -7,6 +7,7 @@
 
 use super::WindowArgs;
 use super::progress::Progress;
+use super::window_state::StateWindows;
 use floe::time::WatermarkStrategy;
 use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
 use floe::{Error, OutputTag, StreamExecutionEnvironment};
@@ -16,10 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// One parsed input line.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Event {
-    key: String,
-    ts: i64,
-    value: i64,
-    line: String,
+    pub(super) key: String,
+    pub(super) ts: i64,
+    pub(super) value: i64,
+    pub(super) line: String,
 }
 
 /// The aggregation asked for with `--agg`.
@@ -193,6 +194,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
             "--out-of-orderness and --allowed-lateness must not be negative".into(),
         ));
     }
+    let backend = args.state.backend()?;
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     if let Some(a) = args.arbiters {
@@ -225,18 +227,26 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         .assign_timestamps_and_watermarks(strategy)
         .uid("timestamps")
         .set_parallelism(1);
-    let fired = events
-        .key_by_field(|e: &Event| &e.key)
-        .window(assigner)
-        .allowed_lateness(args.allowed_lateness)
-        .side_output_late_data(&late_tag)
-        .aggregate_with(
-            agg,
-            |key: &String, w: &TimeWindow, v: i64, out: &mut Vec<String>| {
-                out.push(format!("{key},{},{},{v}", w.start, w.end))
-            },
-        )
-        .uid("window");
+    let keyed = events.key_by_field(|e: &Event| &e.key);
+    let fired = match backend {
+        None => keyed
+            .window(assigner)
+            .allowed_lateness(args.allowed_lateness)
+            .side_output_late_data(&late_tag)
+            .aggregate_with(
+                agg,
+                |key: &String, w: &TimeWindow, v: i64, out: &mut Vec<String>| {
+                    out.push(format!("{key},{},{},{v}", w.start, w.end))
+                },
+            ),
+        Some(kind) => keyed
+            .process_with_backend(
+                StateWindows::new(assigner, agg, args.allowed_lateness, late_tag.clone()),
+                kind,
+            )
+            .name("Window"),
+    }
+    .uid("window");
     let late = fired
         .get_side_output(&late_tag)
         .map(|e: Event| e.line)

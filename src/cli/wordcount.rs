@@ -13,44 +13,12 @@ use super::progress::Progress;
 use floe::operators::process::ProcessContext;
 use floe::operators::sink::SinkFunction;
 use floe::operators::{RestoredState, SnapshotContext, StateCapture, keyed_snapshot};
-use floe::state::{StateBackendKind, ValueStateDescriptor};
+use floe::state::ValueStateDescriptor;
 use floe::text::{WordGenerator, for_each_word};
 use floe::{Record, StreamExecutionEnvironment};
 use rustc_hash::FxHashMap;
 use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex};
-
-/// The state backend of `--state`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateArg {
-    /// Keyed state in memory.
-    Heap,
-    /// Keyed state in a redb database file per subtask.
-    Redb,
-}
-
-/// The backend `--state`/`--state-dir` ask for, after checking that the
-/// state directory is writable.
-fn state_backend(args: &WordcountArgs) -> floe::Result<Option<StateBackendKind>> {
-    match (args.state, &args.state_dir) {
-        (None, None) => Ok(None),
-        (None | Some(StateArg::Heap), Some(_)) => {
-            Err(floe::Error::Config("--state-dir needs --state redb".into()))
-        }
-        (Some(StateArg::Heap), None) => Ok(Some(StateBackendKind::Heap)),
-        (Some(StateArg::Redb), dir) => {
-            if let Some(dir) = dir {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| floe::Error::io("cannot create state directory", dir, e))?;
-                let probe = dir.join(format!(".floe-probe-{}", std::process::id()));
-                std::fs::File::create(&probe)
-                    .map_err(|e| floe::Error::io("cannot write state directory", dir, e))?;
-                let _ = std::fs::remove_file(&probe);
-            }
-            Ok(Some(StateBackendKind::Redb { dir: dir.clone() }))
-        }
-    }
-}
 
 /// A word of up to 23 bytes stored inline, so a lookup compares 24 bytes in
 /// place instead of chasing a pointer to the stored key.
@@ -212,7 +180,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             "--batch-size must be at least 1".into(),
         ));
     }
-    let state = state_backend(args)?;
+    let state = args.state.backend()?;
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     env.set_batch_size(args.batch_size);
