@@ -152,14 +152,15 @@ fn written_twice(got: &Written) -> Vec<(&String, &Vec<u64>)> {
 
 const FAILURES: u64 = 5;
 
-/// (parallelism, seed, --state) of the exactly-once wordcount runs: the
-/// built-in keyed sum and the keyed process function over both state
-/// backends.
-const WORDCOUNT_CASES: [(usize, u64, Option<&str>); 4] = [
-    (2, 1, None),
-    (4, 2, None),
-    (4, 3, Some("heap")),
-    (2, 4, Some("redb")),
+/// (parallelism, seed, --state, --failover) of the exactly-once wordcount
+/// runs: the built-in keyed sum and the keyed process function over both
+/// state backends, restart-all and region failover (the key-by joins every
+/// subtask into one region, so a region restart restarts them all too).
+const WORDCOUNT_CASES: [(usize, u64, Option<&str>, &str); 4] = [
+    (2, 1, None, "all"),
+    (4, 2, None, "region"),
+    (4, 3, Some("heap"), "region"),
+    (2, 4, Some("redb"), "all"),
 ];
 
 fn exactly_once_wordcount(
@@ -167,6 +168,7 @@ fn exactly_once_wordcount(
     parallelism: usize,
     seed: u64,
     state: Option<&str>,
+    failover: &str,
 ) -> (Written, HashMap<String, u64>, String) {
     let records = 60_000;
     let oracle = wordcount_oracle(records, seed);
@@ -178,7 +180,7 @@ fn exactly_once_wordcount(
         "--inject-failures",
         "5",
         "--failover",
-        "all",
+        failover,
     ];
     let redb_dir = dir.join(format!("redb-{seed}"));
     if let Some(state) = state {
@@ -194,9 +196,11 @@ fn exactly_once_wordcount(
 #[test]
 fn wordcount_exactly_once_survives_five_failures() {
     let dir = tempfile::tempdir().unwrap();
-    for (parallelism, seed, state) in WORDCOUNT_CASES {
-        let what = format!("wordcount P={parallelism} seed={seed} state={state:?}");
-        let (got, oracle, stderr) = exactly_once_wordcount(dir.path(), parallelism, seed, state);
+    for (parallelism, seed, state, failover) in WORDCOUNT_CASES {
+        let what =
+            format!("wordcount P={parallelism} seed={seed} state={state:?} failover={failover}");
+        let (got, oracle, stderr) =
+            exactly_once_wordcount(dir.path(), parallelism, seed, state, failover);
         let wrong = count_differences(&got, &oracle);
         assert!(
             wrong.is_empty(),
@@ -217,10 +221,12 @@ fn wordcount_exactly_once_survives_five_failures() {
 fn injected_failures_all_land_and_final_counts_are_committed_once() {
     let dir = tempfile::tempdir().unwrap();
     for round in 0..4 {
-        for (parallelism, seed, state) in WORDCOUNT_CASES {
-            let what =
-                format!("round {round}: wordcount P={parallelism} seed={seed} state={state:?}");
-            let (got, _, stderr) = exactly_once_wordcount(dir.path(), parallelism, seed, state);
+        for (parallelism, seed, state, failover) in WORDCOUNT_CASES {
+            let what = format!(
+                "round {round}: wordcount P={parallelism} seed={seed} state={state:?} failover={failover}"
+            );
+            let (got, _, stderr) =
+                exactly_once_wordcount(dir.path(), parallelism, seed, state, failover);
             assert_eq!(
                 summary_field(&stderr, "restarts"),
                 FAILURES,
@@ -432,13 +438,14 @@ fn window_exactly_once_survives_five_failures() {
         .map(|(w, v)| (w, vec![v]))
         .collect();
     let state_dir = dir.path().join("window-state");
-    for (parallelism, seed, state) in [
-        (2, 7, None),
-        (4, 8, None),
-        (2, 9, Some("redb")),
-        (4, 10, Some("heap")),
+    for (parallelism, seed, state, failover) in [
+        (2, 7, None, "all"),
+        (4, 8, None, "region"),
+        (2, 9, Some("redb"), "region"),
+        (4, 10, Some("heap"), "all"),
     ] {
-        let what = format!("window P={parallelism} seed={seed} state={state:?}");
+        let what =
+            format!("window P={parallelism} seed={seed} state={state:?} failover={failover}");
         let output = dir.path().join(format!("w-p{parallelism}-{seed}.txt"));
         let mut extra = vec![
             "--checkpoint-interval",
@@ -446,7 +453,7 @@ fn window_exactly_once_survives_five_failures() {
             "--inject-failures",
             "5",
             "--failover",
-            "all",
+            failover,
         ];
         if let Some(state) = state {
             extra.extend(["--state", state]);
