@@ -8,6 +8,9 @@
 //! per pipeline in keyed state: the counts (computed here from the
 //! generator's split of the records) stay exact through region and
 //! restart-all failover over both backends.
+//!
+//! At-least-once checkpoints with failures lose no line (duplicates would
+//! be allowed).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -172,5 +175,38 @@ fn keyed_state_in_each_region_survives_region_and_full_restarts() {
                 expected.values().sum::<usize>(),
             );
         }
+    }
+}
+
+#[test]
+fn at_least_once_pipelines_lose_nothing_under_failures() {
+    let (parallelism, seed) = (3, 8);
+    let expected = oracle(60_000, seed);
+    for failover in ["region", "all"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.txt");
+        let stderr = pipelines_with(
+            parallelism,
+            seed,
+            failover,
+            &path,
+            &["--checkpoint-mode", "at-least-once"],
+        );
+        assert_eq!(field(&stderr, "restarts"), 5, "{failover}: {stderr}");
+        let got = lines(&path);
+        let missing: Vec<_> = expected
+            .keys()
+            .filter(|l| !got.contains_key(*l))
+            .take(3)
+            .collect();
+        let unexpected: Vec<_> = got
+            .keys()
+            .filter(|l| !expected.contains_key(*l))
+            .take(3)
+            .collect();
+        assert!(
+            missing.is_empty() && unexpected.is_empty(),
+            "{failover}: at-least-once lost {missing:?} or invented {unexpected:?}"
+        );
     }
 }
