@@ -29,6 +29,13 @@ pub struct Config {
     pub failover: crate::failover::FailoverStrategy,
     /// Failures to inject (tests, demos).
     pub fault_injection: crate::failover::FaultInjection,
+    /// Deterministic execution (tests): every actor of the job on one
+    /// thread, processing time and checkpoint triggers on the mode's clock,
+    /// events recorded in its trace. See [`crate::testing::chaos`].
+    pub deterministic: Option<crate::testing::chaos::DeterministicMode>,
+    /// The job's name: the `job` label of its metrics, in its status and
+    /// logs. `None`: `job-N`, N counting the jobs the process started.
+    pub job_name: Option<String>,
 }
 
 impl Default for Config {
@@ -45,6 +52,8 @@ impl Default for Config {
             restart: None,
             failover: Default::default(),
             fault_injection: Default::default(),
+            deterministic: None,
+            job_name: None,
         }
     }
 }
@@ -63,6 +72,9 @@ impl Config {
             ));
         }
         self.checkpoint.validate()?;
+        if let Some(mode) = &self.deterministic {
+            mode.validate(self)?;
+        }
         self.runtime
             .validate()
             .map_err(|e| crate::Error::Config(e.to_string()))

@@ -41,6 +41,7 @@ pub mod error;
 pub mod failover;
 pub mod operators;
 pub mod state;
+pub mod testing;
 pub mod text;
 pub mod time;
 pub mod window;

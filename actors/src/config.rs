@@ -34,6 +34,12 @@ pub struct RuntimeConfig {
     /// crate facade (they are also copied once when the job ends); zero
     /// publishes only at the end.
     pub metrics_interval: Duration,
+    /// Deterministic execution (set by the deployment, see floe's
+    /// `testing::chaos`): the job's actors share one thread, no wall-clock
+    /// timer runs (no buffer-timeout flush, no periodic tick: a subtask
+    /// ticks its chain after each step instead), and the asynchronous part
+    /// of a snapshot runs inline.
+    pub deterministic: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -50,6 +56,7 @@ impl Default for RuntimeConfig {
             tick_interval: Duration::from_millis(50),
             spread_vertices: false,
             metrics_interval: Duration::from_secs(1),
+            deterministic: false,
         }
     }
 }

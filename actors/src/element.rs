@@ -16,8 +16,32 @@ pub const MAX_WATERMARK: Timestamp = i64::MAX;
 /// The watermark before any watermark was seen.
 pub const MIN_WATERMARK: Timestamp = i64::MIN;
 
-/// The wall-clock time in milliseconds since the epoch.
+thread_local! {
+    /// The processing-time source of this thread, when one was installed.
+    static THREAD_CLOCK: std::cell::RefCell<Option<Box<dyn Fn() -> Timestamp>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Makes [`now_ms`] on this thread read `clock` instead of the wall clock
+/// (`None` restores the wall clock). Deterministic execution runs a whole
+/// job on one thread and installs its harness-driven clock here, so barrier
+/// timestamps, source ticks and processing-time timers follow it.
+pub fn set_thread_clock(clock: Option<Box<dyn Fn() -> Timestamp>>) {
+    THREAD_CLOCK.with(|c| *c.borrow_mut() = clock);
+}
+
+/// The time of the clock installed on this thread with
+/// [`set_thread_clock`], if there is one.
+pub fn thread_clock_ms() -> Option<Timestamp> {
+    THREAD_CLOCK.with(|c| c.borrow().as_ref().map(|f| f()))
+}
+
+/// The processing time in milliseconds: the wall clock (since the epoch),
+/// or the clock installed on this thread with [`set_thread_clock`].
 pub fn now_ms() -> Timestamp {
+    if let Some(t) = thread_clock_ms() {
+        return t;
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as Timestamp)

@@ -6,9 +6,15 @@
 //! state) with relaxed atomics, never per record and never under a lock, so
 //! reading them from a job handle or publishing them never slows the data path.
 //! [`JobMetrics::publish`] copies them into the `metrics` crate facade, so any
-//! exporter a program installs sees them; see `docs/operations.md` for names.
+//! exporter a program installs sees them, every series labelled with the job's
+//! name; see `docs/operations.md` for names.
+//!
+//! Operator gauges that cost more than an atomic add (the size of an
+//! operator's state) are sampled, not maintained: each publication starts a
+//! new sampling round, and an operator subtask samples once when it next
+//! sees a new round ([`OperatorMetrics::sample_due`]), on its own thread.
 
-use crate::element::{MIN_WATERMARK, Timestamp};
+use crate::element::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
 use crate::ids::{OperatorId, SubtaskIndex, VertexId};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -28,9 +34,80 @@ pub struct OperatorMetrics {
     pub records_in: AtomicU64,
     /// Records the operator emitted (main output).
     pub records_out: AtomicU64,
+    /// Records that arrived after every window they belong to had closed
+    /// (window operators; sampled).
+    pub late_records: AtomicU64,
+    /// Late records dropped because no late side output was set (sampled).
+    pub late_records_dropped: AtomicU64,
+    /// Entries of the operator's state (sampled; see [`StateSize`]).
+    pub state_entries: AtomicU64,
+    /// Bytes of the operator's state (sampled; see [`StateSize`]).
+    pub state_bytes: AtomicU64,
+    /// Whether the operator reported a state size at all.
+    pub has_state: AtomicBool,
+    /// The sampling round last sampled.
+    sampled: AtomicU64,
+    /// The job's current sampling round.
+    round: Arc<AtomicU64>,
+}
+
+/// The size of an operator subtask's state, as its backend reports it.
+///
+/// `entries` counts keys holding a value (per state, summed over states; a
+/// window operator counts (key, window) pairs). `bytes` is the backend's
+/// cheap estimate: for the heap, the in-memory size of keys and values
+/// without what they point to; for redb, the database file's length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateSize {
+    /// Entries.
+    pub entries: u64,
+    /// Bytes (an estimate; see above).
+    pub bytes: u64,
+}
+
+impl std::ops::Add for StateSize {
+    type Output = StateSize;
+    fn add(self, o: StateSize) -> StateSize {
+        StateSize {
+            entries: self.entries + o.entries,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+}
+
+/// What an operator reports when sampled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OperatorSample {
+    /// Its state's size, if it keeps state.
+    pub state: Option<StateSize>,
+    /// Late records so far (window operators).
+    pub late_records: u64,
+    /// Late records dropped so far.
+    pub late_records_dropped: u64,
 }
 
 impl OperatorMetrics {
+    /// True when a sampling round started since this subtask last sampled:
+    /// one relaxed load, cheap enough for every batch.
+    #[inline]
+    pub fn sample_due(&self) -> bool {
+        self.round.load(Ordering::Relaxed) != self.sampled.load(Ordering::Relaxed)
+    }
+
+    /// Stores a sample taken by the operator's subtask.
+    pub fn record_sample(&self, s: OperatorSample) {
+        self.sampled
+            .store(self.round.load(Ordering::Relaxed), Ordering::Relaxed);
+        if let Some(st) = s.state {
+            self.state_entries.store(st.entries, Ordering::Relaxed);
+            self.state_bytes.store(st.bytes, Ordering::Relaxed);
+            self.has_state.store(true, Ordering::Relaxed);
+        }
+        self.late_records.store(s.late_records, Ordering::Relaxed);
+        self.late_records_dropped
+            .store(s.late_records_dropped, Ordering::Relaxed);
+    }
+
     /// Adds `n` records in.
     #[inline]
     pub fn add_in(&self, n: usize) {
@@ -380,11 +457,39 @@ pub struct FailureRecord {
     pub subtask: Option<SubtaskIndex>,
     /// The error.
     pub message: String,
+    /// Subtasks restarted for this failure (`None`: none restarted yet, or
+    /// the job failed for good).
+    pub restarted_subtasks: Option<u64>,
+    /// The checkpoint the restart restored (0: from the beginning).
+    pub restored_checkpoint: Option<u64>,
+}
+
+/// One operator subtask's counters, as sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorSubtaskSample {
+    /// The operator.
+    pub operator: OperatorId,
+    /// Its name.
+    pub name: String,
+    /// The subtask.
+    pub subtask: SubtaskIndex,
+    /// Records in.
+    pub records_in: u64,
+    /// Records out.
+    pub records_out: u64,
+    /// Late records (window operators).
+    pub late_records: u64,
+    /// Late records dropped.
+    pub late_records_dropped: u64,
+    /// State size, if the operator reported one.
+    pub state: Option<StateSize>,
 }
 
 /// Every counter of a job.
 #[derive(Debug)]
 pub struct JobMetrics {
+    job: String,
+    round: Arc<AtomicU64>,
     epoch: Instant,
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     queues: Mutex<Vec<Arc<QueueMetrics>>>,
@@ -394,7 +499,16 @@ pub struct JobMetrics {
 
 impl Default for JobMetrics {
     fn default() -> Self {
+        JobMetrics::new("job")
+    }
+}
+
+impl JobMetrics {
+    /// The counters of job `job` (its name labels every published series).
+    pub fn new(job: &str) -> Self {
         JobMetrics {
+            job: job.to_string(),
+            round: Arc::new(AtomicU64::new(0)),
             epoch: Instant::now(),
             operators: Mutex::default(),
             queues: Mutex::default(),
@@ -402,9 +516,18 @@ impl Default for JobMetrics {
             last_failure_at: Mutex::default(),
         }
     }
-}
 
-impl JobMetrics {
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Starts a new sampling round: each operator subtask samples its state
+    /// size once when it next runs.
+    pub fn start_sampling_round(&self) {
+        self.round.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Registers the counters of one operator subtask.
     pub fn operator(
         &self,
@@ -426,6 +549,14 @@ impl JobMetrics {
             subtask,
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            late_records: AtomicU64::new(0),
+            late_records_dropped: AtomicU64::new(0),
+            state_entries: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
+            has_state: AtomicBool::new(false),
+            // Due at once: a subtask samples when it first runs.
+            sampled: AtomicU64::new(u64::MAX),
+            round: self.round.clone(),
         });
         ops.push(m.clone());
         m
@@ -501,18 +632,22 @@ impl JobMetrics {
         out
     }
 
-    /// Records in and out of every operator subtask: (operator, name, subtask, in, out).
-    pub fn operator_subtasks(&self) -> Vec<(OperatorId, String, SubtaskIndex, u64, u64)> {
+    /// The counters of every operator subtask, in registration order.
+    pub fn operator_subtasks(&self) -> Vec<OperatorSubtaskSample> {
         let ops = self.operators.lock().expect("metrics lock poisoned");
         ops.iter()
-            .map(|m| {
-                (
-                    m.operator,
-                    m.name.clone(),
-                    m.subtask,
-                    m.records_in.load(Ordering::Relaxed),
-                    m.records_out.load(Ordering::Relaxed),
-                )
+            .map(|m| OperatorSubtaskSample {
+                operator: m.operator,
+                name: m.name.clone(),
+                subtask: m.subtask,
+                records_in: m.records_in.load(Ordering::Relaxed),
+                records_out: m.records_out.load(Ordering::Relaxed),
+                late_records: m.late_records.load(Ordering::Relaxed),
+                late_records_dropped: m.late_records_dropped.load(Ordering::Relaxed),
+                state: m.has_state.load(Ordering::Relaxed).then(|| StateSize {
+                    entries: m.state_entries.load(Ordering::Relaxed),
+                    bytes: m.state_bytes.load(Ordering::Relaxed),
+                }),
             })
             .collect()
     }
@@ -541,7 +676,24 @@ impl JobMetrics {
                 vertex,
                 subtask,
                 message,
+                restarted_subtasks: None,
+                restored_checkpoint: None,
             });
+    }
+
+    /// Notes a restart: `subtasks` subtasks restarted from checkpoint
+    /// `checkpoint` (0: from the beginning), for every failure not yet
+    /// followed by a restart.
+    pub fn record_restart(&self, subtasks: u64, checkpoint: u64) {
+        let mut failures = self.failures.lock().expect("metrics lock poisoned");
+        for f in failures
+            .iter_mut()
+            .rev()
+            .take_while(|f| f.restarted_subtasks.is_none())
+        {
+            f.restarted_subtasks = Some(subtasks);
+            f.restored_checkpoint = Some(checkpoint);
+        }
     }
 
     /// When the latest failure was recorded.
@@ -555,33 +707,52 @@ impl JobMetrics {
     }
 
     /// Copies every counter into the `metrics` crate facade (whatever recorder
-    /// the program installed; a no-op without one). Called periodically by the
-    /// supervisor and once when the job ends; never on the data path.
+    /// the program installed; a no-op without one) and starts a new sampling
+    /// round. Called periodically by the supervisor and once when the job
+    /// ends; never on the data path.
     pub fn publish(&self) {
-        for (_, name, subtask, i, o) in self.operator_subtasks() {
-            let st = subtask.to_string();
-            metrics::counter!("floe_records_in_total", "operator" => name.clone(), "subtask" => st.clone())
-                .absolute(i);
-            metrics::counter!("floe_records_out_total", "operator" => name, "subtask" => st)
-                .absolute(o);
+        self.start_sampling_round();
+        let job = self.job.clone();
+        for o in self.operator_subtasks() {
+            let labels = [
+                ("job", job.clone()),
+                ("operator", o.name),
+                ("subtask", o.subtask.to_string()),
+            ];
+            metrics::counter!("floe_records_in_total", &labels).absolute(o.records_in);
+            metrics::counter!("floe_records_out_total", &labels).absolute(o.records_out);
+            if o.late_records > 0 {
+                metrics::counter!("floe_late_records_total", &labels).absolute(o.late_records);
+            }
+            if o.late_records_dropped > 0 {
+                metrics::counter!("floe_late_records_dropped_total", &labels)
+                    .absolute(o.late_records_dropped);
+            }
+            if let Some(st) = o.state {
+                metrics::gauge!("floe_state_entries", &labels).set(st.entries as f64);
+                metrics::gauge!("floe_state_bytes", &labels).set(st.bytes as f64);
+            }
         }
+        let now_ms = crate::element::now_ms();
         for s in self.subtask_samples() {
-            let st = s.subtask.to_string();
-            let op = s.name.clone();
-            metrics::counter!("floe_backpressured_ns_total", "operator" => op.clone(), "subtask" => st.clone())
-                .absolute(s.backpressured_ns);
-            metrics::counter!("floe_idle_ns_total", "operator" => op.clone(), "subtask" => st.clone())
-                .absolute(s.idle_ns);
-            metrics::counter!("floe_lifetime_ns_total", "operator" => op.clone(), "subtask" => st.clone())
-                .absolute(s.lifetime_ns);
-            metrics::gauge!("floe_watermark_ms", "operator" => op.clone(), "subtask" => st.clone())
-                .set(s.watermark as f64);
+            let labels = [
+                ("job", job.clone()),
+                ("operator", s.name.clone()),
+                ("subtask", s.subtask.to_string()),
+            ];
+            metrics::counter!("floe_backpressured_ns_total", &labels).absolute(s.backpressured_ns);
+            metrics::counter!("floe_idle_ns_total", &labels).absolute(s.idle_ns);
+            metrics::counter!("floe_lifetime_ns_total", &labels).absolute(s.lifetime_ns);
+            metrics::gauge!("floe_watermark_ms", &labels).set(s.watermark as f64);
+            if let Some(lag) = watermark_lag_ms(s.watermark, now_ms) {
+                metrics::gauge!("floe_watermark_lag_ms", &labels).set(lag as f64);
+            }
             for (c, i) in s.inputs.iter().enumerate() {
-                let ch = c.to_string();
                 let labels = [
-                    ("operator", op.clone()),
-                    ("subtask", st.clone()),
-                    ("channel", ch),
+                    ("job", job.clone()),
+                    ("operator", s.name.clone()),
+                    ("subtask", s.subtask.to_string()),
+                    ("channel", c.to_string()),
                 ];
                 metrics::gauge!("floe_input_queued_batches", &labels).set(i.queued as f64);
                 metrics::gauge!("floe_input_queued_batches_max", &labels).set(i.max_queued as f64);
@@ -590,8 +761,9 @@ impl JobMetrics {
             }
             for (c, (q, m)) in s.outputs.iter().enumerate() {
                 let labels = [
-                    ("operator", op.clone()),
-                    ("subtask", st.clone()),
+                    ("job", job.clone()),
+                    ("operator", s.name.clone()),
+                    ("subtask", s.subtask.to_string()),
                     ("channel", c.to_string()),
                 ];
                 metrics::gauge!("floe_output_queued_batches", &labels).set(*q as f64);
@@ -599,6 +771,13 @@ impl JobMetrics {
             }
         }
     }
+}
+
+/// How far (ms) a watermark lags behind processing time `now_ms`: `None`
+/// before the first watermark and once the input ended.
+pub fn watermark_lag_ms(watermark: Timestamp, now_ms: Timestamp) -> Option<i64> {
+    (watermark != MIN_WATERMARK && watermark != MAX_WATERMARK)
+        .then(|| now_ms.saturating_sub(watermark))
 }
 
 #[cfg(test)]
@@ -639,6 +818,56 @@ mod tests {
         assert!(s.backpressured_ns + s.idle_ns <= life);
         assert_eq!(s.idle_ns, q.idle.total_ns(u64::MAX));
         assert_eq!(s.inputs.len(), 2);
+    }
+
+    #[test]
+    fn operators_sample_once_per_round() {
+        let job = JobMetrics::new("j");
+        let op = job.operator(OperatorId(0), "op", SubtaskIndex(0));
+        assert!(op.sample_due(), "due before the first sample");
+        let sample = OperatorSample {
+            state: Some(StateSize {
+                entries: 3,
+                bytes: 30,
+            }),
+            late_records: 2,
+            late_records_dropped: 1,
+        };
+        op.record_sample(sample);
+        assert!(!op.sample_due());
+        job.start_sampling_round();
+        assert!(op.sample_due());
+        let s = &job.operator_subtasks()[0];
+        assert_eq!(s.state, sample.state);
+        assert_eq!((s.late_records, s.late_records_dropped), (2, 1));
+        assert_eq!(job.job(), "j");
+    }
+
+    #[test]
+    fn restarts_annotate_the_failures_before_them() {
+        let job = JobMetrics::new("j");
+        job.record_failure(None, None, "a".into());
+        job.record_restart(5, 2);
+        job.record_failure(None, None, "b".into());
+        job.record_failure(None, None, "c".into());
+        let f = job.failures();
+        assert_eq!(f[0].restarted_subtasks, Some(5));
+        assert_eq!(f[0].restored_checkpoint, Some(2));
+        assert_eq!(f[1].restarted_subtasks, None);
+        job.record_restart(3, 0);
+        let f = job.failures();
+        assert_eq!(f[0].restarted_subtasks, Some(5));
+        assert_eq!(
+            (f[1].restarted_subtasks, f[2].restored_checkpoint),
+            (Some(3), Some(0))
+        );
+    }
+
+    #[test]
+    fn watermark_lag_is_none_without_a_live_watermark() {
+        assert_eq!(watermark_lag_ms(MIN_WATERMARK, 100), None);
+        assert_eq!(watermark_lag_ms(MAX_WATERMARK, 100), None);
+        assert_eq!(watermark_lag_ms(40, 100), Some(60));
     }
 
     #[test]

@@ -48,12 +48,18 @@ pub struct OperatorBytes {
 /// The asynchronous part of one operator's snapshot.
 pub type FinishCapture = Box<dyn FnOnce() -> Result<OperatorBytes> + Send>;
 
+/// Told the keyed-state blobs of an operator's snapshot once they are
+/// written (its `keyed_base` first, then the new one), before the ack.
+pub type PersistedHook = Box<dyn FnOnce(&[BlobRef]) + Send>;
+
 /// One operator's synchronous capture.
 pub struct OperatorCapture {
     /// The operator's stable uid.
     pub uid: String,
     /// Serializes the captured state (runs off the actor's thread).
     pub finish: FinishCapture,
+    /// Called with the keyed blobs once written (incremental snapshots).
+    pub persisted: Option<PersistedHook>,
 }
 
 /// Everything a chain captured for one checkpoint.

@@ -646,11 +646,15 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
             self.schedule(ctx);
         }
         let timeout = self.setup.config.buffer_timeout;
-        if !timeout.is_zero() && !self.writers.is_empty() {
+        let wall_clock = !self.setup.config.deterministic;
+        if wall_clock && !timeout.is_zero() && !self.writers.is_empty() {
             ctx.run_interval(timeout, |actor, _| actor.flush_partial());
         }
         let tick = self.setup.config.tick_interval;
-        if !tick.is_zero() && matches!(self.head, Some(Head::Inputs(_))) && !self.inputs.is_empty()
+        if wall_clock
+            && !tick.is_zero()
+            && matches!(self.head, Some(Head::Inputs(_)))
+            && !self.inputs.is_empty()
         {
             ctx.run_interval(tick, |actor, ctx| actor.tick(ctx));
         }
@@ -803,6 +807,10 @@ impl<IN: Send + 'static> Handler<Step> for SubtaskActor<IN> {
         }
         match catch_unwind(AssertUnwindSafe(|| self.run_step(ctx))) {
             Ok(Ok(more)) => {
+                if self.setup.config.deterministic {
+                    // Processing time follows steps, not a wall-clock interval.
+                    self.tick(ctx);
+                }
                 if more {
                     self.schedule(ctx);
                 }
@@ -875,6 +883,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 .any(|a| matches!(a, BarrierAction::Snapshot { .. }));
         if started && cp.first_barrier.map(|(f, _)| f) != Some(id) {
             cp.first_barrier = Some((id, Instant::now()));
+            tracing::info!(checkpoint = %id, vertex = %self.setup.name, subtask = %self.setup.index, channel = c, kind = ?barrier.kind, "checkpoint alignment started");
             if matches!(barrier.kind, BarrierKind::Aligned)
                 && self.codec.is_some()
                 && let Some(timeout) = cp.link.alignment_timeout
@@ -1042,7 +1051,8 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         input_channel_state: Vec<(u32, Vec<u8>)>,
     ) -> Result<()> {
         let started = Instant::now();
-        tracing::debug!(checkpoint = %barrier.checkpoint_id, subtask = %self.setup.index, vertex = %self.setup.name, unaligned, "snapshot");
+        let span = tracing::info_span!("checkpoint_snapshot", checkpoint = %barrier.checkpoint_id, vertex = %self.setup.name, subtask = %self.setup.index);
+        let _entered = span.enter();
         let mut snapshot = ChainSnapshot::default();
         match self.head.as_mut() {
             Some(Head::Inputs(chain)) => chain.checkpoint(barrier, unaligned, &mut snapshot)?,
@@ -1057,6 +1067,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             Some((id, at)) if id == barrier.checkpoint_id => at.elapsed().as_millis() as u64,
             _ => 0,
         };
+        let sync_ms = started.elapsed().as_millis() as u64;
+        tracing::info!(
+            alignment_ms,
+            sync_ms,
+            unaligned,
+            "checkpoint snapshot taken"
+        );
         cp.capture = Some(PendingCapture {
             barrier,
             unaligned,
@@ -1065,7 +1082,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             channel_watermarks,
             input_channel_state,
             alignment_ms,
-            sync_ms: started.elapsed().as_millis() as u64,
+            sync_ms,
         });
         Ok(())
     }
@@ -1099,14 +1116,21 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let link = cp.link.clone();
         let (vertex, subtask) = (self.setup.vertex, self.setup.index);
         let writer = link.writer.clone();
-        let job = move || write_capture(&*writer, vertex, subtask, capture);
-        let fut = actix_rt::task::spawn_blocking(job);
+        let span = tracing::info_span!("checkpoint_write", checkpoint = %id, vertex = %self.setup.name, subtask = %subtask);
+        let job = move || span.in_scope(|| write_capture(&*writer, vertex, subtask, capture));
+        let fut = if self.setup.config.deterministic {
+            // No other thread may decide when the ack arrives.
+            futures::FutureExt::left_future(futures::future::ready(Ok(job())))
+        } else {
+            futures::FutureExt::right_future(actix_rt::task::spawn_blocking(job))
+        };
         ctx.spawn(fut.into_actor(self).map(move |res, actor, ctx| {
             if let Some(cp) = actor.checkpointing.as_mut() {
                 cp.in_flight -= 1;
             }
             let reason = match res {
                 Ok(Ok(ack)) => {
+                    tracing::info!(checkpoint = %id, %vertex, %subtask, async_ms = ack.async_ms, state_bytes = ack.state_bytes, channel_state_bytes = ack.channel_state_bytes, "checkpoint acknowledged");
                     link.ack.do_send(ack);
                     None
                 }
@@ -1243,6 +1267,9 @@ fn write_capture(
             state_bytes += b.len() as u64;
             handles.union_list = Some(writer.put(id, &name("union"), &b)?);
         }
+        if let Some(persisted) = op.persisted {
+            persisted(&handles.keyed);
+        }
         operators.push(handles);
     }
     let encode =
@@ -1321,6 +1348,11 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
     type Result = ();
 
     fn handle(&mut self, msg: NotifyCheckpoint, ctx: &mut Context<Self>) {
+        if msg.completed {
+            tracing::info!(checkpoint = %msg.checkpoint, vertex = %self.setup.name, subtask = %self.setup.index, "checkpoint complete");
+        } else {
+            tracing::info!(checkpoint = %msg.checkpoint, vertex = %self.setup.name, subtask = %self.setup.index, "checkpoint aborted");
+        }
         self.guard(ctx, |a, ctx| {
             if !msg.completed
                 && let Some(cp) = a.checkpointing.as_mut()

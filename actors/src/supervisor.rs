@@ -89,6 +89,9 @@ pub trait RegionFailover: Send + 'static {
     /// A subtask failed: the delay before restarting its region, or `None`
     /// when the restart strategy is exhausted.
     fn on_failure(&mut self) -> Option<Duration>;
+    /// The region is about to restart: its subtasks are being cancelled,
+    /// so what they report from now on is stale.
+    fn restarting(&mut self, _region: usize) {}
     /// Deploys the region's subtasks anew from the latest completed
     /// checkpoint; their cancel handles.
     fn redeploy(&mut self, region: usize) -> Result<Vec<(SubtaskKey, Recipient<CancelSubtask>)>>;
@@ -142,6 +145,9 @@ pub struct JobSupervisor {
     done: Option<oneshot::Sender<Result<JobOutcome>>>,
     publish_interval: Duration,
     name: String,
+    /// Deterministic execution: regions are redeployed through the
+    /// supervisor's own mailbox, not after a wall-clock delay.
+    deterministic: bool,
 }
 
 impl JobSupervisor {
@@ -169,6 +175,7 @@ impl JobSupervisor {
             done: Some(done),
             publish_interval: Duration::ZERO,
             name: String::from("job"),
+            deterministic: false,
         }
     }
 
@@ -202,6 +209,15 @@ impl JobSupervisor {
     /// Forwards every `SubtaskFinished` to `observer`.
     pub fn with_observer(mut self, observer: Recipient<SubtaskFinished>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Deterministic execution: a region restarts without waiting for the
+    /// restart strategy's delay (a wall-clock timer would decide how far
+    /// the other regions get meanwhile), once the supervisor has handled
+    /// the messages queued before the restart began.
+    pub fn deterministic(mut self) -> Self {
+        self.deterministic = true;
         self
     }
 
@@ -282,6 +298,7 @@ impl JobSupervisor {
             return false;
         };
         let members = rf.members(region);
+        rf.restarting(region);
         for m in &members {
             if *m != key
                 && let Some(c) = self.subtasks.get(m)
@@ -292,21 +309,29 @@ impl JobSupervisor {
         }
         self.restarting.insert(region);
         tracing::info!(job = %self.name, region, subtasks = members.len(), "restarting a region");
+        if self.deterministic {
+            // Behind what is already queued: failures of the region's
+            // subtasks reported before this restart find it restarting.
+            ctx.address().do_send(RedeployRegion(region));
+            return true;
+        }
         // The cancelled subtasks release their files meanwhile.
         let delay = delay.max(Duration::from_millis(20));
-        ctx.run_later(delay, move |actor, ctx| {
-            let Some(rf) = actor.region.as_mut() else {
-                return;
-            };
-            match rf.redeploy(region) {
-                Ok(handles) => {
-                    actor.subtasks.extend(handles);
-                    actor.restarting.remove(&region);
-                }
-                Err(e) => actor.fail(e, ctx),
-            }
-        });
+        ctx.run_later(delay, move |actor, ctx| actor.redeploy_region(region, ctx));
         true
+    }
+
+    fn redeploy_region(&mut self, region: usize, ctx: &mut Context<Self>) {
+        let Some(rf) = self.region.as_mut() else {
+            return;
+        };
+        match rf.redeploy(region) {
+            Ok(handles) => {
+                self.subtasks.extend(handles);
+                self.restarting.remove(&region);
+            }
+            Err(e) => self.fail(e, ctx),
+        }
     }
 
     fn fail(&mut self, error: Error, ctx: &mut Context<Self>) {
@@ -401,6 +426,20 @@ impl Handler<SubtaskFailed> for JobSupervisor {
             }
         }
         self.fail(msg.error, ctx);
+    }
+}
+
+/// Deterministic execution: redeploys a region after the messages queued
+/// before its restart began.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct RedeployRegion(usize);
+
+impl Handler<RedeployRegion> for JobSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RedeployRegion, ctx: &mut Context<Self>) {
+        self.redeploy_region(msg.0, ctx);
     }
 }
 

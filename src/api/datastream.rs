@@ -167,12 +167,21 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     }
 
     /// Runs a process function (records with context and side outputs).
+    /// Its operator list state (`ctx.operator_list_state`,
+    /// `ctx.union_list_state`) is checkpointed and redistributed on restore.
     pub fn process<U, P>(&self, function: P) -> DataStream<U>
     where
         U: Clone + Send + 'static,
         P: ProcessFunction<T, U> + Clone + Sync,
     {
-        self.transform("Process", move |_| ProcessOp::new(function.clone()))
+        self.transform("Process", move |view| {
+            ProcessOp::for_subtask(
+                function.clone(),
+                format!("Process[{}]", view.subtask),
+                view.subtask,
+                view.parallelism,
+            )
+        })
     }
 
     /// Assigns event timestamps and generates watermarks (chained after this stream).
@@ -244,7 +253,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         KeyedStream::new(self.repartition(part), key)
     }
 
-    fn repartition(&self, partition: Partition) -> DataStream<T> {
+    pub(crate) fn repartition(&self, partition: Partition) -> DataStream<T> {
         let mut s = self.clone();
         for r in &mut s.refs {
             r.partition = partition.clone();

@@ -207,6 +207,7 @@ impl Plan {
             operators,
             edges,
             vertices,
+            regions: self.region_infos(),
         }
     }
 
@@ -252,6 +253,23 @@ impl Plan {
             region_of.insert(*key, r);
         }
         (region_of, members)
+    }
+
+    /// The pipelined regions for the job's status: members as (vertex id,
+    /// subtask), sorted.
+    pub fn region_infos(&self) -> Vec<super::status::RegionInfo> {
+        let (_, members) = self.regions();
+        members
+            .into_iter()
+            .enumerate()
+            .map(|(id, mut m)| {
+                m.sort_unstable();
+                super::status::RegionInfo {
+                    id,
+                    subtasks: m.into_iter().map(|(v, j)| (v as u32, j as u32)).collect(),
+                }
+            })
+            .collect()
     }
 
     /// Chain names, for logs: "source -> map -> sum".
@@ -317,12 +335,24 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         config.checkpoint.dir = Some(dir.clone());
         temporary = Some(dir);
     }
+    if config.job_name.is_none() {
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        config.job_name = Some(format!("job-{n}"));
+    }
+    if let Some(mode) = &config.deterministic {
+        // One thread, no wall-clock timer: see `testing::chaos`.
+        config.runtime.deterministic = true;
+        config.runtime.buffer_timeout = std::time::Duration::ZERO;
+        config.runtime.metrics_interval = std::time::Duration::ZERO;
+        mode.install();
+    }
     let config = Arc::new(config);
     let plan = Arc::new(plan);
     let injected = config.fault_injection.random_failures;
     let shared = Shared {
         status: Arc::new(Mutex::new(JobStatus::Created)),
-        metrics: Arc::new(JobMetrics::default()),
+        metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
         hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
         failover: Arc::default(),
@@ -377,9 +407,13 @@ pub(crate) fn deploy_attempt(
     let (plan, config) = (plan.clone(), config.clone());
     let (status, metrics) = (shared.status.clone(), shared.metrics.clone());
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
+    // Deterministic execution: every actor on the current arbiter.
+    let deterministic = config.deterministic.is_some();
+    let new_arbiter = || (!deterministic).then(Arbiter::new);
     let arbiters: Vec<Arbiter> = (0..config.runtime.arbiters)
-        .map(|_| Arbiter::new())
+        .filter_map(|_| new_arbiter())
         .collect();
+    let handle_of = |a: &Option<Arbiter>| a.as_ref().map_or_else(Arbiter::current, |a| a.handle());
     let activity: Arc<std::sync::OnceLock<std::time::Instant>> = Arc::default();
     let restore = match restore_from {
         Some(path) => {
@@ -403,22 +437,28 @@ pub(crate) fn deploy_attempt(
     )?;
     let router = checkpoints.router.clone();
     let store = checkpoints.store.clone();
-    let coordinator_arbiter = Arbiter::new();
+    let coordinator_arbiter = new_arbiter();
     let coordinator =
-        CheckpointCoordinator::start_in_arbiter(&coordinator_arbiter.handle(), move |_| {
+        CheckpointCoordinator::start_in_arbiter(&handle_of(&coordinator_arbiter), move |_| {
             CheckpointCoordinator::new(checkpoints)
         });
-    let supervisor_arbiter = Arbiter::new();
-    let supervisor = JobSupervisor::start_in_arbiter(&supervisor_arbiter.handle(), {
+    let supervisor_arbiter = new_arbiter();
+    let supervisor = JobSupervisor::start_in_arbiter(&handle_of(&supervisor_arbiter), {
         let (status, metrics) = (status.clone(), metrics.clone());
         let interval = config.runtime.metrics_interval;
         let observer = coordinator.clone().recipient();
         move |_| {
-            JobSupervisor::new(status, metrics, done_tx)
+            let name = metrics.job().to_string();
+            let supervisor = JobSupervisor::new(status, metrics, done_tx)
+                .with_name(&name)
                 .with_publish_interval(interval)
                 .with_observer(observer)
-                .on_own_arbiter()
-                .restartable()
+                .restartable();
+            if deterministic {
+                supervisor.deterministic()
+            } else {
+                supervisor.on_own_arbiter()
+            }
         }
     });
     let savepoint_request: Option<SavepointRequest> =
@@ -443,7 +483,10 @@ pub(crate) fn deploy_attempt(
         savepoint_request,
         hold: shared.hold.clone(),
         fault_fired: shared.fault_fired.clone(),
-        arbiters: arbiters.iter().map(|a| a.handle()).collect(),
+        arbiters: match arbiters.is_empty() {
+            true => vec![Arbiter::current()],
+            false => arbiters.iter().map(|a| a.handle()).collect(),
+        },
         activity: activity.clone(),
     };
     let spawned = spawner.spawn(None, &restore);
@@ -479,7 +522,7 @@ pub(crate) fn deploy_attempt(
     supervisor.do_send(Supervise {
         subtasks: cancels,
         arbiters,
-        joined: Some(coordinator_arbiter),
+        joined: coordinator_arbiter,
         region,
     });
     Ok(Attempt {
@@ -555,7 +598,14 @@ impl Spawner {
                     inputs: plan.inputs_per_subtask[v][j],
                     config: config.runtime.clone(),
                     on_finished: self.supervisor.clone().recipient(),
-                    on_failed: self.supervisor.clone().recipient(),
+                    on_failed: match &config.deterministic {
+                        Some(mode) => mode.tap_failures(
+                            v as u32,
+                            j as u32,
+                            self.supervisor.clone().recipient(),
+                        ),
+                        None => self.supervisor.clone().recipient(),
+                    },
                     queue_metrics: self.metrics.queues(
                         VertexId(v as u32),
                         &name,
@@ -571,7 +621,10 @@ impl Spawner {
                     restore: restore.as_ref().as_ref().and_then(|r| r.runtime(v, j)),
                     activity: Some(self.activity.clone()),
                 };
-                let partial = only.is_some();
+                // Partial only when some subtask of this vertex keeps
+                // running: a region holding all of them (a keyed job's only
+                // region) rolls back as a restart-all does.
+                let partial = only.is_some_and(|o| (0..p).any(|i| !o.contains(&(v, i))));
                 let build = {
                     let (plan, config, metrics) =
                         (plan.clone(), config.clone(), self.metrics.clone());
@@ -701,6 +754,14 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         self.tracker.on_failure(std::time::Instant::now())
     }
 
+    fn restarting(&mut self, region: usize) {
+        if let (Some(mode), Some(members)) =
+            (&self.spawner.config.deterministic, self.members.get(region))
+        {
+            mode.retire(members.iter().map(|&(v, j)| (v as u32, j as u32)));
+        }
+    }
+
     fn redeploy(
         &mut self,
         region: usize,
@@ -754,8 +815,19 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         spawner.activity = Arc::default();
         let activity = spawner.activity.clone();
         let failover = self.failover.clone();
+        let deterministic = self.spawner.config.deterministic.clone();
+        if let Some(mode) = &deterministic {
+            let mut subtasks: Vec<(u32, u32)> =
+                members.iter().map(|&(v, j)| (v as u32, j as u32)).collect();
+            subtasks.sort_unstable();
+            mode.record(crate::testing::chaos::TraceEvent::Restarted {
+                subtasks,
+                checkpoint: restored_id,
+            });
+        }
         actix::spawn(async move {
-            let Some(failed_at) = failed_at else {
+            // Not in deterministic execution: it wakes on the wall clock.
+            let (Some(failed_at), None) = (failed_at, deterministic) else {
                 return;
             };
             for _ in 0..60_000 {
@@ -783,6 +855,9 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             f.restarted_subtasks += members.len() as u64;
             f.restored_checkpoints.push(restored_id);
         }
+        self.spawner
+            .metrics
+            .record_restart(members.len() as u64, restored_id);
         Ok(spawned
             .iter()
             .map(|(&(v, j), s)| {
@@ -846,6 +921,8 @@ fn checkpoint_setup(
             .collect(),
         stats,
         status,
+        job: config.job_name.clone().unwrap_or_default(),
+        deterministic: config.deterministic.clone(),
     })
 }
 

@@ -111,6 +111,12 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// The job's name: the `job` label of its metrics (default `job-N`).
+    pub fn set_job_name(&self, name: impl Into<String>) -> &Self {
+        self.inner.borrow_mut().config.job_name = Some(name.into());
+        self
+    }
+
     /// The seed of seeded choices (shuffle partitioning).
     pub fn set_seed(&self, seed: u64) -> &Self {
         self.inner.borrow_mut().config.seed = seed;

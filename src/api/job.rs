@@ -160,6 +160,11 @@ impl JobHandle {
         })?
     }
 
+    /// The job's name: the `job` label of its metrics.
+    pub fn job_name(&self) -> &str {
+        self.metrics.job()
+    }
+
     /// The job's current state.
     pub fn status(&self) -> JobStatus {
         *self.status.lock().expect("status lock poisoned")

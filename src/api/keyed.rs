@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 /// A stream partitioned by key: every record of a key reaches the same subtask.
 pub struct KeyedStream<T, K> {
-    stream: DataStream<T>,
-    key: KeyFn<T, K>,
+    pub(crate) stream: DataStream<T>,
+    pub(crate) key: KeyFn<T, K>,
 }
 
 impl<T, K> Clone for KeyedStream<T, K> {

@@ -90,6 +90,14 @@ impl Manager {
                 )),
             };
             ended.store(true, Ordering::Release);
+            if self.config.deterministic.is_some() {
+                // Its arbiter is the job's thread, not stopped with the
+                // attempt: stop it before anything reads what it completed.
+                let _ = attempt
+                    .coordinator
+                    .send(crate::checkpoint::coordinator::StopCoordinator)
+                    .await;
+            }
             if let (Err(e), Some(hold)) = (&outcome, &self.shared.hold)
                 && e.to_string().contains("injected failure")
             {
@@ -122,7 +130,7 @@ impl Manager {
             failed_at = Some(self.shared.metrics.last_failure_at().unwrap_or(now));
             self.set_status(JobStatus::Restarting);
             tracing::info!(error = %error, delay_ms = delay.as_millis() as u64, "restarting the job");
-            if !delay.is_zero() {
+            if !delay.is_zero() && self.config.deterministic.is_none() {
                 actix_rt::time::sleep(delay).await;
             }
             if self.control.cancelled() {
@@ -142,6 +150,22 @@ impl Manager {
                 restore.as_deref(),
             ) {
                 Ok(a) => {
+                    if let Some(mode) = &self.config.deterministic {
+                        let plan = &self.plan;
+                        let subtasks = (0..plan.heads.len())
+                            .flat_map(|v| {
+                                let p = plan.nodes[plan.heads[v]].parallelism;
+                                (0..p as u32).map(move |j| (v as u32, j))
+                            })
+                            .collect();
+                        mode.record(crate::testing::chaos::TraceEvent::Restarted {
+                            subtasks,
+                            checkpoint: restored_id,
+                        });
+                    }
+                    self.shared
+                        .metrics
+                        .record_restart(a.subtasks as u64, restored_id);
                     self.control.update_failover(|s| {
                         s.restarts += 1;
                         s.restarted_subtasks += a.subtasks as u64;
@@ -162,6 +186,9 @@ impl Manager {
             Err(Error::Cancelled) => JobStatus::Canceled,
             Err(_) => JobStatus::Failed,
         });
+        if self.config.deterministic.is_some() {
+            crate::testing::chaos::DeterministicMode::uninstall();
+        }
         if let Some(dir) = self.temporary.take() {
             let _ = std::fs::remove_dir_all(dir);
         }

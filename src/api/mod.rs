@@ -3,7 +3,10 @@
 //! A program builds a stream graph through [`StreamExecutionEnvironment`] and
 //! the methods of [`DataStream`] and [`KeyedStream`], then runs it with
 //! `execute` (blocking) or `execute_async` (returns a [`JobHandle`]).
+//! [`DataStream::broadcast_state`] and `connect` build Flink's broadcast
+//! state pattern ([`KeyedBroadcastConnectedStream`]).
 
+mod connected;
 mod datastream;
 pub(crate) mod deploy;
 mod environment;
@@ -14,6 +17,7 @@ pub(crate) mod manager;
 pub mod status;
 mod windowed;
 
+pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use job::{JobHandle, JobResult};

@@ -1,12 +1,13 @@
-//! A job's status as one serializable snapshot: its state, its graph, records
-//! and time shares per operator, watermarks per subtask and channel, failures.
+//! A job's status as one serializable snapshot: its state, its graph and
+//! pipelined regions, records, time shares, state size and late records per
+//! operator, watermarks per subtask and channel, checkpoints, failures.
 //!
 //! The snapshot is what `/status` of the CLI's metrics endpoint serves and what
 //! `--explain-watermarks` reads. Building one samples relaxed atomics and takes
 //! the metrics registry's lock once; it never touches the data path.
 
 use floe_actors::element::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
-use floe_actors::metrics::JobMetrics;
+use floe_actors::metrics::{JobMetrics, watermark_lag_ms};
 use floe_actors::supervisor::JobStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -51,6 +52,16 @@ pub struct VertexInfo {
     pub parallelism: usize,
 }
 
+/// One pipelined region: subtasks linked by channels, directly or not. A
+/// failure restarts its region only (region failover).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionInfo {
+    /// The region's index.
+    pub id: usize,
+    /// Its subtasks as (vertex id, subtask index), sorted.
+    pub subtasks: Vec<(u32, u32)>,
+}
+
 /// The job's graph as deployed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobGraphInfo {
@@ -60,6 +71,9 @@ pub struct JobGraphInfo {
     pub edges: Vec<EdgeInfo>,
     /// Every vertex (chain).
     pub vertices: Vec<VertexInfo>,
+    /// The pipelined regions (connected components of the subtasks).
+    #[serde(default)]
+    pub regions: Vec<RegionInfo>,
 }
 
 /// Counters of one operator, over its subtasks.
@@ -78,6 +92,15 @@ pub struct OperatorStatus {
     pub backpressured_share: f64,
     /// Share of its subtasks' time spent idle, waiting for input (0..=1).
     pub idle_share: f64,
+    /// Entries of its state summed over subtasks (`None`: stateless), as
+    /// last sampled (every metrics interval, and at the end of input).
+    pub state_entries: Option<u64>,
+    /// Bytes of its state summed over subtasks (the backend's estimate).
+    pub state_bytes: Option<u64>,
+    /// Records that arrived after their windows closed (window operators).
+    pub late_records: u64,
+    /// Of those, records dropped (no late side output).
+    pub late_records_dropped: u64,
 }
 
 /// One input channel of a subtask.
@@ -108,6 +131,9 @@ pub struct SubtaskStatus {
     pub subtask: u32,
     /// Its watermark (`None` before the first one).
     pub watermark: Option<Timestamp>,
+    /// How far the watermark lags behind processing time, ms (`None` before
+    /// the first watermark and after the end of input).
+    pub watermark_lag_ms: Option<i64>,
     /// Its input channels.
     pub inputs: Vec<ChannelStatus>,
     /// The channel holding the watermark back: the live, active channel with
@@ -134,11 +160,18 @@ pub struct FailureInfo {
     pub subtask: Option<u32>,
     /// The error.
     pub message: String,
+    /// Subtasks the restart that followed restarted (`None`: no restart
+    /// followed, yet or at all).
+    pub restarted_subtasks: Option<u64>,
+    /// The checkpoint that restart restored (0: from the beginning).
+    pub restored_checkpoint: Option<u64>,
 }
 
 /// Everything observable about a job at one moment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobStatusSnapshot {
+    /// The job's name (the `job` label of its metrics).
+    pub job: String,
     /// The job's state: Created, Running, Finished, Failed, …
     pub state: String,
     /// Milliseconds since the job started.
@@ -258,6 +291,7 @@ impl StatusReporter {
             .unwrap_or_else(|_| "Unknown".into());
         let graph = (*self.graph).clone();
         let samples = self.metrics.subtask_samples();
+        let now_ms = floe_actors::element::now_ms();
         let subtasks: Vec<SubtaskStatus> = samples
             .iter()
             .map(|s| {
@@ -273,6 +307,7 @@ impl StatusReporter {
                     name: s.name.clone(),
                     subtask: s.subtask.0,
                     watermark: shown(s.watermark),
+                    watermark_lag_ms: watermark_lag_ms(s.watermark, now_ms),
                     inputs: s
                         .inputs
                         .iter()
@@ -300,10 +335,15 @@ impl StatusReporter {
             .iter()
             .map(|op| {
                 let (mut records_in, mut records_out) = (0, 0);
-                for (id, _, _, i, o) in &counts {
-                    if id.0 == op.id {
-                        records_in += i;
-                        records_out += o;
+                let (mut late_records, mut late_records_dropped) = (0, 0);
+                let mut state: Option<floe_actors::metrics::StateSize> = None;
+                for c in counts.iter().filter(|c| c.operator.0 == op.id) {
+                    records_in += c.records_in;
+                    records_out += c.records_out;
+                    late_records += c.late_records;
+                    late_records_dropped += c.late_records_dropped;
+                    if let Some(s) = c.state {
+                        state = Some(state.unwrap_or_default() + s);
                     }
                 }
                 let mine: Vec<&SubtaskStatus> =
@@ -317,6 +357,10 @@ impl StatusReporter {
                     backpressured_share: mine.iter().map(|s| s.backpressured_share).sum::<f64>()
                         / n,
                     idle_share: mine.iter().map(|s| s.idle_share).sum::<f64>() / n,
+                    state_entries: state.map(|s| s.entries),
+                    state_bytes: state.map(|s| s.bytes),
+                    late_records,
+                    late_records_dropped,
                 }
             })
             .collect();
@@ -335,9 +379,12 @@ impl StatusReporter {
                 }),
                 subtask: f.subtask.map(|s| s.0),
                 message: f.message,
+                restarted_subtasks: f.restarted_subtasks,
+                restored_checkpoint: f.restored_checkpoint,
             })
             .collect();
         JobStatusSnapshot {
+            job: self.metrics.job().to_string(),
             state,
             elapsed_ms: self.metrics.elapsed_ms(),
             graph,

@@ -24,6 +24,7 @@ use super::format::{
 use super::savepoint::SavepointWriter;
 use super::store::{BlobSink, CheckpointStore};
 use super::{CheckpointConfig, CheckpointError};
+use crate::testing::chaos::TraceEvent;
 use actix::prelude::*;
 use floe_actors::element::{Barrier, BarrierKind, now_ms};
 use floe_actors::ids::{CheckpointId, SubtaskIndex, VertexId};
@@ -165,6 +166,11 @@ pub(crate) struct CoordinatorSetup {
     pub transactional_sinks: Vec<String>,
     pub stats: Arc<Mutex<CheckpointStats>>,
     pub status: Arc<Mutex<floe_actors::supervisor::JobStatus>>,
+    /// Deterministic execution: triggers and timeouts on the mode's clock,
+    /// checkpoint events into its trace.
+    pub deterministic: Option<crate::testing::chaos::DeterministicMode>,
+    /// The job's name: the `job` label of the checkpoint metrics.
+    pub job: String,
 }
 
 struct Pending {
@@ -292,7 +298,7 @@ impl CheckpointCoordinator {
                 reply,
             },
         );
-        tracing::info!(checkpoint = id, ?barrier_kind, "checkpoint triggered");
+        tracing::info!(job = %self.setup.job, checkpoint = id, ?barrier_kind, sources = sources.len(), "checkpoint triggered");
         let barrier = Barrier {
             checkpoint_id: CheckpointId(id),
             timestamp: trigger_ms,
@@ -301,12 +307,28 @@ impl CheckpointCoordinator {
         for s in sources {
             s.trigger.do_send(TriggerCheckpoint { barrier });
         }
+        self.trace(TraceEvent::CheckpointTriggered { id });
         let timeout = self.setup.config.timeout;
-        ctx.run_later(timeout, move |actor, ctx| {
+        let expire = move |actor: &mut Self, ctx: &mut Context<Self>| {
             if actor.pending.contains_key(&id) {
                 actor.abort(id, format!("expired after {} ms", timeout.as_millis()), ctx);
             }
-        });
+        };
+        match &self.setup.deterministic {
+            Some(mode) => {
+                let now = crate::time::Clock::now_ms(&mode.clock);
+                let at = now.saturating_add(timeout.as_millis() as i64);
+                let sleep = mode.clock.sleep_until(at);
+                ctx.spawn(
+                    sleep
+                        .into_actor(self)
+                        .map(move |(), actor, ctx| expire(actor, ctx)),
+                );
+            }
+            None => {
+                ctx.run_later(timeout, expire);
+            }
+        }
         Some(id)
     }
 
@@ -350,6 +372,7 @@ impl CheckpointCoordinator {
                 self.failures_in_row = 0;
                 let record = record_of(&meta, "completed", None);
                 if let Ok(mut stats) = self.setup.stats.lock() {
+                    let record = record.clone();
                     if p.kind == SnapshotKind::Checkpoint {
                         stats.completed += 1;
                         stats.max_duration_ms = stats.max_duration_ms.max(duration_ms);
@@ -358,14 +381,20 @@ impl CheckpointCoordinator {
                     }
                     stats.record(record);
                 }
-                publish_metrics(&meta);
+                publish_metrics(&self.setup.job, &record);
                 tracing::info!(
+                    job = %self.setup.job,
                     checkpoint = id,
+                    savepoint = p.kind == SnapshotKind::Savepoint,
                     duration_ms,
+                    alignment_ms = meta.alignment_ms,
+                    sync_ms = meta.sync_ms,
+                    async_ms = meta.async_ms,
                     state_bytes = meta.state_bytes,
                     channel_state_bytes = meta.channel_state_bytes,
                     "checkpoint completed"
                 );
+                self.trace(TraceEvent::CheckpointCompleted { id });
                 if p.kind == SnapshotKind::Checkpoint {
                     self.last_completion = Some(Instant::now());
                 }
@@ -484,10 +513,15 @@ impl CheckpointCoordinator {
             return;
         };
         self.aborted.insert(id);
+        self.trace(TraceEvent::CheckpointAborted {
+            id,
+            fault: crate::testing::chaos::injected_fault(&reason),
+            reason: reason.clone(),
+        });
         if counts {
-            tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
+            tracing::warn!(job = %self.setup.job, checkpoint = id, %reason, "checkpoint aborted");
         } else {
-            tracing::info!(checkpoint = id, %reason, "checkpoint aborted");
+            tracing::info!(job = %self.setup.job, checkpoint = id, %reason, "checkpoint aborted");
         }
         match p.kind {
             SnapshotKind::Checkpoint => {
@@ -508,10 +542,12 @@ impl CheckpointCoordinator {
                 completed: false,
             });
         }
-        let mut record = CheckpointRecord {
+        // A checkpoint abandoned because a subtask reached its end is not a
+        // failure: it is in the history as "aborted".
+        let record = CheckpointRecord {
             id,
             savepoint: p.kind == SnapshotKind::Savepoint,
-            status: "failed".into(),
+            status: if counts { "failed" } else { "aborted" }.into(),
             trigger_ms: p.trigger_ms,
             duration_ms: p.started.elapsed().as_millis() as u64,
             alignment_ms: 0,
@@ -523,19 +559,12 @@ impl CheckpointCoordinator {
             failure: Some(reason.clone()),
         };
         if let Ok(mut stats) = self.setup.stats.lock() {
-            // A checkpoint abandoned because a subtask reached its end is
-            // not a failure (it is in the history as "aborted").
             if p.kind == SnapshotKind::Checkpoint && counts {
                 stats.failed += 1;
             }
-            if !counts {
-                record.status = "aborted".into();
-            }
-            stats.record(record);
+            stats.record(record.clone());
         }
-        if counts {
-            metrics::counter!("floe_checkpoints_failed_total").increment(1);
-        }
+        publish_metrics(&self.setup.job, &record);
         if let Some(tx) = p.reply {
             let _ = tx.send(Err(CheckpointError::Failed {
                 checkpoint: id,
@@ -582,24 +611,59 @@ fn record_of(
     }
 }
 
-fn publish_metrics(meta: &CheckpointMetadata) {
-    metrics::counter!("floe_checkpoints_completed_total").increment(1);
-    metrics::gauge!("floe_last_checkpoint_id").set(meta.id as f64);
-    metrics::gauge!("floe_last_checkpoint_duration_ms").set(meta.duration_ms as f64);
-    metrics::gauge!("floe_last_checkpoint_alignment_ms").set(meta.alignment_ms as f64);
-    metrics::gauge!("floe_last_checkpoint_sync_ms").set(meta.sync_ms as f64);
-    metrics::gauge!("floe_last_checkpoint_async_ms").set(meta.async_ms as f64);
-    metrics::gauge!("floe_last_checkpoint_state_bytes").set(meta.state_bytes as f64);
-    metrics::gauge!("floe_last_checkpoint_channel_state_bytes")
-        .set(meta.channel_state_bytes as f64);
+/// Publishes a checkpoint (or savepoint) that completed, failed or was
+/// aborted into the `metrics` facade; see `docs/operations.md`.
+fn publish_metrics(job: &str, r: &CheckpointRecord) {
+    let labels = [("job", job.to_string())];
+    let kind = if r.savepoint {
+        "savepoints"
+    } else {
+        "checkpoints"
+    };
+    match (r.status.as_str(), r.savepoint) {
+        ("completed", false) => {
+            metrics::counter!("floe_checkpoints_completed_total", &labels).increment(1);
+            metrics::histogram!("floe_checkpoint_duration_ms", &labels)
+                .record(r.duration_ms as f64);
+            metrics::histogram!("floe_checkpoint_alignment_ms", &labels)
+                .record(r.alignment_ms as f64);
+            metrics::histogram!("floe_checkpoint_sync_ms", &labels).record(r.sync_ms as f64);
+            metrics::histogram!("floe_checkpoint_async_ms", &labels).record(r.async_ms as f64);
+            metrics::histogram!("floe_checkpoint_state_bytes", &labels)
+                .record(r.state_bytes as f64);
+            metrics::gauge!("floe_last_checkpoint_id", &labels).set(r.id as f64);
+            metrics::gauge!("floe_last_checkpoint_duration_ms", &labels).set(r.duration_ms as f64);
+            metrics::gauge!("floe_last_checkpoint_alignment_ms", &labels)
+                .set(r.alignment_ms as f64);
+            metrics::gauge!("floe_last_checkpoint_sync_ms", &labels).set(r.sync_ms as f64);
+            metrics::gauge!("floe_last_checkpoint_async_ms", &labels).set(r.async_ms as f64);
+            metrics::gauge!("floe_last_checkpoint_state_bytes", &labels).set(r.state_bytes as f64);
+            metrics::gauge!("floe_last_checkpoint_channel_state_bytes", &labels)
+                .set(r.channel_state_bytes as f64);
+        }
+        ("failed", false) => {
+            metrics::counter!("floe_checkpoints_failed_total", &labels).increment(1);
+            metrics::gauge!("floe_last_failed_checkpoint_id", &labels).set(r.id as f64);
+        }
+        (status, _) => {
+            let name = format!("floe_{kind}_{status}_total");
+            metrics::counter!(name, &labels).increment(1);
+        }
+    }
 }
 
 impl Actor for CheckpointCoordinator {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some(interval) = self.setup.config.interval {
-            ctx.run_interval(interval, |actor, ctx| actor.periodic(ctx));
+        match (self.setup.config.interval, self.setup.deterministic.clone()) {
+            (Some(interval), Some(mode)) => {
+                self.trigger_on_clock(mode.clock, interval.as_millis() as i64, ctx)
+            }
+            (Some(interval), None) => {
+                ctx.run_interval(interval, |actor, ctx| actor.periodic(ctx));
+            }
+            (None, _) => {}
         }
     }
 
@@ -700,9 +764,11 @@ impl Message for RegisterTasks {
 impl Handler<RegisterTasks> for CheckpointCoordinator {
     type Result = ();
 
-    fn handle(&mut self, msg: RegisterTasks, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: RegisterTasks, ctx: &mut Context<Self>) {
         self.tasks = msg.tasks;
         self.supervisor = Some(msg.supervisor);
+        // Sources may have reached their savepoint share before this.
+        self.maybe_take_requested_savepoint(ctx);
     }
 }
 
@@ -729,7 +795,8 @@ impl Handler<RequestSavepoint> for CheckpointCoordinator {
 
 impl CheckpointCoordinator {
     fn maybe_take_requested_savepoint(&mut self, ctx: &mut Context<Self>) {
-        if self.savepoint_requested || self.holding.is_empty() {
+        // Before the tasks are registered, no source is known to wait for.
+        if self.savepoint_requested || self.holding.is_empty() || self.tasks.is_empty() {
             return;
         }
         let waiting = self.tasks.iter().any(|t| {
@@ -808,5 +875,49 @@ impl Handler<TriggerSavepoint> for CheckpointCoordinator {
 
     fn handle(&mut self, msg: TriggerSavepoint, ctx: &mut Context<Self>) {
         self.trigger(SnapshotKind::Savepoint, Some((msg.dir, msg.reply)), ctx);
+    }
+}
+
+/// Deterministic execution: the clock instead of wall-clock timers, and the
+/// trace.
+impl CheckpointCoordinator {
+    /// Triggers the next periodic checkpoint once the mode's clock is
+    /// `interval_ms` further, then arms the one after.
+    fn trigger_on_clock(
+        &mut self,
+        clock: crate::time::ManualClock,
+        interval_ms: i64,
+        ctx: &mut Context<Self>,
+    ) {
+        use crate::time::Clock;
+        let at = clock.now_ms().saturating_add(interval_ms.max(1));
+        let sleep = clock.sleep_until(at);
+        ctx.spawn(sleep.into_actor(self).map(move |(), actor, ctx| {
+            actor.periodic(ctx);
+            actor.trigger_on_clock(clock, interval_ms, ctx);
+        }));
+    }
+
+    fn trace(&self, event: TraceEvent) {
+        if let Some(mode) = &self.setup.deterministic {
+            mode.record(event);
+        }
+    }
+}
+
+/// Stops the coordinator of an attempt that ended (deterministic
+/// execution, where it shares the job's thread instead of having an
+/// arbiter to stop): later acknowledgements are dropped.
+pub(crate) struct StopCoordinator;
+
+impl Message for StopCoordinator {
+    type Result = ();
+}
+
+impl Handler<StopCoordinator> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, _: StopCoordinator, ctx: &mut Context<Self>) {
+        ctx.stop();
     }
 }

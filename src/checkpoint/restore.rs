@@ -3,10 +3,12 @@
 //! Operators are matched by uid. Keyed state is split by key group: each new
 //! subtask gets the groups of its key-group range, whatever the old
 //! parallelism. Even-split list state is dealt out round-robin over the new
-//! subtasks, union list state goes whole to each. Watermarks and channel
-//! state are per subtask: at the same parallelism each subtask takes its own
-//! back; at another parallelism channel state cannot be mapped (the restore
-//! is refused) and every channel starts at the lowest old watermark.
+//! subtasks (operator list states of process functions: per state, and each
+//! subtask keeps its own entries at an unchanged parallelism), union list
+//! state goes whole to each. Watermarks and channel state are per subtask:
+//! at the same parallelism each subtask takes its own back; at another
+//! parallelism channel state cannot be mapped (the restore is refused) and
+//! every channel starts at the lowest old watermark.
 
 use super::{CheckpointError, LoadedSnapshot};
 use crate::api::deploy::Plan;
@@ -85,8 +87,9 @@ impl RestorePlan {
                 continue;
             }
             let p = node.parallelism;
-            let mut keyed: BTreeMap<u32, KeyGroupBytes> = BTreeMap::new();
-            let mut split = Vec::new();
+            // Per key group, its entries in blob order: a base, then deltas.
+            let mut keyed: BTreeMap<u32, Vec<KeyGroupBytes>> = BTreeMap::new();
+            let mut split: Vec<(u32, Vec<Vec<u8>>)> = Vec::new();
             let mut union = Vec::new();
             if let Some(state) = state {
                 let mut subtasks: Vec<_> = state.subtasks.iter().collect();
@@ -101,10 +104,13 @@ impl RestorePlan {
                                 reason: format!("undecodable keyed state: {e}"),
                             })?;
                         for g in groups {
-                            keyed.insert(g.key_group, g);
+                            keyed.entry(g.key_group).or_default().push(g);
                         }
                     }
-                    for (blob, out) in [(&s.split_list, &mut split), (&s.union_list, &mut union)] {
+                    let mut own_split = Vec::new();
+                    for (blob, out) in
+                        [(&s.split_list, &mut own_split), (&s.union_list, &mut union)]
+                    {
                         if let Some(blob) = blob {
                             let bytes = loaded.read_blob(blob)?;
                             let entries: Vec<Vec<u8>> =
@@ -118,13 +124,20 @@ impl RestorePlan {
                             out.extend(entries);
                         }
                     }
+                    split.push((s.subtask, own_split));
                 }
             }
+            let old_parallelism = state.map_or(p, |s| s.parallelism as usize);
+            let mut split =
+                crate::state::operator::deal_split_list(split, old_parallelism, p).into_iter();
             for j in 0..p {
                 let range = key_group_range(j as u32, max_parallelism, p as u32);
                 let restored = RestoredState {
-                    keyed: keyed.range(range).map(|(_, g)| g.clone()).collect(),
-                    split_list: split.iter().skip(j).step_by(p).cloned().collect(),
+                    keyed: keyed
+                        .range(range)
+                        .flat_map(|(_, g)| g.iter().cloned())
+                        .collect(),
+                    split_list: split.next().unwrap_or_default(),
                     union_list: union.clone(),
                     partial: false,
                 };

@@ -149,6 +149,9 @@ pub struct PipelinesArgs {
     /// Checkpoints, savepoints, restore, failover.
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,
+    /// Metrics endpoint and status line.
+    #[command(flatten)]
+    pub observe: observe::ObserveArgs,
 }
 
 #[derive(Subcommand, Debug)]

@@ -6,7 +6,7 @@
 //! every scrape first copies the job's counters into the `metrics` facade, so
 //! the answer is current whatever the publishing interval.
 
-use floe::{Error, Result, StatusReporter};
+use floe::{Error, Result, StatusReporter, StreamExecutionEnvironment};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +23,19 @@ pub struct ObserveArgs {
     /// Keep serving this long after the job ended (milliseconds).
     #[arg(long, default_value_t = 0)]
     pub metrics_linger_ms: u64,
+    /// Print a status line on stderr every this many milliseconds (records/s,
+    /// backpressure, last checkpoint) instead of the progress bar.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub status_interval: Option<u64>,
+    /// Do not publish metrics while the job runs (counters are still kept
+    /// and published once at the end; operator state sizes are sampled at
+    /// the end only).
+    #[arg(long, conflicts_with = "metrics_addr")]
+    pub no_metrics: bool,
+    /// The job's name: the `job` label of every metric (default: the
+    /// command's name).
+    #[arg(long)]
+    pub job_name: Option<String>,
 }
 
 /// A running endpoint; stops serving when dropped.
@@ -33,9 +46,21 @@ pub struct Endpoint {
 }
 
 impl ObserveArgs {
-    /// Installs the Prometheus recorder when an address was given. Call before
-    /// the job starts, so every counter is recorded.
-    pub fn install(&self) -> Result<Option<PrometheusHandle>> {
+    /// Names the job (`--job-name`, else `command`), switches periodic
+    /// metrics off with `--no-metrics`, and installs the Prometheus recorder
+    /// when an address was given. Call before the job starts, so every
+    /// counter is recorded.
+    pub fn install(
+        &self,
+        env: &StreamExecutionEnvironment,
+        command: &str,
+    ) -> Result<Option<PrometheusHandle>> {
+        let mut config = env.config();
+        config.job_name = Some(self.job_name.clone().unwrap_or_else(|| command.to_string()));
+        if self.no_metrics {
+            config.runtime.metrics_interval = Duration::ZERO;
+        }
+        env.set_config(config);
         if self.metrics_addr.is_none() {
             return Ok(None);
         }
@@ -101,6 +126,13 @@ fn respond(request: tiny_http::Request, prometheus: &PrometheusHandle, reporter:
     }
     if let Err(e) = request.respond(response) {
         tracing::debug!(error = %e, "metrics scrape not answered");
+    }
+}
+
+impl ObserveArgs {
+    /// The status line interval, if `--status-interval` was given.
+    pub fn status_interval(&self) -> Option<Duration> {
+        self.status_interval.map(Duration::from_millis)
     }
 }
 

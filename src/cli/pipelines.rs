@@ -156,9 +156,28 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
+    let prometheus = args.observe.install(&env, "pipelines")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
-    let result = futures::executor::block_on(handle.wait())?;
+    let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
+    let waited = {
+        let _progress = super::progress::Progress::start_with(
+            &handle,
+            "Pipeline Source",
+            Some(args.records),
+            args.observe.status_interval(),
+        );
+        futures::executor::block_on(handle.wait())
+    };
+    let result = match waited {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(ep) = endpoint {
+                ep.linger();
+            }
+            return Err(e);
+        }
+    };
     args.checkpoints
         .report_savepoint(&handle.checkpoint_stats())?;
     let records = result.operator("Parse").map(|o| o.records_in).unwrap_or(0);
@@ -176,5 +195,8 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
         args.parallelism,
         super::checkpointing::summary(&args.checkpoints, &handle)
     );
+    if let Some(e) = endpoint {
+        e.linger();
+    }
     Ok(())
 }

@@ -1,4 +1,16 @@
-//! A progress bar on stderr for long runs, shown only when stderr is a terminal.
+//! What a run shows on stderr while it runs: a progress bar when stderr is a
+//! terminal, or, with `--status-interval MS`, one status line every MS
+//! milliseconds (and a last one when the job ends), for logs and long runs:
+//!
+//! ```text
+//! status elapsed_ms=2000 records=1843200 records_per_s=921600 backpressured=0.41 checkpoints=3 last_checkpoint=3 last_checkpoint_ms=12
+//! ```
+//!
+//! `records` counts the source's records out, `records_per_s` their rate
+//! since the previous line, `backpressured` the share of time the job's
+//! subtasks spent backpressured (averaged over subtasks, since the start),
+//! and the checkpoint fields the last completed checkpoint (omitted before
+//! the first).
 
 use floe::JobHandle;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -6,7 +18,7 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Polls a job's source counters and draws them until dropped.
 pub struct Progress {
@@ -14,15 +26,94 @@ pub struct Progress {
     thread: Option<JoinHandle<()>>,
 }
 
+/// The records the operator named `source` emitted so far.
+fn source_records(handle: &JobHandle, source: &str) -> u64 {
+    handle
+        .operator_metrics()
+        .iter()
+        .filter(|o| o.name == source)
+        .map(|o| o.records_out)
+        .sum()
+}
+
+/// One status line: counters of `handle` now; the rate is over the records
+/// since `last` (records, when).
+pub fn status_line(handle: &JobHandle, source: &str, last: &mut (u64, Instant)) -> String {
+    let records = source_records(handle, source);
+    let now = Instant::now();
+    let secs = now.duration_since(last.1).as_secs_f64();
+    let rate = if secs > 0.0 {
+        records.saturating_sub(last.0) as f64 / secs
+    } else {
+        0.0
+    };
+    *last = (records, now);
+    let status = handle.status_snapshot();
+    let n = status.subtasks.len().max(1) as f64;
+    let backpressured = status
+        .subtasks
+        .iter()
+        .map(|s| s.backpressured_share)
+        .sum::<f64>()
+        / n;
+    let mut line = format!(
+        "status elapsed_ms={} records={records} records_per_s={rate:.0} backpressured={backpressured:.2} checkpoints={}",
+        status.elapsed_ms, status.checkpoints.completed
+    );
+    let last_checkpoint = status
+        .checkpoints
+        .history
+        .iter()
+        .rev()
+        .find(|c| !c.savepoint && c.status == "completed");
+    if let Some(c) = last_checkpoint {
+        line.push_str(&format!(
+            " last_checkpoint={} last_checkpoint_ms={}",
+            c.id, c.duration_ms
+        ));
+    }
+    line
+}
+
 impl Progress {
     /// Starts drawing progress of `handle`: records out of operator `source`,
-    /// out of `total` when known.
+    /// out of `total` when known; a bar on a terminal only.
     pub fn start(handle: &JobHandle, source: &'static str, total: Option<u64>) -> Progress {
+        Self::start_with(handle, source, total, None)
+    }
+
+    /// As [`start`](Self::start); with `status_interval`, prints a status
+    /// line every interval instead of the bar (terminal or not), and a last
+    /// one when dropped.
+    pub fn start_with(
+        handle: &JobHandle,
+        source: &'static str,
+        total: Option<u64>,
+        status_interval: Option<Duration>,
+    ) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
+        let (h, s) = (handle.clone(), stop.clone());
+        if let Some(every) = status_interval {
+            let thread = std::thread::spawn(move || {
+                let mut last = (0, Instant::now());
+                let mut next = Instant::now() + every;
+                while !s.load(Ordering::Relaxed) {
+                    if Instant::now() >= next {
+                        eprintln!("{}", status_line(&h, source, &mut last));
+                        next += every;
+                    }
+                    std::thread::sleep(Duration::from_millis(20).min(every));
+                }
+                eprintln!("{}", status_line(&h, source, &mut last));
+            });
+            return Progress {
+                stop,
+                thread: Some(thread),
+            };
+        }
         if !std::io::stderr().is_terminal() {
             return Progress { stop, thread: None };
         }
-        let (h, s) = (handle.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             let bar = match total {
                 Some(t) => ProgressBar::new(t).with_style(
@@ -32,13 +123,7 @@ impl Progress {
                 None => ProgressBar::new_spinner(),
             };
             while !s.load(Ordering::Relaxed) {
-                let done: u64 = h
-                    .operator_metrics()
-                    .iter()
-                    .filter(|o| o.name == source)
-                    .map(|o| o.records_out)
-                    .sum();
-                bar.set_position(done);
+                bar.set_position(source_records(&h, source));
                 std::thread::sleep(Duration::from_millis(200));
             }
             bar.finish_and_clear();

@@ -274,12 +274,13 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         }
         (None, None) => {}
     }
-    let prometheus = args.observe.install()?;
+    let prometheus = args.observe.install(&env, "window")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let waited = {
-        let _progress = Progress::start(&handle, "Parse", None);
+        let _progress =
+            Progress::start_with(&handle, "Parse", None, args.observe.status_interval());
         futures::executor::block_on(handle.wait())
     };
     if args.explain_watermarks {

@@ -249,12 +249,13 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
-    let prometheus = args.observe.install()?;
+    let prometheus = args.observe.install(&env, "wordcount")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let result = {
-        let _progress = Progress::start(&handle, source_name, total);
+        let _progress =
+            Progress::start_with(&handle, source_name, total, args.observe.status_interval());
         futures::executor::block_on(handle.wait())?
     };
     let records = result.operator(counter).map(|o| o.records_in).unwrap_or(0);

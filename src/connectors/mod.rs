@@ -185,6 +185,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             };
             let info = self.info.clone();
             out.operators.push(floe_actors::snapshot::OperatorCapture {
+                persisted: None,
                 uid: self.info.uid.clone(),
                 finish: Box::new(move || crate::operators::node::encode_capture(capture, &info)),
             });

@@ -6,6 +6,10 @@
 //! one. Either way the restarted subtasks restore the latest completed
 //! checkpoint (or start from the beginning when there is none).
 //!
+//! [`FaultInjection`] fails chosen subtasks at chosen points; for runs that
+//! replay exactly (one thread, a logical clock, a seeded plan of faults, a
+//! trace), see [`crate::testing::chaos`].
+//!
 //! See `docs/fault-tolerance.md`.
 
 use std::collections::VecDeque;

@@ -201,6 +201,17 @@ where
         Ok(())
     }
 
+    fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
+        let entries = self.state.len();
+        floe_actors::metrics::OperatorSample {
+            state: Some(floe_actors::metrics::StateSize {
+                entries: entries as u64,
+                bytes: (entries * (std::mem::size_of::<K>() + std::mem::size_of::<T>())) as u64,
+            }),
+            ..Default::default()
+        }
+    }
+
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         // Encoded here: one pass over the accumulators, no value cloned.
         let groups = keyed_snapshot::encode(self.state.iter(), ctx.max_parallelism)?;
@@ -313,6 +324,8 @@ pub struct KeyedProcessOp<T, K, P> {
     watermark: Timestamp,
     timers: TimerService<K>,
     state: Box<dyn StateBackend<K>>,
+    /// The keyed blobs of its checkpoints (incremental snapshots).
+    chain: crate::state::CheckpointChain,
 }
 
 impl<T, K: Send + 'static, P> KeyedProcessOp<T, K, P> {
@@ -332,6 +345,7 @@ impl<T, K: Send + 'static, P> KeyedProcessOp<T, K, P> {
             watermark: MIN_WATERMARK,
             timers: TimerService::new(clock.clone()),
             state: Box::new(HeapStateBackend::single("Keyed Process").with_clock(clock)),
+            chain: Default::default(),
         }
     }
 
@@ -344,6 +358,12 @@ impl<T, K: Send + 'static, P> KeyedProcessOp<T, K, P> {
     /// The keyed state, for snapshots and restores.
     pub fn state_backend_mut(&mut self) -> &mut dyn StateBackend<K> {
         self.state.as_mut()
+    }
+
+    /// The function, the keyed state and the current watermark at once: for
+    /// operators that wrap this one and call the function outside a key.
+    pub(crate) fn parts_mut(&mut self) -> (&mut P, &mut dyn StateBackend<K>, Timestamp) {
+        (&mut self.function, self.state.as_mut(), self.watermark)
     }
 }
 
@@ -372,6 +392,7 @@ where
             timers: Some(&mut self.timers),
             timer_misuse: false,
             state: Some(self.state.as_mut()),
+            operator_state: None,
         };
         let mut ctx = OnTimerContext {
             inner,
@@ -421,9 +442,32 @@ where
     K: StateKey,
     P: KeyedProcessFunction<K, T, OUT>,
 {
+    fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
+        floe_actors::metrics::OperatorSample {
+            state: Some(self.state.state_size()),
+            ..Default::default()
+        }
+    }
+
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         // Synchronous: the backend captures references; timers are encoded.
-        let snapshot = self.state.snapshot();
+        let snapshot = self.state.snapshot_for(ctx.checkpoint, ctx.savepoint);
+        // An incremental snapshot builds on the blobs of the last completed
+        // checkpoint, which the backend only learns from `chain`.
+        let keyed_base = match snapshot.base() {
+            None => Vec::new(),
+            Some(b) => self.chain.base_blobs(b).ok_or_else(|| {
+                crate::Error::User(format!("keyed state of base checkpoint {b} unknown"))
+            })?,
+        };
+        let chain = self.chain.clone();
+        let checkpoint = ctx.checkpoint;
+        let keyed_persisted: Option<floe_actors::snapshot::PersistedHook> =
+            (!ctx.savepoint).then(|| {
+                Box::new(move |blobs: &[floe_actors::snapshot::BlobRef]| {
+                    chain.persisted(checkpoint, blobs)
+                }) as floe_actors::snapshot::PersistedHook
+            });
         let mut timers: std::collections::BTreeMap<u32, Vec<(u8, Timestamp, &K)>> =
             Default::default();
         for (domain, ts, key) in self.timers.iter() {
@@ -443,6 +487,8 @@ where
                 let state = snapshot.serialize()?;
                 Ok(keyed_snapshot::merge(state, timers))
             })),
+            keyed_base,
+            keyed_persisted,
             ..Default::default()
         })
     }
@@ -453,11 +499,22 @@ where
     }
 
     fn restore_state(&mut self, state: RestoredState) -> Result<()> {
-        let (groups, timers) = keyed_snapshot::split(&state.keyed)?;
+        let (groups, _) = keyed_snapshot::split(&state.keyed)?;
         self.state.restore(&groups)?;
+        self.chain.reset();
         self.timers.clear(TimeDomain::EventTime);
         self.timers.clear(TimeDomain::ProcessingTime);
+        // A key group may come several times (a base, then deltas): every
+        // entry holds all its timers, so the last one counts.
+        let mut timers: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+        for g in &state.keyed {
+            let (_, t): (Vec<u8>, Vec<u8>) = keyed_snapshot::from_bytes(&g.bytes)?;
+            timers.insert(g.key_group, t);
+        }
         for (_, bytes) in timers {
+            if bytes.is_empty() {
+                continue;
+            }
             let list: Vec<(u8, Timestamp, K)> = keyed_snapshot::from_bytes(&bytes)?;
             for (d, ts, key) in list {
                 let domain = if d == 0 {
@@ -483,6 +540,7 @@ where
                 timers: Some(&mut self.timers),
                 timer_misuse: false,
                 state: Some(self.state.as_mut()),
+                operator_state: None,
             };
             self.function.process_element(r.value, &mut ctx)?;
         }
@@ -522,6 +580,18 @@ where
         if dropped > 0 {
             tracing::debug!(dropped, "processing-time timers pending at end of input");
         }
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        if self.chain.complete(checkpoint) {
+            self.state.notify_checkpoint_complete(checkpoint);
+        }
+        Ok(())
+    }
+
+    fn notify_checkpoint_aborted(&mut self, checkpoint: u64) -> Result<()> {
+        self.chain.abort(checkpoint);
         Ok(())
     }
 }

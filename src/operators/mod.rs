@@ -7,6 +7,7 @@
 //! operator under `catch_unwind`, and names the operator in every error.
 
 pub mod basic;
+pub mod broadcast;
 pub mod keyed;
 pub mod node;
 pub mod process;
@@ -75,6 +76,14 @@ pub trait Operator<IN, OUT>: Send + 'static {
     fn notify_checkpoint_aborted(&mut self, _checkpoint: u64) -> Result<()> {
         Ok(())
     }
+
+    /// The operator's gauges for the metrics: its state's size (stateful
+    /// operators) and its late records (window operators). Called on the
+    /// operator's thread once per metrics interval and at the end of input,
+    /// never per record; it must be cheap (no serialization).
+    fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
+        floe_actors::metrics::OperatorSample::default()
+    }
 }
 
 /// What an operator learns when it snapshots.
@@ -104,6 +113,12 @@ pub struct StateCapture {
     pub split_list: Vec<Vec<u8>>,
     /// Operator list state every subtask gets whole on restore.
     pub union_list: Vec<Vec<u8>>,
+    /// Keyed state blobs of an earlier, completed checkpoint that `keyed`
+    /// builds on (an incremental snapshot), oldest first: a restore applies
+    /// them, then `keyed`.
+    pub keyed_base: Vec<floe_actors::snapshot::BlobRef>,
+    /// Told the keyed blobs (`keyed_base`, then `keyed`'s) once written.
+    pub keyed_persisted: Option<floe_actors::snapshot::PersistedHook>,
 }
 
 impl StateCapture {

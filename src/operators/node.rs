@@ -261,7 +261,18 @@ where
         for s in &mut self.sides {
             s.flush()?;
         }
+        if self.info.metrics.sample_due() {
+            self.sample_metrics();
+        }
         Ok(())
+    }
+
+    /// Stores the operator's state size and late records in its counters.
+    fn sample_metrics(&self) {
+        let op = &self.op;
+        if let Ok(s) = catch_unwind(AssertUnwindSafe(|| op.metrics_sample())) {
+            self.info.metrics.record_sample(s);
+        }
     }
 }
 
@@ -325,6 +336,8 @@ where
 
     fn end_of_input(&mut self) -> floe_actors::Result<()> {
         self.run(|op, out| op.on_end_of_input(out))?;
+        // The final values, whatever the sampling round.
+        self.sample_metrics();
         self.next.end_of_input()?;
         for s in &mut self.sides {
             s.end_of_input()?;
@@ -352,10 +365,11 @@ where
         };
         let op = &mut self.op;
         let r = catch_unwind(AssertUnwindSafe(|| op.snapshot_state(&ctx)));
-        let capture = self.info.check(r)?;
+        let mut capture = self.info.check(r)?;
         if !capture.is_empty() {
             let info = self.info.clone();
             out.operators.push(OperatorCapture {
+                persisted: capture.keyed_persisted.take(),
                 uid: self.info.uid.clone(),
                 finish: Box::new(move || {
                     info.injected_fault(crate::failover::FaultMoment::AsyncWrite(ctx.checkpoint))?;
@@ -430,7 +444,7 @@ pub(crate) fn encode_capture(
     };
     Ok(OperatorBytes {
         keyed,
-        keyed_base: Vec::new(),
+        keyed_base: capture.keyed_base,
         split_list: list(capture.split_list)?,
         union_list: list(capture.union_list)?,
     })

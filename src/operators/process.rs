@@ -8,13 +8,23 @@
 //! timers call back into [`KeyedProcessFunction::on_timer`] with an
 //! [`OnTimerContext`].
 //!
+//! A non-keyed process function may keep operator list state (Flink's
+//! `ListCheckpointed`/`CheckpointedFunction` operator state):
+//! `ctx.operator_list_state(&desc)` (even-split redistribution) and
+//! `ctx.union_list_state(&desc)` (union redistribution) return lists of the
+//! subtask, snapshotted with every checkpoint and redistributed on restore
+//! (see [`OperatorStateStore`]). [`ProcessFunction::open`] runs once per
+//! subtask before its first record, after any restore, so the function can
+//! read restored state up front (Flink's `initializeState`).
+//!
 //! [`KeyedProcessFunction::on_timer`]: super::keyed::KeyedProcessFunction::on_timer
 
-use super::{Operator, Output, OutputTag};
+use super::{Operator, Output, OutputTag, RestoredState, SnapshotContext, StateCapture};
 use crate::state::{
     AggregatingState, AggregatingStateDescriptor, KeyScope, ListState, ListStateDescriptor,
-    MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, StateBackend, StateError,
-    StateKey, StateValue, ValueState, ValueStateDescriptor,
+    MapState, MapStateDescriptor, OperatorListState, OperatorStateStore, ReducingState,
+    ReducingStateDescriptor, StateBackend, StateError, StateKey, StateValue, ValueState,
+    ValueStateDescriptor,
 };
 use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use crate::{Error, Result};
@@ -39,6 +49,8 @@ pub struct ProcessContext<'a, 'o, OUT, K = ()> {
     pub(crate) timer_misuse: bool,
     /// The keyed operator's state; `None` on non-keyed streams.
     pub(crate) state: Option<&'a mut dyn StateBackend<K>>,
+    /// The non-keyed operator's list states; `None` on keyed streams.
+    pub(crate) operator_state: Option<&'a mut OperatorStateStore>,
 }
 
 impl<'a, 'o, OUT, K> ProcessContext<'a, 'o, OUT, K> {
@@ -56,6 +68,7 @@ impl<'a, 'o, OUT, K> ProcessContext<'a, 'o, OUT, K> {
             timers: None,
             timer_misuse: false,
             state: None,
+            operator_state: None,
         }
     }
 }
@@ -99,6 +112,60 @@ impl<OUT, K> ProcessContext<'_, '_, OUT, K> {
     /// The key of the current record (keyed streams only).
     pub fn current_key(&self) -> Option<&K> {
         self.key
+    }
+
+    fn operator_state(&mut self, state: &str) -> Result<&mut OperatorStateStore> {
+        match self.operator_state.as_deref_mut() {
+            Some(store) => Ok(store),
+            None => Err(StateError::NoOperatorState {
+                state: state.to_string(),
+            }
+            .into()),
+        }
+    }
+
+    /// This subtask's even-split operator list state named by `desc`
+    /// (non-keyed `process` only; elsewhere a
+    /// [`StateError::NoOperatorState`]). On restore at another parallelism
+    /// the entries of all former subtasks are dealt out over the new ones.
+    ///
+    /// # Examples
+    /// ```
+    /// use floe::operators::process::ProcessContext;
+    /// use floe::state::ListStateDescriptor;
+    ///
+    /// let seen = ListStateDescriptor::<i64>::new("seen");
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let out = env
+    ///     .from_collection(vec![3i64, 1, 2])
+    ///     .process(move |x: i64, ctx: &mut ProcessContext<'_, '_, usize>| {
+    ///         let mut list = ctx.operator_list_state(&seen)?;
+    ///         list.add(x);
+    ///         let n = list.len();
+    ///         ctx.collect(n);
+    ///         Ok(())
+    ///     })
+    ///     .set_parallelism(1)
+    ///     .collect();
+    /// env.execute().unwrap();
+    /// let mut got = out.take();
+    /// got.sort();
+    /// assert_eq!(got, vec![1, 2, 3]);
+    /// ```
+    pub fn operator_list_state<T: StateValue>(
+        &mut self,
+        desc: &ListStateDescriptor<T>,
+    ) -> Result<OperatorListState<'_, T>> {
+        Ok(self.operator_state(desc.name())?.list_state(desc)?)
+    }
+
+    /// This subtask's union operator list state named by `desc`: on
+    /// restore every subtask gets the entries of all former subtasks.
+    pub fn union_list_state<T: StateValue>(
+        &mut self,
+        desc: &ListStateDescriptor<T>,
+    ) -> Result<OperatorListState<'_, T>> {
+        Ok(self.operator_state(desc.name())?.union_list_state(desc)?)
     }
 }
 
@@ -176,6 +243,9 @@ impl<OUT, K: StateKey> ProcessContext<'_, '_, OUT, K> {
     fn key_scope(&mut self, state: &str) -> std::result::Result<KeyScope<'_, K>, StateError> {
         match (self.state.as_deref_mut(), self.key) {
             (Some(backend), Some(key)) => Ok(KeyScope::new(backend, key)),
+            (Some(_), None) => Err(StateError::NoCurrentKey {
+                state: state.to_string(),
+            }),
             _ => Err(StateError::NotKeyed {
                 state: state.to_string(),
             }),
@@ -268,8 +338,53 @@ impl<OUT, K> DerefMut for OnTimerContext<'_, '_, OUT, K> {
     }
 }
 
+/// What [`ProcessFunction::open`] gets: the subtask's operator list states
+/// (restored ones included) and its place in the operator.
+pub struct OpenContext<'a> {
+    pub(crate) state: &'a mut OperatorStateStore,
+    pub(crate) subtask: usize,
+    pub(crate) parallelism: usize,
+}
+
+impl OpenContext<'_> {
+    /// The even-split operator list state named by `desc`; see
+    /// [`ProcessContext::operator_list_state`].
+    pub fn operator_list_state<T: StateValue>(
+        &mut self,
+        desc: &ListStateDescriptor<T>,
+    ) -> Result<OperatorListState<'_, T>> {
+        Ok(self.state.list_state(desc)?)
+    }
+
+    /// The union operator list state named by `desc`; see
+    /// [`ProcessContext::union_list_state`].
+    pub fn union_list_state<T: StateValue>(
+        &mut self,
+        desc: &ListStateDescriptor<T>,
+    ) -> Result<OperatorListState<'_, T>> {
+        Ok(self.state.union_list_state(desc)?)
+    }
+
+    /// This subtask's index.
+    pub fn subtask_index(&self) -> usize {
+        self.subtask
+    }
+
+    /// The operator's parallelism.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+}
+
 /// A user function over single records with a context.
 pub trait ProcessFunction<IN, OUT>: Send + 'static {
+    /// Called once per subtask before its first record (or its end of
+    /// input), after state was restored: read restored operator state here
+    /// (Flink's `initializeState`). The default does nothing.
+    fn open(&mut self, _ctx: &mut OpenContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
     /// Handles one record.
     fn process_element(&mut self, value: IN, ctx: &mut ProcessContext<'_, '_, OUT>) -> Result<()>;
 
@@ -289,19 +404,51 @@ where
     }
 }
 
-/// Runs a [`ProcessFunction`].
+/// Runs a [`ProcessFunction`] and keeps its operator list state.
 pub struct ProcessOp<P> {
     pub(crate) function: P,
     pub(crate) watermark: Timestamp,
+    state: OperatorStateStore,
+    subtask: usize,
+    parallelism: usize,
+    opened: bool,
 }
 
 impl<P> ProcessOp<P> {
-    /// Wraps a process function.
+    /// Wraps a process function (as subtask 0 of 1).
     pub fn new(function: P) -> Self {
+        Self::for_subtask(function, "Process", 0, 1)
+    }
+
+    /// Wraps a process function run as subtask `subtask` of `parallelism`;
+    /// `operator` names its state in errors.
+    pub fn for_subtask(
+        function: P,
+        operator: impl Into<String>,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Self {
         ProcessOp {
             function,
             watermark: MIN_WATERMARK,
+            state: OperatorStateStore::new(operator),
+            subtask,
+            parallelism,
+            opened: false,
         }
+    }
+
+    fn open<IN, OUT>(&mut self) -> Result<()>
+    where
+        P: ProcessFunction<IN, OUT>,
+    {
+        self.opened = true;
+        let mut ctx = OpenContext {
+            state: &mut self.state,
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+        };
+        self.function.open(&mut ctx)
     }
 }
 
@@ -310,8 +457,12 @@ where
     P: ProcessFunction<IN, OUT>,
 {
     fn process_batch(&mut self, batch: Batch<IN>, out: &mut Output<'_, OUT>) -> Result<()> {
+        if !self.opened {
+            self.open()?;
+        }
         for r in batch {
             let mut ctx = ProcessContext::unkeyed(out, r.timestamp, self.watermark);
+            ctx.operator_state = Some(&mut self.state);
             self.function.process_element(r.value, &mut ctx)?;
             if ctx.timer_misuse {
                 return Err(timers_need_keys());
@@ -326,11 +477,29 @@ where
     }
 
     fn on_end_of_input(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
+        if !self.opened {
+            self.open()?;
+        }
         let mut ctx = ProcessContext::unkeyed(out, None, self.watermark);
+        ctx.operator_state = Some(&mut self.state);
         self.function.on_end_of_input(&mut ctx)?;
         if ctx.timer_misuse {
             return Err(timers_need_keys());
         }
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _ctx: &SnapshotContext) -> Result<StateCapture> {
+        let entries = self.state.snapshot()?;
+        Ok(StateCapture {
+            split_list: entries.split,
+            union_list: entries.union,
+            ..Default::default()
+        })
+    }
+
+    fn restore_state(&mut self, state: RestoredState) -> Result<()> {
+        self.state.restore(&state.split_list, &state.union_list)?;
         Ok(())
     }
 }

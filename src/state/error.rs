@@ -15,6 +15,24 @@ pub enum StateError {
         /// The state asked for.
         state: String,
     },
+    /// Keyed state was requested while no key is current: in
+    /// `process_broadcast_element` of a keyed broadcast process function.
+    #[error(
+        "keyed state '{state}' was requested with no current key (process_broadcast_element has none): read keyed state in process_element"
+    )]
+    NoCurrentKey {
+        /// The state asked for.
+        state: String,
+    },
+    /// Operator (non-keyed) state was requested where there is none: in a
+    /// keyed process function.
+    #[error(
+        "operator state '{state}' is only available in non-keyed process functions (DataStream::process)"
+    )]
+    NoOperatorState {
+        /// The state asked for.
+        state: String,
+    },
     /// A state was registered (or restored) with other types than before.
     #[error(
         "state '{state}' of operator '{operator}' has type {found}, but the descriptor asks for {expected}"

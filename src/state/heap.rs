@@ -138,6 +138,7 @@ impl<K: Send + 'static> StateBackend<K> for HeapStateBackend<K> {
             key_groups: self.range.clone(),
             states,
             pending: sorted_pending(&self.pending),
+            base: None,
         }
     }
 
@@ -149,5 +150,12 @@ impl<K: Send + 'static> StateBackend<K> for HeapStateBackend<K> {
             &mut self.pending,
             groups,
         )
+    }
+
+    fn state_size(&self) -> floe_actors::metrics::StateSize {
+        floe_actors::metrics::StateSize {
+            entries: self.tables.values().map(|t| t.len() as u64).sum(),
+            bytes: self.tables.values().map(|t| t.mem_bytes()).sum(),
+        }
     }
 }

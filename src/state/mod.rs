@@ -22,15 +22,21 @@
 //!    and [`FORMAT_VERSION`]; registering or restoring a state with another
 //!    fingerprint fails with [`StateError::SchemaMismatch`], naming the
 //!    operator and the state.
+//! 6. **Operator state** (non-keyed): [`OperatorStateStore`] holds a
+//!    subtask's named list states, redistributed by even split or union on
+//!    restore; [`BroadcastStateStore`] holds the maps a broadcast process
+//!    function keeps a copy of in every subtask.
 //!
 //! See `docs/state.md` for the user's view.
 
 mod aggregating;
+mod broadcast;
 mod descriptor;
 mod error;
 mod heap;
 mod list;
 mod map;
+pub(crate) mod operator;
 mod redb;
 mod reducing;
 mod scope;
@@ -40,6 +46,7 @@ mod ttl;
 mod value;
 
 pub use aggregating::AggregatingState;
+pub use broadcast::{BroadcastState, BroadcastStateStore, ReadOnlyBroadcastState};
 pub use descriptor::{
     AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReduceFn,
     ReducingStateDescriptor, StateDescriptor, StateMeta, ValueStateDescriptor,
@@ -48,10 +55,14 @@ pub use error::StateError;
 pub use heap::HeapStateBackend;
 pub use list::ListState;
 pub use map::MapState;
-pub use redb::{RedbStateBackend, RedbStore};
+pub use operator::{OperatorListState, OperatorStateEntries, OperatorStateStore, Redistribution};
+pub use redb::{MAX_DELTAS, RedbStateBackend, RedbStore};
 pub use reducing::ReducingState;
 pub use scope::KeyScope;
-pub use snapshot::{CapturedState, KeyGroupBytes, KeyGroupState, Snapshot, StateBlob};
+pub use snapshot::{
+    CapturedState, Change, CheckpointChain, DELTA_VERSION, GroupDelta, KeyGroupBytes,
+    KeyGroupChanges, KeyGroupState, Snapshot, StateBlob, StateChange,
+};
 pub use table::{Stamped, TypedTable};
 pub use ttl::{StateTtlConfig, TtlUpdateType};
 pub use value::ValueState;
@@ -104,6 +115,15 @@ pub trait StateTable<K>: Send {
     fn capture(&mut self) -> Box<dyn CapturedState>;
     /// Replaces the state of one key group with restored bytes.
     fn restore_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
+    /// Applies restored changes to one key group: writes the entries `puts`
+    /// (the format of [`restore_group`](Self::restore_group)) and removes
+    /// the keys `removed` (postcard bytes of a sequence of keys).
+    fn apply_group_delta(
+        &mut self,
+        key_group: u32,
+        puts: &[u8],
+        removed: &[u8],
+    ) -> Result<(), StateError>;
     /// Drops every entry.
     fn clear_all(&mut self);
     /// Writes buffered changes to the backend's storage (a no-op in memory).
@@ -115,6 +135,11 @@ pub trait StateTable<K>: Send {
     /// Whether no key has a value.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+    /// Bytes the table's keys and values take in memory, without what they
+    /// point to (0 for tables that do not keep values in memory).
+    fn mem_bytes(&self) -> u64 {
+        0
     }
 }
 
@@ -146,6 +171,20 @@ pub trait StateBackend<K>: Send {
     ) -> Result<&mut dyn StateTable<K>, StateError>;
     /// The synchronous part of a snapshot: cheap, copies no values.
     fn snapshot(&mut self) -> Snapshot;
+    /// The snapshot of checkpoint `checkpoint` (of a savepoint when
+    /// `savepoint`): a backend that tracks its changes may return an
+    /// incremental one, holding only what changed since the last checkpoint
+    /// reported by [`notify_checkpoint_complete`](Self::notify_checkpoint_complete)
+    /// (see [`Snapshot::base`]); a savepoint is always full. The default is
+    /// [`snapshot`](Self::snapshot), always full.
+    fn snapshot_for(&mut self, checkpoint: u64, savepoint: bool) -> Snapshot {
+        let _ = (checkpoint, savepoint);
+        self.snapshot()
+    }
+    /// Checkpoint `checkpoint`, snapshotted with
+    /// [`snapshot_for`](Self::snapshot_for), completed and its blobs are
+    /// known: later snapshots may build on it.
+    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) {}
     /// Replaces all state with the serialized key groups (each must be in
     /// this backend's range); states restored but not registered yet are
     /// checked when their descriptor is first used.
@@ -154,5 +193,11 @@ pub trait StateBackend<K>: Send {
     /// [`RedbStateBackend`]; `None` (the default) means heap tables.
     fn redb_store(&self) -> Option<std::sync::Arc<RedbStore>> {
         None
+    }
+    /// The size of the state, for the metrics: keys holding a value summed
+    /// over states, and the backend's estimate of its bytes. Cheap (no
+    /// serialization), but not free: sampled once per metrics interval.
+    fn state_size(&self) -> floe_actors::metrics::StateSize {
+        floe_actors::metrics::StateSize::default()
     }
 }

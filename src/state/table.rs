@@ -295,6 +295,10 @@ impl<K: StateKey, S: StateValue> StateTable<K> for TypedTable<K, S> {
         })
     }
 
+    fn mem_bytes(&self) -> u64 {
+        (self.len() * (std::mem::size_of::<K>() + std::mem::size_of::<Stamped<S>>())) as u64
+    }
+
     fn restore_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
         let g = self.local(key_group)?;
         let entries: Vec<(K, Stamped<S>)> =
@@ -305,6 +309,28 @@ impl<K: StateKey, S: StateValue> StateTable<K> for TypedTable<K, S> {
             })?;
         let group = Arc::make_mut(&mut self.groups[g]);
         group.clear();
+        group.extend(entries);
+        Ok(())
+    }
+
+    fn apply_group_delta(
+        &mut self,
+        key_group: u32,
+        puts: &[u8],
+        removed: &[u8],
+    ) -> Result<(), StateError> {
+        let g = self.local(key_group)?;
+        let serde = |e: postcard::Error| StateError::Serde {
+            operator: self.operator.clone(),
+            state: self.meta.name.clone(),
+            message: e.to_string(),
+        };
+        let entries: Vec<(K, Stamped<S>)> = postcard::from_bytes(puts).map_err(serde)?;
+        let removed: Vec<K> = postcard::from_bytes(removed).map_err(serde)?;
+        let group = Arc::make_mut(&mut self.groups[g]);
+        for k in &removed {
+            group.swap_remove(k);
+        }
         group.extend(entries);
         Ok(())
     }

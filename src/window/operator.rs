@@ -62,20 +62,52 @@ impl<T> WindowSpec<T> {
     }
 
     /// Sends a record no window accepted to the late output, when it is late
-    /// (`timestamp + allowed_lateness <= watermark`) and a late output is set.
+    /// (`timestamp + allowed_lateness <= watermark`) and a late output is set;
+    /// counts it in `late` (dropped too, without a late output).
     pub(crate) fn route_late<OUT>(
         &self,
         value: T,
         ts: Timestamp,
         watermark: Timestamp,
+        late: &mut LateCounts,
         out: &mut Output<'_, OUT>,
     ) where
         T: 'static,
     {
-        if ts.saturating_add(self.allowed_lateness) <= watermark
-            && let Some(tag) = &self.late_tag
-        {
-            out.side(tag, value, Some(ts));
+        if ts.saturating_add(self.allowed_lateness) <= watermark {
+            late.late += 1;
+            match &self.late_tag {
+                Some(tag) => out.side(tag, value, Some(ts)),
+                None => late.dropped += 1,
+            }
+        }
+    }
+}
+
+/// Late records a window operator subtask saw, for its metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LateCounts {
+    /// Records that arrived after all their windows closed.
+    pub late: u64,
+    /// Of those, the ones dropped (no late output).
+    pub dropped: u64,
+}
+
+impl LateCounts {
+    /// The metrics sample of a window operator with `entries` (key, window)
+    /// or (key, pane) entries of about `entry_bytes` each.
+    pub(crate) fn sample(
+        &self,
+        entries: usize,
+        entry_bytes: usize,
+    ) -> floe_actors::metrics::OperatorSample {
+        floe_actors::metrics::OperatorSample {
+            state: Some(floe_actors::metrics::StateSize {
+                entries: entries as u64,
+                bytes: (entries * entry_bytes) as u64,
+            }),
+            late_records: self.late,
+            late_records_dropped: self.dropped,
         }
     }
 }
@@ -91,6 +123,7 @@ pub struct WindowOp<T, K, ACC, R, OUT, A> {
     timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
+    late: LateCounts,
 }
 
 impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
@@ -111,6 +144,7 @@ impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
             timers: BTreeMap::new(),
             fired: Vec::new(),
             windows: Vec::new(),
+            late: LateCounts::default(),
         }
     }
 }
@@ -295,6 +329,14 @@ where
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
 {
+    fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
+        let entries = self.state.values().map(Vec::len).sum();
+        self.late.sample(
+            entries,
+            std::mem::size_of::<K>() + std::mem::size_of::<(TimeWindow, ACC)>(),
+        )
+    }
+
     fn snapshot_state(
         &mut self,
         ctx: &crate::operators::SnapshotContext,
@@ -329,7 +371,8 @@ where
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;
             if !self.element(&r.value, ts, out)? {
-                self.spec.route_late(r.value, ts, self.watermark, out);
+                self.spec
+                    .route_late(r.value, ts, self.watermark, &mut self.late, out);
             }
         }
         Ok(())

@@ -50,6 +50,7 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A> {
     fired_upto: Timestamp,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
+    late: super::operator::LateCounts,
 }
 
 impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
@@ -90,6 +91,7 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
             fired_upto: MIN_WATERMARK,
             fired: Vec::new(),
             windows: Vec::new(),
+            late: Default::default(),
         })
     }
 }
@@ -292,6 +294,14 @@ where
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
 {
+    fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
+        let entries = self.panes.iter().map(|(_, m)| m.len()).sum();
+        self.late.sample(
+            entries,
+            std::mem::size_of::<K>() + std::mem::size_of::<ACC>(),
+        )
+    }
+
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
@@ -332,7 +342,8 @@ where
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;
             if !self.element(&r.value, ts, out) {
-                self.spec.route_late(r.value, ts, self.watermark, out);
+                self.spec
+                    .route_late(r.value, ts, self.watermark, &mut self.late, out);
             }
         }
         Ok(())

@@ -63,6 +63,7 @@ pub struct TriggeredWindowOp<T, K, ACC, R, OUT, A> {
     processing_timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
     requests: Vec<TimerRequest>,
     fired: Vec<OUT>,
+    late: super::operator::LateCounts,
     _acc: std::marker::PhantomData<fn() -> ACC>,
 }
 
@@ -92,6 +93,7 @@ impl<T, K, ACC, R, OUT, A> TriggeredWindowOp<T, K, ACC, R, OUT, A> {
             processing_timers: BTreeMap::new(),
             requests: Vec::new(),
             fired: Vec::new(),
+            late: Default::default(),
             _acc: std::marker::PhantomData,
         }
     }
@@ -270,6 +272,14 @@ where
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
 {
+    fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
+        let entries = self.state.values().map(Vec::len).sum();
+        self.late.sample(
+            entries,
+            std::mem::size_of::<K>() + std::mem::size_of::<Entry<T>>(),
+        )
+    }
+
     fn snapshot_state(
         &mut self,
         ctx: &crate::operators::SnapshotContext,
@@ -345,7 +355,8 @@ where
                 (ts, _) => WindowSpec::<T>::event_time(ts)?,
             };
             if !self.element(&r.value, ts, out) {
-                self.spec.route_late(r.value, ts, self.watermark, out);
+                self.spec
+                    .route_late(r.value, ts, self.watermark, &mut self.late, out);
             }
         }
         Ok(())

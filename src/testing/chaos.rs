@@ -1,0 +1,928 @@
+//! Deterministic chaos testing: one thread, a clock the harness drives, a
+//! seeded fault plan, and a trace of what happened.
+//!
+//! A job normally runs on several arbiters (threads), writes the
+//! asynchronous part of its snapshots on a blocking pool, and triggers
+//! checkpoints, flushes partial batches and ticks processing time on
+//! wall-clock timers: two runs of one job interleave differently, so a
+//! failure found by a fault-injection test may never show again.
+//!
+//! With [`Config::deterministic`](crate::Config::deterministic) set to a
+//! [`DeterministicMode`], the job runs so that the order of every message is
+//! a function of its configuration:
+//!
+//! 1. **One arbiter.** Every subtask, the checkpoint coordinator and the
+//!    supervisor of every attempt run on the thread that launched the job
+//!    (the job's own thread with [`execute`](crate::StreamExecutionEnvironment::execute)).
+//!    The asynchronous part of a snapshot runs inline, so an acknowledgement
+//!    is sent at a point fixed by the subtask's own processing.
+//! 2. **No wall clock.** Processing time (`floe_actors::element::now_ms` and
+//!    [`SystemClock`](crate::time::SystemClock) on that thread) reads the
+//!    mode's [`ManualClock`], which advances
+//!    [`tick_ms`](DeterministicMode::tick_ms) on every read: a source reads it
+//!    once per batch it emits and every other subtask once per step, so time
+//!    follows the work done. Periodic checkpoints are triggered when that
+//!    clock passes the next multiple of the checkpoint interval (read as
+//!    logical milliseconds), the checkpoint timeout runs on it too, partial
+//!    batches are flushed after every step (buffer timeout zero), restart
+//!    delays are not waited for, and no metrics publisher runs.
+//! 3. **A trace.** The coordinator, the supervisor's failure path and both
+//!    restart paths (restart-all, region) record [`TraceEvent`]s into the
+//!    mode's [`Trace`]: checkpoints triggered, completed and aborted, subtask
+//!    failures (with the injected fault they came from), restarts (the
+//!    subtasks restarted and the checkpoint restored). Two runs of one
+//!    configuration give equal traces.
+//!
+//! [`FaultPlan::generate`] draws, from a seed, the parallelism, the failover
+//! strategy, the checkpoint interval and K faults (operator, subtask and
+//! [`FaultPoint`]); [`FaultPlan::config`] turns it into a [`Config`] and
+//! [`run`] executes a job under it and collects its committed output through
+//! an [`ExactlyOnceCollector`] (an in-memory two-phase-commit sink). See
+//! `tests/chaos.rs` and `docs/fault-tolerance.md`, "Deterministic chaos
+//! testing".
+//!
+//! What the mode cannot make deterministic: user code that reads the wall
+//! clock or other threads, rate-limited sources and throttled sinks (they
+//! wait on wall-clock timers), random failures (`random_failures`, timed by
+//! the wall clock: [`Config::validate`](crate::Config::validate) refuses
+//! them, use [`FaultInjection::faults`]), alignment timeouts and a minimum
+//! pause between checkpoints (refused too).
+
+use crate::Config;
+use crate::connectors::two_phase::TwoPhaseCommitSink;
+use crate::failover::{FailoverStrategy, Fault, FaultInjection, FaultPoint, RestartStrategy};
+use crate::time::{Clock, ManualClock};
+use actix::{Actor, Context, Handler, Recipient};
+use floe_actors::element::{Batch, Timestamp};
+use floe_actors::messages::SubtaskFailed;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The switch to deterministic execution: the job's clock and its trace.
+///
+/// Clones share the clock and the trace; two modes are equal when they
+/// share them.
+#[derive(Clone, Debug)]
+pub struct DeterministicMode {
+    /// The job's processing time; it advances on every read by the job.
+    pub clock: ManualClock,
+    /// How far the clock advances per read (logical milliseconds, > 0).
+    pub tick_ms: i64,
+    /// What the job records.
+    pub trace: Trace,
+    /// Per subtask, whether its current incarnation's failures still count.
+    taps: Arc<Mutex<Incarnations>>,
+}
+
+/// Per `(vertex, subtask)`, the "still current" flag of its latest
+/// incarnation's failure tap.
+type Incarnations = HashMap<(u32, u32), Arc<AtomicBool>>;
+
+impl DeterministicMode {
+    /// A mode whose clock starts at `start_ms` and advances `tick_ms` per read.
+    pub fn new(start_ms: Timestamp, tick_ms: i64) -> Self {
+        DeterministicMode {
+            clock: ManualClock::new(start_ms),
+            tick_ms,
+            trace: Trace::default(),
+            taps: Arc::default(),
+        }
+    }
+
+    /// Makes processing time on this thread read (and advance) the mode's
+    /// clock; the deployment calls it on the job's thread.
+    pub(crate) fn install(&self) {
+        let (clock, tick) = (self.clock.clone(), self.tick_ms);
+        floe_actors::element::set_thread_clock(Some(Box::new(move || clock.advance(tick))));
+    }
+
+    /// Gives this thread the wall clock back.
+    pub(crate) fn uninstall() {
+        floe_actors::element::set_thread_clock(None);
+    }
+
+    /// Records `event` at the clock's current time (without advancing it).
+    pub(crate) fn record(&self, event: TraceEvent) {
+        self.trace.push(Traced {
+            at_ms: self.clock.now_ms(),
+            event,
+        });
+    }
+
+    /// Passes every `SubtaskFailed` of a new incarnation of subtask
+    /// `(vertex, subtask)` through the trace on its way to `to`.
+    pub(crate) fn tap_failures(
+        &self,
+        vertex: u32,
+        subtask: u32,
+        to: Recipient<SubtaskFailed>,
+    ) -> Recipient<SubtaskFailed> {
+        let live = Arc::new(AtomicBool::new(true));
+        if let Ok(mut taps) = self.taps.lock() {
+            taps.insert((vertex, subtask), live.clone());
+        }
+        FailureTap {
+            mode: self.clone(),
+            to,
+            live,
+        }
+        .start()
+        .recipient()
+    }
+
+    /// The current incarnations of `subtasks` are being restarted: what they
+    /// report from now on is traced but no longer reaches the supervisor
+    /// (it would restart their successors).
+    pub(crate) fn retire(&self, subtasks: impl IntoIterator<Item = (u32, u32)>) {
+        if let Ok(taps) = self.taps.lock() {
+            for key in subtasks {
+                if let Some(live) = taps.get(&key) {
+                    live.store(false, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Checks the rest of the configuration can run deterministically.
+    pub(crate) fn validate(&self, config: &Config) -> crate::Result<()> {
+        let bad = |what: &str| {
+            Err(crate::Error::Config(format!(
+                "deterministic execution: {what}"
+            )))
+        };
+        if self.tick_ms <= 0 {
+            return bad("the clock's tick must be at least 1 ms");
+        }
+        if config.fault_injection.random_failures > 0 {
+            return bad(
+                "random failures are timed by the wall clock; list them in fault_injection.faults",
+            );
+        }
+        if config.checkpoint.alignment_timeout.is_some() {
+            return bad("alignment timeouts run on the wall clock; leave alignment_timeout unset");
+        }
+        if !config.checkpoint.min_pause.is_zero() {
+            return bad(
+                "the minimum pause between checkpoints runs on the wall clock; leave it zero",
+            );
+        }
+        Ok(())
+    }
+}
+
+impl PartialEq for DeterministicMode {
+    fn eq(&self, other: &Self) -> bool {
+        self.tick_ms == other.tick_ms
+            && self.clock.shares_time_with(&other.clock)
+            && Arc::ptr_eq(&self.trace.events, &other.trace.events)
+    }
+}
+
+/// The events of a deterministic run, in order. Clones share the events.
+#[derive(Clone, Default)]
+pub struct Trace {
+    events: Arc<Mutex<Vec<Traced>>>,
+}
+
+impl Trace {
+    fn push(&self, t: Traced) {
+        if let Ok(mut e) = self.events.lock() {
+            e.push(t);
+        }
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> Vec<Traced> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.events()).finish()
+    }
+}
+
+/// One event of a [`Trace`], at the logical time it happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Traced {
+    /// The job's clock when it was recorded.
+    pub at_ms: Timestamp,
+    /// What happened.
+    pub event: TraceEvent,
+}
+
+/// What a deterministic run records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceEvent {
+    /// The coordinator triggered checkpoint `id` at the sources.
+    CheckpointTriggered {
+        /// The checkpoint.
+        id: u64,
+    },
+    /// Checkpoint `id` is in the store.
+    CheckpointCompleted {
+        /// The checkpoint.
+        id: u64,
+    },
+    /// Checkpoint `id` was aborted.
+    CheckpointAborted {
+        /// The checkpoint.
+        id: u64,
+        /// Why (a decline names the subtask and its error).
+        reason: String,
+        /// The injected fault behind it (a failed asynchronous write).
+        fault: Option<Fault>,
+    },
+    /// A subtask failed.
+    SubtaskFailed {
+        /// Its vertex (chain).
+        vertex: u32,
+        /// Its index.
+        subtask: u32,
+        /// The error, naming the operator.
+        error: String,
+        /// The injected fault it came from, if it was one.
+        fault: Option<Fault>,
+    },
+    /// Subtasks were redeployed from a checkpoint (a restart-all attempt, or
+    /// a region).
+    Restarted {
+        /// `(vertex, subtask)` of every redeployed subtask, sorted.
+        subtasks: Vec<(u32, u32)>,
+        /// The checkpoint restored (0: from the beginning).
+        checkpoint: u64,
+    },
+}
+
+impl TraceEvent {
+    /// The injected fault behind this event, if any.
+    pub fn fault(&self) -> Option<&Fault> {
+        match self {
+            TraceEvent::CheckpointAborted { fault, .. }
+            | TraceEvent::SubtaskFailed { fault, .. } => fault.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// The injected fault an error message reports, parsed from the message
+/// operators give (`operator 'NAME' subtask #I failed: injected failure
+/// AT`), anywhere in `message`.
+pub fn injected_fault(message: &str) -> Option<Fault> {
+    const MARK: &str = " failed: injected failure ";
+    let end = message.find(MARK)?;
+    let head = &message[..end];
+    let start = head.rfind("operator '")?;
+    let (name, subtask) = head[start + "operator '".len()..].rsplit_once("' subtask ")?;
+    let subtask = subtask.trim_start_matches('#').parse().ok()?;
+    let at = &message[end + MARK.len()..];
+    let number = |prefix: &str, suffix: &str| -> Option<u64> {
+        let rest = at.strip_prefix(prefix)?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        rest[digits.len()..].starts_with(suffix).then_some(())?;
+        digits.parse().ok()
+    };
+    let point = if let Some(n) = number("after ", " records") {
+        FaultPoint::Records(n)
+    } else if let Some(id) = number("during the snapshot of checkpoint ", "") {
+        FaultPoint::Checkpoint(id)
+    } else if let Some(id) = number("while writing checkpoint ", "") {
+        FaultPoint::AsyncWrite(id)
+    } else if at.starts_with("while restoring") {
+        FaultPoint::Restore
+    } else {
+        return None;
+    };
+    Some(Fault {
+        operator: name.to_string(),
+        subtask,
+        at: point,
+    })
+}
+
+/// Records subtask failures on their way to the supervisor.
+struct FailureTap {
+    mode: DeterministicMode,
+    to: Recipient<SubtaskFailed>,
+    /// Cleared when this incarnation of the subtask is being restarted.
+    live: Arc<AtomicBool>,
+}
+
+impl Actor for FailureTap {
+    type Context = Context<Self>;
+}
+
+impl Handler<SubtaskFailed> for FailureTap {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubtaskFailed, _: &mut Context<Self>) {
+        if msg.error != floe_actors::Error::Cancelled {
+            let error = msg.error.to_string();
+            self.mode.record(TraceEvent::SubtaskFailed {
+                vertex: msg.vertex.0,
+                subtask: msg.subtask.0,
+                fault: injected_fault(&error),
+                error,
+            });
+        }
+        if self.live.load(Ordering::Acquire) {
+            self.to.do_send(msg);
+        }
+    }
+}
+
+/// An operator of the job a [`FaultPlan`] targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorSpec {
+    /// Its name (as set with `.name(..)`, or the default).
+    pub name: String,
+    /// A source (faults by records emitted and at snapshots only).
+    pub source: bool,
+    /// Holds state, so it can fail writing a snapshot and restoring one.
+    pub stateful: bool,
+}
+
+impl OperatorSpec {
+    /// A source named `name`.
+    pub fn source(name: &str) -> Self {
+        OperatorSpec {
+            name: name.into(),
+            source: true,
+            stateful: false,
+        }
+    }
+
+    /// A stateless operator named `name`.
+    pub fn stateless(name: &str) -> Self {
+        OperatorSpec {
+            name: name.into(),
+            source: false,
+            stateful: false,
+        }
+    }
+
+    /// A stateful operator (or a two-phase-commit sink) named `name`.
+    pub fn stateful(name: &str) -> Self {
+        OperatorSpec {
+            name: name.into(),
+            source: false,
+            stateful: true,
+        }
+    }
+
+    fn points(&self) -> &'static [PointKind] {
+        use PointKind::*;
+        if self.stateful && !self.source {
+            &[Records, Checkpoint, AsyncWrite, Restore]
+        } else {
+            &[Records, Checkpoint]
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum PointKind {
+    Records,
+    Checkpoint,
+    AsyncWrite,
+    Restore,
+}
+
+/// What a [`FaultPlan`] may choose from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChaosSpec {
+    /// The job's operators; faults target them.
+    pub operators: Vec<OperatorSpec>,
+    /// Parallelism of every operator.
+    pub parallelism: RangeInclusive<usize>,
+    /// Failover strategies to choose from.
+    pub failover: Vec<FailoverStrategy>,
+    /// Number of faults.
+    pub faults: RangeInclusive<usize>,
+    /// Records the job's input holds: `Records(n)` faults pick `n` up to
+    /// this over the parallelism (what one subtask sees, about).
+    pub records: u64,
+    /// Checkpoint interval, in logical milliseconds of the job's clock.
+    pub interval_ms: RangeInclusive<u64>,
+    /// `Checkpoint` and `AsyncWrite` faults pick an id up to this.
+    pub checkpoint_ids: u64,
+}
+
+/// A seeded choice of a job's parallelism, failover, checkpoint interval
+/// and faults: print it (`{:#?}`) when a run under it fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// Parallelism of every operator.
+    pub parallelism: usize,
+    /// What restarts on a failure.
+    pub failover: FailoverStrategy,
+    /// Checkpoint interval in logical milliseconds.
+    pub interval_ms: u64,
+    /// The faults, each firing at most once.
+    pub faults: Vec<Fault>,
+}
+
+/// A small seeded generator (splitmix64), so that a plan depends on the
+/// seed only.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        crate::text::mix64(self.0)
+    }
+
+    fn in_range(&mut self, r: &RangeInclusive<u64>) -> u64 {
+        let (lo, hi) = (*r.start(), *r.end().max(r.start()));
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+impl FaultPlan {
+    /// Draws a plan from `seed`.
+    ///
+    /// # Examples
+    /// ```
+    /// use floe::failover::FailoverStrategy;
+    /// use floe::testing::chaos::{ChaosSpec, FaultPlan, OperatorSpec};
+    ///
+    /// let spec = ChaosSpec {
+    ///     operators: vec![OperatorSpec::source("Numbers"), OperatorSpec::stateful("Keyed Sum")],
+    ///     parallelism: 2..=4,
+    ///     failover: vec![FailoverStrategy::All, FailoverStrategy::Region],
+    ///     faults: 1..=3,
+    ///     records: 10_000,
+    ///     interval_ms: 20..=60,
+    ///     checkpoint_ids: 8,
+    /// };
+    /// let plan = FaultPlan::generate(7, &spec);
+    /// assert_eq!(plan, FaultPlan::generate(7, &spec)); // a function of the seed
+    /// assert!((1..=3).contains(&plan.faults.len()));
+    /// ```
+    pub fn generate(seed: u64, spec: &ChaosSpec) -> Self {
+        let mut rng = Rng(seed);
+        let p = *spec.parallelism.start() as u64..=*spec.parallelism.end() as u64;
+        let parallelism = rng.in_range(&p).max(1) as usize;
+        let failover = if spec.failover.is_empty() {
+            FailoverStrategy::All
+        } else {
+            spec.failover[(rng.next() % spec.failover.len() as u64) as usize]
+        };
+        let interval_ms = rng.in_range(&spec.interval_ms).max(1);
+        let k = rng.in_range(&(*spec.faults.start() as u64..=*spec.faults.end() as u64));
+        let per_subtask = (spec.records / parallelism as u64).max(1);
+        let ids = spec.checkpoint_ids.max(1);
+        let mut faults: Vec<Fault> = Vec::new();
+        let mut tries = 0;
+        while (faults.len() as u64) < k && !spec.operators.is_empty() && tries < 100 {
+            tries += 1;
+            let op = &spec.operators[(rng.next() % spec.operators.len() as u64) as usize];
+            let points = op.points();
+            let at = match points[(rng.next() % points.len() as u64) as usize] {
+                PointKind::Records => FaultPoint::Records(1 + rng.next() % per_subtask),
+                PointKind::Checkpoint => FaultPoint::Checkpoint(1 + rng.next() % ids),
+                PointKind::AsyncWrite => FaultPoint::AsyncWrite(1 + rng.next() % ids),
+                PointKind::Restore => FaultPoint::Restore,
+            };
+            let fault = Fault {
+                operator: op.name.clone(),
+                subtask: (rng.next() % parallelism as u64) as usize,
+                at,
+            };
+            if !faults.contains(&fault) {
+                faults.push(fault);
+            }
+        }
+        FaultPlan {
+            seed,
+            parallelism,
+            failover,
+            interval_ms,
+            faults,
+        }
+    }
+
+    /// `base` set up to run under this plan, deterministically: parallelism,
+    /// failover, checkpoints every `interval_ms` of the job's clock, the
+    /// faults, restarts without delay (enough of them for every fault), and a
+    /// fresh [`DeterministicMode`] (clock at 0, 1 ms per read).
+    ///
+    /// A failed asynchronous write fails the job under restart-all (no
+    /// failed checkpoint is tolerated) and only aborts its checkpoint under
+    /// region failover (every failed checkpoint is tolerated, since a job
+    /// failure does not restart regions).
+    pub fn config(&self, base: Config) -> Config {
+        let mut config = base;
+        config.parallelism = self.parallelism;
+        config.failover = self.failover;
+        config.checkpoint.interval = Some(Duration::from_millis(self.interval_ms));
+        config.checkpoint.tolerable_failures = match self.failover {
+            FailoverStrategy::All => 0,
+            FailoverStrategy::Region => u32::MAX,
+        };
+        config.restart = Some(RestartStrategy::FixedDelay {
+            attempts: self.faults.len() as u32 + 3,
+            delay: Duration::ZERO,
+        });
+        config.fault_injection = FaultInjection {
+            random_failures: 0,
+            seed: self.seed,
+            faults: self.faults.clone(),
+        };
+        config.deterministic = Some(DeterministicMode::new(0, 1));
+        config
+    }
+}
+
+/// An exactly-once sink into memory, by two-phase commit: what it holds
+/// after a run is the job's committed output, in commit order.
+///
+/// Transactions are buffered per id; commit appends a transaction's
+/// records to the output once (a repeated commit does nothing); a recovery
+/// from checkpoint n first drops what was committed after n's
+/// transactions (the replay produces it again), as
+/// [`TransactionalFileSink`](crate::connectors::transactional_file::TransactionalFileSink)
+/// does for a file. A fresh start empties the output once per sink value.
+///
+/// # Examples
+/// ```
+/// use floe::StreamExecutionEnvironment;
+/// use floe::testing::chaos::ExactlyOnceCollector;
+///
+/// let env = StreamExecutionEnvironment::new();
+/// let out = ExactlyOnceCollector::new();
+/// env.from_collection(vec![1u32, 2, 3]).add_two_phase_sink(out.clone());
+/// env.execute().unwrap();
+/// let mut got = out.committed();
+/// got.sort(); // the sink's subtasks commit in any order
+/// assert_eq!(got, vec![1, 2, 3]);
+/// ```
+pub struct ExactlyOnceCollector<T> {
+    inner: Arc<Mutex<Collected<T>>>,
+}
+
+impl<T> Clone for ExactlyOnceCollector<T> {
+    fn clone(&self) -> Self {
+        ExactlyOnceCollector {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> Default for ExactlyOnceCollector<T> {
+    fn default() -> Self {
+        ExactlyOnceCollector {
+            inner: Arc::new(Mutex::new(Collected {
+                next: 0,
+                open: HashMap::new(),
+                log: Vec::new(),
+                committed: HashSet::new(),
+                initialized: false,
+            })),
+        }
+    }
+}
+
+struct Collected<T> {
+    next: u64,
+    /// Begun or pre-committed, not committed.
+    open: HashMap<u64, Vec<T>>,
+    /// Committed transactions, in commit order.
+    log: Vec<(u64, Vec<T>)>,
+    committed: HashSet<u64>,
+    initialized: bool,
+}
+
+impl<T> Collected<T> {
+    fn commit(&mut self, txn: u64) {
+        if self.committed.insert(txn) {
+            let records = self.open.remove(&txn).unwrap_or_default();
+            self.log.push((txn, records));
+        }
+    }
+}
+
+impl<T: Clone> ExactlyOnceCollector<T> {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The committed records, in commit order.
+    pub fn committed(&self) -> Vec<T> {
+        self.inner
+            .lock()
+            .map(|c| c.log.iter().flat_map(|(_, r)| r.iter().cloned()).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn poisoned<E>(_: E) -> crate::Error {
+    crate::Error::User("the collector's lock is poisoned".into())
+}
+
+impl<T: Clone + Send + 'static> TwoPhaseCommitSink<T> for ExactlyOnceCollector<T> {
+    type Txn = u64;
+
+    fn open(&mut self, _: &crate::operators::sink::SinkContext) -> crate::Result<()> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        if !c.initialized {
+            c.initialized = true;
+            c.log.clear();
+            c.committed.clear();
+        }
+        Ok(())
+    }
+
+    fn on_restore(&mut self, _: &crate::operators::sink::SinkContext) -> crate::Result<()> {
+        self.inner.lock().map_err(poisoned)?.initialized = true;
+        Ok(())
+    }
+
+    fn begin(&mut self) -> crate::Result<u64> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        let txn = c.next;
+        c.next += 1;
+        c.open.insert(txn, Vec::new());
+        Ok(txn)
+    }
+
+    fn write(&mut self, txn: &mut u64, batch: Batch<T>) -> crate::Result<()> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        let open = c.open.entry(*txn).or_default();
+        open.extend(batch.into_iter().map(|r| r.value));
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, _: &mut u64) -> crate::Result<()> {
+        Ok(())
+    }
+
+    fn commit(&mut self, txn: u64) -> crate::Result<()> {
+        self.inner.lock().map_err(poisoned)?.commit(txn);
+        Ok(())
+    }
+
+    fn abort(&mut self, txn: u64) -> crate::Result<()> {
+        self.inner.lock().map_err(poisoned)?.open.remove(&txn);
+        Ok(())
+    }
+
+    fn recover(&mut self, restored: Vec<u64>) -> crate::Result<()> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        let keep: HashSet<u64> = restored.iter().copied().collect();
+        // Every subtask running at the checkpoint has a transaction pending
+        // at it, committed after everything of earlier checkpoints: from the
+        // first restored transaction on, the log holds the checkpoint's
+        // transactions and later ones, whose records the replay produces
+        // again.
+        if let Some(first) = c.log.iter().position(|(t, _)| keep.contains(t))
+            && c.log[first..].iter().any(|(t, _)| !keep.contains(t))
+        {
+            let tail = c.log.split_off(first);
+            for (t, records) in tail {
+                c.committed.remove(&t);
+                if keep.contains(&t) {
+                    c.open.insert(t, records);
+                }
+            }
+        }
+        for t in restored {
+            c.commit(t);
+        }
+        Ok(())
+    }
+}
+
+/// What a run under a plan produced.
+#[derive(Debug)]
+pub struct ChaosRun<T> {
+    /// The job's result (its error as text).
+    pub result: Result<(), String>,
+    /// The trace, in order.
+    pub trace: Vec<Traced>,
+    /// The committed output, in commit order.
+    pub output: Vec<T>,
+}
+
+impl<T> ChaosRun<T> {
+    /// The injected faults that fired, in the order they did.
+    pub fn fired(&self) -> Vec<&Fault> {
+        self.trace.iter().filter_map(|t| t.event.fault()).collect()
+    }
+
+    /// Failures that no injected fault explains (a bug, or a lost subtask).
+    pub fn unplanned_failures(&self) -> Vec<&TraceEvent> {
+        self.trace
+            .iter()
+            .map(|t| &t.event)
+            .filter(|e| matches!(e, TraceEvent::SubtaskFailed { fault: None, .. }))
+            .collect()
+    }
+}
+
+/// Runs the job `build` adds to the environment under `config` (which
+/// must be deterministic, e.g. [`FaultPlan::config`]) and returns its
+/// result, trace and committed output.
+///
+/// The job runs on a thread of its own; if it has not ended after
+/// `give_up`, it is cancelled and the run reports that it hung (a hang is
+/// a finding too: something waited for an event that never came).
+pub fn run<T, F>(config: Config, give_up: Duration, build: F) -> ChaosRun<T>
+where
+    T: Clone + Send + 'static,
+    F: FnOnce(&crate::StreamExecutionEnvironment) -> ExactlyOnceCollector<T>,
+{
+    let trace = config.deterministic.as_ref().map(|m| m.trace.clone());
+    let env = crate::StreamExecutionEnvironment::with_config(config);
+    let out = build(&env);
+    let result = match (&trace, env.execute_async()) {
+        (None, _) => Err("the configuration is not deterministic".to_string()),
+        (_, Err(e)) => Err(e.to_string()),
+        (Some(_), Ok(handle)) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waiter = handle.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(futures::executor::block_on(waiter.wait()));
+            });
+            match rx.recv_timeout(give_up) {
+                Ok(r) => r.map(|_| ()).map_err(|e| e.to_string()),
+                Err(_) => {
+                    handle.cancel();
+                    Err(format!(
+                        "the job had not ended after {} s: it hung",
+                        give_up.as_secs()
+                    ))
+                }
+            }
+        }
+    };
+    ChaosRun {
+        result,
+        trace: trace.map(|t| t.events()).unwrap_or_default(),
+        output: out.committed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ChaosSpec {
+        ChaosSpec {
+            operators: vec![
+                OperatorSpec::source("Source"),
+                OperatorSpec::stateless("Map"),
+                OperatorSpec::stateful("Sum"),
+            ],
+            parallelism: 2..=4,
+            failover: vec![FailoverStrategy::All, FailoverStrategy::Region],
+            faults: 1..=4,
+            records: 1_000,
+            interval_ms: 10..=50,
+            checkpoint_ids: 6,
+        }
+    }
+
+    #[test]
+    fn a_plan_is_a_function_of_its_seed_and_stays_in_its_spec() {
+        let spec = spec();
+        let plans: Vec<FaultPlan> = (0..200).map(|s| FaultPlan::generate(s, &spec)).collect();
+        for (s, plan) in plans.iter().enumerate() {
+            assert_eq!(plan, &FaultPlan::generate(s as u64, &spec));
+            assert!((2..=4).contains(&plan.parallelism));
+            assert!((10..=50).contains(&plan.interval_ms));
+            assert!((1..=4).contains(&plan.faults.len()), "{plan:?}");
+            for f in &plan.faults {
+                assert!(f.subtask < plan.parallelism);
+                let stateful = f.operator == "Sum";
+                match f.at {
+                    FaultPoint::Records(n) => assert!((1..=1_000 / 2).contains(&n)),
+                    FaultPoint::Checkpoint(id) => assert!((1..=6).contains(&id)),
+                    FaultPoint::AsyncWrite(id) => assert!(stateful && (1..=6).contains(&id)),
+                    FaultPoint::Restore => assert!(stateful),
+                }
+            }
+        }
+        // The seeds spread over the choices.
+        let distinct: HashSet<String> = plans.iter().map(|p| format!("{:?}", p.faults)).collect();
+        assert!(distinct.len() > 150, "{}", distinct.len());
+        for point in ["Records", "Checkpoint", "AsyncWrite", "Restore"] {
+            assert!(
+                plans
+                    .iter()
+                    .any(|p| format!("{:?}", p.faults).contains(point))
+            );
+        }
+        assert!(plans.iter().any(|p| p.failover == FailoverStrategy::Region));
+        assert!(plans.iter().any(|p| p.failover == FailoverStrategy::All));
+    }
+
+    #[test]
+    fn the_mode_refuses_what_runs_on_the_wall_clock() {
+        let mut config = FaultPlan::generate(1, &spec()).config(Config::default());
+        assert!(config.validate().is_ok());
+        config.fault_injection.random_failures = 2;
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("random failures"), "{e}");
+        config.fault_injection.random_failures = 0;
+        config.checkpoint.alignment_timeout = Some(Duration::from_millis(5));
+        assert!(config.validate().is_err());
+        config.checkpoint.alignment_timeout = None;
+        config.checkpoint.min_pause = Duration::from_millis(5);
+        assert!(config.validate().is_err());
+        config.checkpoint.min_pause = Duration::ZERO;
+        if let Some(mode) = config.deterministic.as_mut() {
+            mode.tick_ms = 0;
+        }
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn modes_are_equal_when_they_share_clock_and_trace() {
+        let a = DeterministicMode::new(0, 1);
+        assert_eq!(a, a.clone());
+        assert_ne!(a, DeterministicMode::new(0, 1));
+    }
+
+    #[test]
+    fn injected_faults_are_read_back_from_error_messages() {
+        let cases = [
+            (FaultPoint::Records(120), "after 120 records"),
+            (
+                FaultPoint::Checkpoint(3),
+                "during the snapshot of checkpoint 3",
+            ),
+            (FaultPoint::AsyncWrite(14), "while writing checkpoint 14"),
+            (FaultPoint::Restore, "while restoring"),
+        ];
+        for (at, text) in cases {
+            let e = floe_actors::Error::operator(
+                "Keyed Sum",
+                floe_actors::ids::SubtaskIndex(2),
+                format!("injected failure {text}"),
+            );
+            let message = format!("declined by subtask #2 of vertex v1: {e}");
+            let expected = Fault {
+                operator: "Keyed Sum".into(),
+                subtask: 2,
+                at,
+            };
+            assert_eq!(injected_fault(&message), Some(expected), "{message}");
+        }
+        assert_eq!(injected_fault("operator 'x' subtask #0 failed: boom"), None);
+        assert_eq!(
+            injected_fault("operator 'x' subtask #0 failed: injected failure"),
+            None
+        );
+    }
+
+    fn batch(values: &[u32]) -> Batch<u32> {
+        values
+            .iter()
+            .map(|&v| floe_actors::element::Record {
+                value: v,
+                timestamp: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn recovery_drops_what_was_committed_after_the_restored_transactions() {
+        let ctx = crate::operators::sink::SinkContext {
+            subtask: floe_actors::ids::SubtaskIndex(0),
+            parallelism: 1,
+        };
+        let mut sink = ExactlyOnceCollector::<u32>::new();
+        sink.open(&ctx).unwrap();
+        let mut a = sink.begin().unwrap();
+        sink.write(&mut a, batch(&[1, 2])).unwrap();
+        sink.commit(a).unwrap();
+        // Pending at the checkpoint, then committed with a later one.
+        let mut b = sink.begin().unwrap();
+        sink.write(&mut b, batch(&[3])).unwrap();
+        let mut c = sink.begin().unwrap();
+        sink.write(&mut c, batch(&[4])).unwrap();
+        sink.commit(b).unwrap();
+        sink.commit(c).unwrap();
+        sink.commit(c).unwrap();
+        assert_eq!(sink.committed(), vec![1, 2, 3, 4]);
+        // Restored from the checkpoint that pre-committed `b`: `c`'s records
+        // will be replayed, so they go.
+        let mut restored = sink.clone();
+        restored.on_restore(&ctx).unwrap();
+        restored.recover(vec![b]).unwrap();
+        restored.open(&ctx).unwrap();
+        assert_eq!(restored.committed(), vec![1, 2, 3]);
+        // A restore with nothing after its transactions keeps everything.
+        restored.recover(vec![b]).unwrap();
+        assert_eq!(restored.committed(), vec![1, 2, 3]);
+    }
+}
