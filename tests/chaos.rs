@@ -417,3 +417,47 @@ fn processing_time_timers_follow_the_harness_clock_and_replay() {
     assert_eq!(first.output, second.output);
     assert_eq!(first.trace, second.trace);
 }
+
+/// A restart from the beginning (no checkpoint completed yet) after one
+/// pipeline's sink already committed its whole output at its end of input:
+/// the replay commits that output again, so the sink must drop what the
+/// failed attempt committed (restart-all), or keep the other pipelines'
+/// output (region failover). The fault hits the other pipeline's last
+/// records; no checkpoint triggers within the run.
+#[test]
+fn a_restart_from_the_beginning_after_a_sink_committed_stays_exact() {
+    let mut expected: Vec<u64> = (0..RECORDS).map(scale).collect();
+    expected.sort_unstable();
+    for failover in [FailoverStrategy::All, FailoverStrategy::Region] {
+        for last in [1, 10, 200] {
+            let plan = FaultPlan {
+                seed: 0,
+                parallelism: 2,
+                failover,
+                interval_ms: 1_000_000_000,
+                faults: vec![Fault {
+                    operator: "Scale".into(),
+                    subtask: 1,
+                    at: floe::failover::FaultPoint::Records(RECORDS / 2 - last),
+                }],
+            };
+            let run = run_pipelines(&plan);
+            let what = format!("{failover:?}, fault {last} records before the end");
+            assert_eq!(run.result, Ok(()), "{what}: {:?}", run.trace);
+            let restarts = run
+                .trace
+                .iter()
+                .filter(|t| matches!(t.event, TraceEvent::Restarted { checkpoint: 0, .. }))
+                .count();
+            assert_eq!(restarts, 1, "{what}: one restart from the beginning");
+            let mut got = run.output.clone();
+            got.sort_unstable();
+            assert!(
+                got == expected,
+                "{what}: {} records committed, {} expected",
+                got.len(),
+                expected.len()
+            );
+        }
+    }
+}

@@ -425,6 +425,36 @@ fn operator_restores_on_subtask_zero_only() {
     assert_eq!(sorted(read_lines(&path)), sorted(concat(&[&a, &b, &c])));
 }
 
+/// A restart from the beginning (no checkpoint) after subtask 0 finished
+/// and committed: the first new subtask to get the restart resets the
+/// output once, so the replay's output is not added to the failed
+/// attempt's; a later restart resets again.
+#[test]
+fn a_restart_from_the_beginning_resets_the_output_once_per_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let template = Sink::new(&path).unwrap();
+    let (a, b) = (lines("a", 4), lines("b", 3));
+    let scratch = |n| RestoredState {
+        from_scratch: Some(n),
+        ..Default::default()
+    };
+    for restart in [1, 2] {
+        let mut op0 = TwoPhaseCommitSinkOp::new(template.clone(), ctx(0, 2));
+        let mut op1 = TwoPhaseCommitSinkOp::new(template.clone(), ctx(1, 2));
+        // Both subtasks get the restart before opening, as when deployed.
+        op0.restore_state(scratch(restart)).unwrap();
+        assert!(read_lines(&path).is_empty(), "restart {restart}: reset");
+        feed(&mut op0, &a);
+        op0.finish().unwrap();
+        op1.restore_state(scratch(restart)).unwrap();
+        assert_eq!(read_lines(&path), a, "restart {restart}: reset only once");
+        feed(&mut op1, &b);
+        op1.finish().unwrap();
+        assert_eq!(sorted(read_lines(&path)), sorted(concat(&[&a, &b])));
+    }
+}
+
 // ---------------------------------------------------------------- whole jobs
 
 #[test]

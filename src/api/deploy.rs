@@ -306,6 +306,8 @@ pub(crate) struct Shared {
     pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     /// The next checkpoint id (ids are never reused across attempts).
     pub checkpoint_ids: Arc<std::sync::atomic::AtomicU64>,
+    /// Restarts so far that started from the beginning (no checkpoint).
+    pub scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One deployment of the job.
@@ -357,6 +359,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        scratch_restarts: Arc::default(),
         fault_fired: (!config.fault_injection.faults.is_empty()).then(|| {
             Arc::new(
                 config
@@ -369,7 +372,13 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         }),
     };
     let graph = plan.describe();
-    let first = deploy_attempt(&plan, &config, &shared, config.restore_from.as_deref())?;
+    let first = deploy_attempt(
+        &plan,
+        &config,
+        &shared,
+        config.restore_from.as_deref(),
+        false,
+    )?;
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
     let control = Arc::new(super::job::JobControl::new(
         first.supervisor.clone(),
@@ -403,6 +412,7 @@ pub(crate) fn deploy_attempt(
     config: &Arc<Config>,
     shared: &Shared,
     restore_from: Option<&std::path::Path>,
+    restart: bool,
 ) -> Result<Attempt> {
     let (plan, config) = (plan.clone(), config.clone());
     let (status, metrics) = (shared.status.clone(), shared.metrics.clone());
@@ -488,8 +498,11 @@ pub(crate) fn deploy_attempt(
             false => arbiters.iter().map(|a| a.handle()).collect(),
         },
         activity: activity.clone(),
+        scratch_restarts: shared.scratch_restarts.clone(),
     };
-    let spawned = spawner.spawn(None, &restore);
+    // A restart with nothing to restore starts the job from the beginning.
+    let from_scratch = (restart && restore.is_none()).then(|| spawner.next_scratch_restart());
+    let spawned = spawner.spawn(None, &restore, from_scratch);
     let cancels = spawned
         .iter()
         .map(|(&(v, j), s)| {
@@ -549,15 +562,26 @@ struct Spawner {
     fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     arbiters: Vec<actix::ArbiterHandle>,
     activity: Arc<std::sync::OnceLock<std::time::Instant>>,
+    scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Spawner {
+    /// Numbers a restart from the beginning (1, 2, …).
+    fn next_scratch_restart(&self) -> u64 {
+        self.scratch_restarts
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1
+    }
+
     /// Spawns the subtasks in `only` (every subtask when `None`), downstream
     /// first; a subset must be closed under the graph's edges (a region).
+    /// `from_scratch`: a restart without a checkpoint (see
+    /// [`RestoredState::from_scratch`](crate::operators::RestoredState)).
     fn spawn(
         &self,
         only: Option<&std::collections::HashSet<(usize, usize)>>,
         restore: &Arc<Option<RestorePlan>>,
+        from_scratch: Option<u64>,
     ) -> HashMap<(usize, usize), Spawned> {
         let plan = &self.plan;
         let config = &self.config;
@@ -638,6 +662,7 @@ impl Spawner {
                             plan: &plan,
                             restore: restore.as_ref().as_ref(),
                             partial,
+                            from_scratch,
                             fault_fired,
                             savepoint_request,
                             hold,
@@ -841,7 +866,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
                 actix_rt::time::sleep(std::time::Duration::from_millis(1)).await;
             }
         });
-        let spawned = spawner.spawn(Some(&members), &Arc::new(restore));
+        let from_scratch = restore.is_none().then(|| spawner.next_scratch_restart());
+        let spawned = spawner.spawn(Some(&members), &Arc::new(restore), from_scratch);
         let tasks = self.spawner.tasks(&spawned);
         self.coordinator
             .do_send(crate::checkpoint::coordinator::ReplaceTasks { tasks });
@@ -948,6 +974,8 @@ struct ChainBuild<'a> {
     restore: Option<&'a RestorePlan>,
     /// Only some subtasks restore (region failover).
     partial: bool,
+    /// A restart from the beginning (no checkpoint to restore).
+    from_scratch: Option<u64>,
     fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     savepoint_request: Option<SavepointRequest>,
     hold: Option<Arc<std::sync::atomic::AtomicU32>>,
@@ -966,6 +994,20 @@ impl ChainBuild<'_> {
         ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
         if let Some(r) = ctx.restored.as_mut() {
             r.partial = self.partial;
+        }
+        // A transactional sink whose every subtask restarts from the
+        // beginning drops what earlier attempts committed; with some of its
+        // subtasks still running (a region), their output stays.
+        if let (None, Some(n), false, true) = (
+            &ctx.restored,
+            self.from_scratch,
+            self.partial,
+            node.transactional,
+        ) {
+            ctx.restored = Some(crate::operators::RestoredState {
+                from_scratch: Some(n),
+                ..Default::default()
+            });
         }
         ctx.hold = self.hold.clone();
         ctx.fault_fired = self.fault_fired.clone();

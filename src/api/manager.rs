@@ -148,6 +148,7 @@ impl Manager {
                 &self.config,
                 &self.shared,
                 restore.as_deref(),
+                true,
             ) {
                 Ok(a) => {
                     if let Some(mode) = &self.config.deterministic {

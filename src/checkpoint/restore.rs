@@ -140,6 +140,7 @@ impl RestorePlan {
                     split_list: split.next().unwrap_or_default(),
                     union_list: union.clone(),
                     partial: false,
+                    from_scratch: None,
                 };
                 operators.insert((id, j), restored);
             }

@@ -76,6 +76,9 @@ pub struct TransactionalFileSink {
     /// Whether the fresh-start reset was done (shared by the clones of one
     /// sink value, i.e. the subtasks of one job).
     initialized: Arc<Mutex<bool>>,
+    /// The last restart from the beginning whose reset was done (shared
+    /// like `initialized`; 0: none).
+    scratch_reset: Arc<Mutex<u64>>,
     subtask: u32,
     /// Identifies this instance in pending file names; set when it starts.
     nonce: Option<String>,
@@ -91,6 +94,7 @@ impl Clone for TransactionalFileSink {
             dir: self.dir.clone(),
             file_name: self.file_name.clone(),
             initialized: self.initialized.clone(),
+            scratch_reset: self.scratch_reset.clone(),
             subtask: self.subtask,
             nonce: None,
             seq: 0,
@@ -139,6 +143,7 @@ impl TransactionalFileSink {
             dir,
             file_name,
             initialized: Arc::new(Mutex::new(false)),
+            scratch_reset: Arc::new(Mutex::new(0)),
             subtask: 0,
             nonce: None,
             seq: 0,
@@ -298,6 +303,21 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
 
     fn on_restore(&mut self, ctx: &SinkContext) -> Result<()> {
         self.subtask = ctx.subtask.0;
+        *lock(&self.initialized) = true;
+        Ok(())
+    }
+
+    /// The job starts over: the first subtask to get here resets the output
+    /// as on a fresh start (what was committed is written again).
+    fn on_restart_from_scratch(&mut self, ctx: &SinkContext, restart: u64) -> Result<()> {
+        self.subtask = ctx.subtask.0;
+        let mut done = lock(&self.scratch_reset);
+        if *done < restart {
+            let state = output_state(&self.path);
+            self.reset(&mut lock(&state))?;
+            *done = restart;
+        }
+        drop(done);
         *lock(&self.initialized) = true;
         Ok(())
     }

@@ -60,6 +60,18 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
         Ok(())
     }
 
+    /// Called on every subtask, before [`open`](Self::open), when the whole
+    /// job restarts from the beginning after a failure (restart-all before
+    /// any checkpoint completed): everything committed so far, e.g. by
+    /// subtasks that had finished their input, will be committed again by
+    /// the replay, so a sink that resets its output on a fresh start must
+    /// reset it again now — once per `restart` (numbered from 1), by the
+    /// first subtask that gets here. Not called when only a region
+    /// restarts: the rest of the job keeps its output.
+    fn on_restart_from_scratch(&mut self, _ctx: &SinkContext, _restart: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// Starts a new transaction.
     fn begin(&mut self) -> Result<Self::Txn>;
 
@@ -197,6 +209,9 @@ where
                     .map_err(|e| Error::User(format!("cannot decode a pending transaction: {e}")))
             })
             .collect::<Result<_>>()?;
+        if let Some(restart) = state.from_scratch {
+            return self.sink.on_restart_from_scratch(&self.ctx, restart);
+        }
         self.sink.on_restore(&self.ctx)?;
         if state.partial {
             // Region failover: the rest of the job runs on, so nothing is

@@ -148,6 +148,12 @@ pub struct RestoredState {
     /// Only some subtasks of the job restore (region failover) while the
     /// others keep running: each restored subtask recovers for itself.
     pub partial: bool,
+    /// `Some(n)`: nothing is restored because the whole job restarts from
+    /// the beginning after a failure (restart-all before any checkpoint
+    /// completed; `n` numbers such restarts from 1). Everything an earlier
+    /// attempt committed will be produced again. Only transactional sinks
+    /// are handed this state.
+    pub from_scratch: Option<u64>,
 }
 
 impl RestoredState {

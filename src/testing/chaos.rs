@@ -585,6 +585,7 @@ impl<T> Default for ExactlyOnceCollector<T> {
                 log: Vec::new(),
                 committed: HashSet::new(),
                 initialized: false,
+                scratch_reset: 0,
             })),
         }
     }
@@ -598,6 +599,8 @@ struct Collected<T> {
     log: Vec<(u64, Vec<T>)>,
     committed: HashSet<u64>,
     initialized: bool,
+    /// The last restart from the beginning whose reset was done.
+    scratch_reset: u64,
 }
 
 impl<T> Collected<T> {
@@ -643,6 +646,21 @@ impl<T: Clone + Send + 'static> TwoPhaseCommitSink<T> for ExactlyOnceCollector<T
 
     fn on_restore(&mut self, _: &crate::operators::sink::SinkContext) -> crate::Result<()> {
         self.inner.lock().map_err(poisoned)?.initialized = true;
+        Ok(())
+    }
+
+    fn on_restart_from_scratch(
+        &mut self,
+        _: &crate::operators::sink::SinkContext,
+        restart: u64,
+    ) -> crate::Result<()> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        if c.scratch_reset < restart {
+            c.scratch_reset = restart;
+            c.log.clear();
+            c.committed.clear();
+        }
+        c.initialized = true;
         Ok(())
     }
 
