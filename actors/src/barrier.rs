@@ -176,6 +176,13 @@ impl BarrierHandler {
                 if self.channels[channel].delivered {
                     return actions;
                 }
+                if barrier.kind == BarrierKind::Unaligned {
+                    // An upstream subtask's alignment timed out and its
+                    // barrier overtook: this checkpoint is unaligned here
+                    // too, snapshotted before the barrier counts, so that
+                    // the data it overtook on this channel is recorded.
+                    actions.extend(self.alignment_timeout());
+                }
                 self.channels[channel].delivered = true;
                 self.awaited_one(&mut actions);
             }
@@ -647,6 +654,34 @@ mod tests {
         let mut h = BarrierHandler::new(2);
         h.on_barrier(0, unaligned(1));
         assert!(h.alignment_timeout().is_empty());
+    }
+
+    #[test]
+    fn unaligned_barrier_switches_a_pending_aligned_checkpoint() {
+        // Snapshot (unaligned) before the barrier counts, even when it is
+        // the last one awaited: what it overtook must be recorded.
+        let mut h = BarrierHandler::new(2);
+        assert!(h.on_barrier(0, aligned(1)).is_empty());
+        assert_eq!(
+            h.on_barrier(1, unaligned(1)),
+            vec![snap(unaligned(1), true), done(1)]
+        );
+        // With a third channel still awaited, it records from then on.
+        let mut h = BarrierHandler::new(3);
+        h.on_barrier(0, aligned(2));
+        assert_eq!(
+            h.on_barrier(1, unaligned(2)),
+            vec![snap(unaligned(2), true)]
+        );
+        assert!(!h.is_blocked(0) && h.is_recording(2) && !h.is_recording(1));
+        assert_eq!(h.on_barrier(2, aligned(2)), vec![done(2)]);
+        // Savepoints stay aligned.
+        let mut h = BarrierHandler::new(2);
+        h.on_barrier(0, barrier(3, BarrierKind::Savepoint));
+        assert_eq!(
+            h.on_barrier(1, unaligned(3)),
+            vec![snap(barrier(3, BarrierKind::Savepoint), false), done(3)]
+        );
     }
 
     #[test]
