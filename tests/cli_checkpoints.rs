@@ -245,6 +245,96 @@ fn unaligned_under_backpressure_is_exact_and_stores_channel_state() {
     );
 }
 
+/// The output channel state of the word generator's subtasks in every
+/// retained checkpoint of `ck`: how many carry some.
+fn sources_with_output_channel_state(ck: &Path) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(ck).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("chk-")
+        {
+            continue;
+        }
+        let loaded = floe::checkpoint::load_snapshot(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        n += loaded
+            .meta
+            .runtime
+            .iter()
+            .filter(|r| r.head_uid == "word-generator" && r.output_channel_state.is_some())
+            .count();
+    }
+    n
+}
+
+/// Aligned checkpoints with an alignment timeout under backpressure: each
+/// barrier waits in a source's full output queue; at the timeout it
+/// overtakes the queued batches (turned unaligned), which the source's
+/// snapshot then carries as output channel state. Only such a promoted
+/// barrier gives a source output channel state in an aligned run (without
+/// the timeout, or with the timeout applied at inputs only, it has none).
+/// The output stays exact, with failures restored from those checkpoints
+/// too (a source's output channel state is queued again on restore and
+/// sent with the channel's initial credit).
+#[test]
+fn alignment_timeout_promotes_barriers_waiting_in_output_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = 4_000;
+    let oracle = wordcount_oracle(records);
+    let backpressured = [
+        "--batch-size",
+        "128",
+        "--checkpoint-interval",
+        "100",
+        "--sink-rate",
+        "2000",
+        "--credits",
+        "1",
+        "--retain-checkpoints",
+        "100",
+    ];
+    for (what, timeout, failures) in [
+        ("no timeout", None, None),
+        ("timeout", Some("50"), None),
+        ("timeout and failures", Some("50"), Some("2")),
+        // Unaligned barriers overtake at the sources too; restoring their
+        // output channel state re-sends it first.
+        ("unaligned and failures", Some("unaligned"), Some("2")),
+    ] {
+        let ck = dir.path().join(format!("ck-{}", what.replace(' ', "-")));
+        let out = dir.path().join(format!("{}.txt", what.replace(' ', "-")));
+        let mut extra = backpressured.to_vec();
+        extra.extend(["--checkpoint-dir", s(&ck)]);
+        match timeout {
+            Some("unaligned") => extra.push("--unaligned"),
+            Some(t) => extra.extend(["--alignment-timeout", t]),
+            None => {}
+        }
+        if let Some(k) = failures {
+            extra.extend(["--inject-failures", k, "--restart", "fixed:5,0"]);
+        }
+        let stderr = wordcount(records, 2, &out, &extra);
+        assert_counts(&out, &oracle, what);
+        assert!(
+            summary_field(&stderr, "checkpoints") >= 1,
+            "{what}: no checkpoint completed: {stderr}"
+        );
+        let promoted = sources_with_output_channel_state(&ck);
+        if timeout.is_some() {
+            assert!(
+                promoted > 0,
+                "{what}: no source barrier overtook its output queue: {stderr}"
+            );
+        } else {
+            assert_eq!(promoted, 0, "{what}: aligned barriers keep their place");
+        }
+    }
+}
+
 #[test]
 fn list_shows_exactly_the_retained_checkpoints() {
     let dir = tempfile::tempdir().unwrap();

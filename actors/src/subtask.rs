@@ -132,8 +132,24 @@ struct Checkpointing {
     /// When the pending checkpoint's first barrier was seen.
     first_barrier: Option<(CheckpointId, Instant)>,
     capture: Option<PendingCapture>,
-    /// Asynchronous parts still running (the subtask finishes after them).
+    /// Asynchronous parts still running, acks held included (the subtask
+    /// finishes after them).
     in_flight: usize,
+    /// Aligned checkpoints whose barrier still waits in an output queue.
+    held: Vec<HeldAck>,
+}
+
+/// The ack of an aligned checkpoint whose barrier was queued behind output
+/// waiting for credit, with an alignment timeout configured. It is sent
+/// once the barrier has left the queues; or, when the timeout expires
+/// first, the barrier overtakes the queued output (turned unaligned) and
+/// the ack carries what it overtook as output channel state.
+struct HeldAck {
+    id: CheckpointId,
+    /// The written snapshot, once the asynchronous part is done.
+    ack: Option<AcknowledgeCheckpoint>,
+    /// What the barrier overtook, once promoted.
+    promoted: Option<Vec<(u32, u32, Vec<u8>)>>,
 }
 
 /// What heads a chain: a source, or the network inputs.
@@ -251,6 +267,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 first_barrier: None,
                 capture: None,
                 in_flight: 0,
+                held: Vec::new(),
             });
             let throttle = setup.input_rate.map(|per_second| Throttle {
                 per_second,
@@ -782,6 +799,14 @@ impl<IN: Send + 'static> Handler<GrantCredit> for SubtaskActor<IN> {
                 w.flush_partial();
             }
         }
+        if self
+            .checkpointing
+            .as_ref()
+            .is_some_and(|cp| !cp.held.is_empty())
+        {
+            // A held ack's barrier may have left the queue.
+            self.release_held(ctx);
+        }
         match self.phase {
             Phase::Finishing => self.check_finished(ctx),
             Phase::Running
@@ -1113,6 +1138,22 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             return;
         };
         cp.in_flight += 1;
+        let barrier = capture.barrier;
+        if let (BarrierKind::Aligned, Some(timeout), false) = (
+            barrier.kind,
+            cp.link.alignment_timeout,
+            self.setup.config.deterministic,
+        ) && self.writers.iter().any(|w| w.borrow().holds_barrier(id))
+        {
+            cp.held.push(HeldAck {
+                id,
+                ack: None,
+                promoted: None,
+            });
+            ctx.run_later(remaining(timeout, barrier), move |actor, ctx| {
+                actor.guard(ctx, |a, ctx| a.promote_output(id, ctx))
+            });
+        }
         let link = cp.link.clone();
         let (vertex, subtask) = (self.setup.vertex, self.setup.index);
         let writer = link.writer.clone();
@@ -1125,18 +1166,29 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             futures::FutureExt::right_future(actix_rt::task::spawn_blocking(job))
         };
         ctx.spawn(fut.into_actor(self).map(move |res, actor, ctx| {
-            if let Some(cp) = actor.checkpointing.as_mut() {
-                cp.in_flight -= 1;
-            }
-            let reason = match res {
-                Ok(Ok(ack)) => {
+            let held = actor
+                .checkpointing
+                .as_mut()
+                .and_then(|cp| cp.held.iter_mut().find(|h| h.id == id));
+            let reason = match (res, held) {
+                (Ok(Ok(ack)), Some(held)) => {
+                    // Sent when its barrier leaves the output queues.
+                    held.ack = Some(ack);
+                    actor.release_held(ctx);
+                    return;
+                }
+                (Ok(Ok(ack)), None) => {
                     tracing::info!(checkpoint = %id, %vertex, %subtask, async_ms = ack.async_ms, state_bytes = ack.state_bytes, channel_state_bytes = ack.channel_state_bytes, "checkpoint acknowledged");
                     link.ack.do_send(ack);
                     None
                 }
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(e) => Some(format!("snapshot writer failed: {e}")),
+                (Ok(Err(e)), _) => Some(e.to_string()),
+                (Err(e), _) => Some(format!("snapshot writer failed: {e}")),
             };
+            if let Some(cp) = actor.checkpointing.as_mut() {
+                cp.in_flight -= 1;
+                cp.held.retain(|h| h.id != id);
+            }
             if let Some(reason) = reason {
                 tracing::warn!(checkpoint = %id, %subtask, %reason, "checkpoint declined");
                 link.decline.do_send(DeclineCheckpoint {
@@ -1150,6 +1202,104 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         }));
     }
 
+    /// The alignment timeout of checkpoint `id` expired while its barrier
+    /// still waits in an output queue: it overtakes the queued output.
+    fn promote_output(&mut self, id: CheckpointId, ctx: &mut Context<Self>) -> Result<()> {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return Ok(());
+        };
+        let Some(held) = cp
+            .held
+            .iter_mut()
+            .find(|h| h.id == id && h.promoted.is_none())
+        else {
+            return Ok(());
+        };
+        let mut state = Vec::new();
+        let mut promoted = false;
+        for w in &self.writers {
+            promoted |= w.borrow_mut().promote_barrier(id, &mut state)?;
+        }
+        if promoted {
+            tracing::info!(checkpoint = %id, vertex = %self.setup.name, subtask = %self.setup.index, overtaken = state.len(), "alignment timed out in the output; the barrier overtakes");
+            held.promoted = Some(state);
+        }
+        self.release_held(ctx);
+        Ok(())
+    }
+
+    /// Sends the held acks that are ready: written, and either promoted or
+    /// with their barrier out of every output queue. A promoted one first
+    /// writes what its barrier overtook, as output channel state.
+    fn release_held(&mut self, ctx: &mut Context<Self>) {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return;
+        };
+        let writers = &self.writers;
+        let ready: Vec<HeldAck> = cp
+            .held
+            .extract_if(.., |h| {
+                h.ack.is_some()
+                    && (h.promoted.is_some()
+                        || !writers.iter().any(|w| w.borrow().holds_barrier(h.id)))
+            })
+            .collect();
+        let link = cp.link.clone();
+        let (vertex, subtask) = (self.setup.vertex, self.setup.index);
+        for held in ready {
+            let (id, mut ack) = (held.id, held.ack.expect("ready acks are written"));
+            let link = link.clone();
+            let state = match held.promoted {
+                Some(state) if !state.is_empty() => state,
+                _ => {
+                    tracing::info!(checkpoint = %id, %vertex, %subtask, "checkpoint acknowledged");
+                    link.ack.do_send(ack);
+                    if let Some(cp) = self.checkpointing.as_mut() {
+                        cp.in_flight -= 1;
+                    }
+                    continue;
+                }
+            };
+            let writer = link.writer.clone();
+            let job = move || -> Result<AcknowledgeCheckpoint> {
+                let bytes = postcard::to_allocvec(&state).map_err(|e| {
+                    Error::Runtime(format!("cannot encode output channel state: {e}"))
+                })?;
+                let name = format!("v{}-s{}-output-channels", vertex.0, subtask.0);
+                ack.output_channel_state = Some(writer.put(id, &name, &bytes)?);
+                ack.channel_state_bytes += bytes.len() as u64;
+                ack.unaligned = true;
+                Ok(ack)
+            };
+            let write = actix_rt::task::spawn_blocking(job);
+            ctx.spawn(write.into_actor(self).map(move |res, actor, ctx| {
+                if let Some(cp) = actor.checkpointing.as_mut() {
+                    cp.in_flight -= 1;
+                }
+                match res {
+                    Ok(Ok(ack)) => {
+                        tracing::info!(checkpoint = %id, %vertex, %subtask, channel_state_bytes = ack.channel_state_bytes, "checkpoint acknowledged");
+                        link.ack.do_send(ack);
+                    }
+                    Ok(Err(e)) => link.decline.do_send(DeclineCheckpoint {
+                        checkpoint: id,
+                        vertex,
+                        subtask,
+                        reason: e.to_string(),
+                    }),
+                    Err(e) => link.decline.do_send(DeclineCheckpoint {
+                        checkpoint: id,
+                        vertex,
+                        subtask,
+                        reason: format!("snapshot writer failed: {e}"),
+                    }),
+                }
+                actor.check_finished(ctx);
+            }));
+        }
+        self.check_finished(ctx);
+    }
+
     /// Re-establishes watermarks and re-injects channel state before any new
     /// element.
     fn restore_runtime(&mut self) -> Result<()> {
@@ -1160,7 +1310,8 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             ch.watermark = r.channel_watermarks.get(i).copied().unwrap_or(r.watermark);
             self.setup.queue_metrics.input_watermark(i, ch.watermark);
         }
-        if !r.input_channel_state.is_empty() || !r.output_channel_state.is_empty() {
+        if !r.input_channel_state.is_empty() {
+            // Output channel state is decoded by its writer's own codec.
             let Some(codec) = self.codec.clone() else {
                 return Err(Error::Runtime(format!(
                     "subtask {} of '{}' cannot decode its channel state",
@@ -1181,17 +1332,24 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 }
                 ch.queue.push_back(element);
             }
-            for (w, o, bytes) in &r.output_channel_state {
-                let restored = match self.writers.get(*w as usize) {
-                    Some(writer) => writer.borrow_mut().restore_output(*o, bytes)?,
-                    None => false,
-                };
-                if !restored {
-                    return Err(Error::Runtime(format!(
-                        "cannot restore output channel state of '{}' (writer {w}, channel {o})",
-                        self.setup.name
-                    )));
-                }
+        }
+        for (w, o, bytes) in &r.output_channel_state {
+            let restored = match self.writers.get(*w as usize) {
+                Some(writer) => writer.borrow_mut().restore_output(*o, bytes)?,
+                None => false,
+            };
+            if !restored {
+                return Err(Error::Runtime(format!(
+                    "cannot restore output channel state of '{}' (writer {w}, channel {o})",
+                    self.setup.name
+                )));
+            }
+        }
+        // The restored batches go out with the channels' initial credit
+        // (new ones queue behind them): nothing else would send them.
+        for (w, o, _) in &r.output_channel_state {
+            if let Some(writer) = self.writers.get(*w as usize) {
+                writer.borrow_mut().grant(*o, 0);
             }
         }
         if r.watermark > MIN_WATERMARK
@@ -1357,6 +1515,14 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
             if !msg.completed
                 && let Some(cp) = a.checkpointing.as_mut()
             {
+                // Held acks of aborted checkpoints are dropped; one still
+                // being written is sent when done (and ignored).
+                let aborted = cp
+                    .held
+                    .extract_if(.., |h| h.id <= msg.checkpoint)
+                    .filter(|h| h.ack.is_some())
+                    .count();
+                cp.in_flight -= aborted;
                 let actions = cp.barriers.abort(msg.checkpoint);
                 a.apply(actions, ctx)?;
             }

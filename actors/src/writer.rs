@@ -9,9 +9,11 @@
 //! records queued before them.
 
 use crate::chain::ChainInput;
-use crate::element::{Barrier, Batch, Record, StreamElement, Timestamp, WatermarkStatus};
+use crate::element::{
+    Barrier, BarrierKind, Batch, Record, StreamElement, Timestamp, WatermarkStatus,
+};
 use crate::error::Result;
-use crate::ids::ChannelId;
+use crate::ids::{ChannelId, CheckpointId};
 use crate::messages::{ConnectChannel, Deliver, GrantCredit};
 use crate::metrics::{OutputChannelMetrics, QueueMetrics};
 use crate::partitioner::{Partitioner, Target};
@@ -88,6 +90,13 @@ impl<T: Send + 'static> OutputChannel<T> {
         }
     }
 
+    /// Where the barrier of checkpoint `id` waits in the queue, if it does.
+    fn queued_barrier(&self, id: CheckpointId) -> Option<usize> {
+        self.queue
+            .iter()
+            .position(|e| matches!(e, StreamElement::Barrier(b) if b.checkpoint_id == id))
+    }
+
     fn grant(&mut self, credits: u32) {
         self.credits += credits;
         let before = self.queued_batches;
@@ -124,6 +133,20 @@ pub trait WriterControl {
     /// Restore: queues the encoded output channel state of channel `output`
     /// ahead of any new data. False when this writer cannot decode it.
     fn restore_output(&mut self, output: u32, bytes: &[u8]) -> Result<bool>;
+    /// Whether the barrier of checkpoint `id` still waits in some output
+    /// queue (behind batches without credit) where it could be promoted
+    /// (the writer has a codec).
+    fn holds_barrier(&self, id: CheckpointId) -> bool;
+    /// Alignment timeout in the output: the barrier of checkpoint `id`
+    /// overtakes what is queued ahead of it, turned unaligned; the elements
+    /// it overtook (still sent, after it) are appended to `out` as output
+    /// channel state `(writer, output channel, element bytes)`. Without a
+    /// codec the barrier keeps its place (returns false).
+    fn promote_barrier(
+        &mut self,
+        id: CheckpointId,
+        out: &mut Vec<(u32, u32, Vec<u8>)>,
+    ) -> Result<bool>;
 }
 
 /// Partitions a stream of `T` over the channels of one network edge.
@@ -272,6 +295,35 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
         self.channels
             .iter()
             .all(|c| c.queue.is_empty() && c.buffer.is_empty())
+    }
+
+    fn holds_barrier(&self, id: CheckpointId) -> bool {
+        self.codec.is_some() && self.channels.iter().any(|c| c.queued_barrier(id).is_some())
+    }
+
+    fn promote_barrier(
+        &mut self,
+        id: CheckpointId,
+        out: &mut Vec<(u32, u32, Vec<u8>)>,
+    ) -> Result<bool> {
+        let Some(codec) = &self.codec else {
+            return Ok(false);
+        };
+        let mut promoted = false;
+        for (i, ch) in self.channels.iter_mut().enumerate() {
+            let Some(pos) = ch.queued_barrier(id) else {
+                continue;
+            };
+            for element in ch.queue.iter().take(pos) {
+                out.push((self.index, i as u32, codec.encode(element)?));
+            }
+            if let Some(StreamElement::Barrier(mut b)) = ch.queue.remove(pos) {
+                b.kind = BarrierKind::Unaligned;
+                ch.deliver(StreamElement::Barrier(b));
+                promoted = true;
+            }
+        }
+        Ok(promoted)
     }
 
     fn restore_output(&mut self, output: u32, bytes: &[u8]) -> Result<bool> {
