@@ -19,6 +19,8 @@
 //! - invalid settings (parallelism, batch size, credits, arbiters of 0) fail
 //!   with an error naming the setting; an environment runs its job only once.
 
+mod cli_common;
+use cli_common::SplitMix;
 use floe::connectors::collect::Collected;
 use floe::operators::process::ProcessContext;
 use floe::operators::{Operator, Output};
@@ -29,23 +31,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-/// splitmix64, for seeded test data.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn random_i64s(seed: u64, n: usize) -> Vec<i64> {
     let mut rng = SplitMix(seed);

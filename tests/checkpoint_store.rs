@@ -6,6 +6,8 @@
 //! checkpoints (never past one with transactional sinks) and portable
 //! savepoints.
 
+mod cli_common;
+use cli_common::SplitMix;
 use floe::checkpoint::store::{DATABASE_FILE, METADATA_FILE};
 use floe::checkpoint::{
     BlobRef, BlobSink, CHECKPOINT_FORMAT_VERSION, CheckpointError, CheckpointMetadata,
@@ -16,23 +18,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// splitmix64: a small seeded generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The bytes a test writes for blob `name` of snapshot `id`.
 fn content(id: SnapshotId, name: &str) -> Vec<u8> {

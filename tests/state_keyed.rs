@@ -3,6 +3,8 @@
 //! keyed state refused outside a keyed context, and key-group routing: the
 //! subtask the partitioner picks for a key is the one whose backend owns it.
 
+mod cli_common;
+use cli_common::SplitMix;
 use floe::StreamExecutionEnvironment;
 use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::{OnTimerContext, ProcessContext};
@@ -12,19 +14,6 @@ use floe::state::{
 use floe_actors::keygroup::{key_group, subtask_for_key_group};
 use proptest::prelude::*;
 use std::collections::HashMap;
-
-/// splitmix64: a small seeded generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 fn words(seed: u64, n: usize, vocabulary: u64) -> Vec<String> {
     let mut rng = SplitMix(seed);

@@ -9,6 +9,8 @@
 //! - A snapshot includes writes still in the cache: restored into the heap
 //!   backend it equals the oracle.
 
+mod cli_common;
+use cli_common::SplitMix;
 use floe::state::{
     HeapStateBackend, KeyScope, MapStateDescriptor, RedbStateBackend, StateBackend, StateTtlConfig,
     ValueStateDescriptor,
@@ -19,23 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const MAXP: u32 = 128;
-
-/// splitmix64: a small seeded generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn small_cache(clock: &ManualClock) -> RedbStateBackend<String> {
     RedbStateBackend::<String>::temp("op", MAXP, 0..MAXP)

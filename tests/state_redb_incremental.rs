@@ -11,6 +11,8 @@
 //! - Changing 1% of 100,000 keys gives a delta of at most 5% of the full
 //!   snapshot.
 
+mod cli_common;
+use cli_common::SplitMix;
 use floe::state::{
     HeapStateBackend, KeyGroupBytes, KeyScope, MAX_DELTAS, RedbStateBackend, StateBackend,
     ValueStateDescriptor,
@@ -20,23 +22,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 const MAXP: u32 = 128;
-
-/// splitmix64: a small seeded generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 type Oracle = HashMap<String, u64>;
 

@@ -10,6 +10,8 @@
 //! metadata), and restoring it from the store equals a `HashMap` oracle of
 //! the state at that checkpoint.
 
+mod cli_common;
+use cli_common::SplitMix;
 use floe::checkpoint::{
     BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointMetadata, CheckpointStore, OperatorState,
     SnapshotKind, SubtaskOperatorState, load_latest,
@@ -21,23 +23,6 @@ use std::path::Path;
 
 const MAXP: u32 = 128;
 const KEYS: u64 = 3_000;
-
-/// splitmix64: a small seeded generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn metadata(id: u64, keyed: Vec<BlobRef>) -> CheckpointMetadata {
     CheckpointMetadata {
