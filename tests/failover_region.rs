@@ -105,6 +105,27 @@ fn pipelines_with(
     stderr
 }
 
+/// Asserts five restarts, each restarting one region of five subtasks
+/// (region failover) or all 5P subtasks (restart-all).
+fn assert_five_restarts(stderr: &str, failover: &str, parallelism: usize, what: &str) {
+    assert_eq!(field(stderr, "restarts"), 5, "{what}: {stderr}");
+    let per_failure = if failover == "region" {
+        5
+    } else {
+        5 * parallelism as u64
+    };
+    assert_eq!(
+        field(stderr, "restarted_subtasks"),
+        5 * per_failure,
+        "{what}: {stderr}"
+    );
+}
+
+/// Up to three lines of `a` missing from `b`.
+fn missing<'a>(a: &'a BTreeMap<String, usize>, b: &BTreeMap<String, usize>) -> Vec<&'a String> {
+    a.keys().filter(|l| !b.contains_key(*l)).take(3).collect()
+}
+
 #[test]
 fn region_failover_restarts_one_region_per_failure_and_stays_exact() {
     for (parallelism, seed) in [(2, 3), (4, 11)] {
@@ -113,17 +134,8 @@ fn region_failover_restarts_one_region_per_failure_and_stays_exact() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.txt");
             let stderr = pipelines(parallelism, seed, failover, &path);
-            assert_eq!(field(&stderr, "restarts"), 5, "{failover}: {stderr}");
-            let per_failure = if failover == "region" {
-                5
-            } else {
-                5 * parallelism as u64
-            };
-            assert_eq!(
-                field(&stderr, "restarted_subtasks"),
-                5 * per_failure,
-                "{failover} at P={parallelism}: {stderr}"
-            );
+            let what = format!("{failover} at P={parallelism}");
+            assert_five_restarts(&stderr, failover, parallelism, &what);
             assert!(
                 lines(&path) == expected,
                 "{failover} at P={parallelism}: output differs from the pipeline logic"
@@ -146,33 +158,15 @@ fn keyed_state_in_each_region_survives_region_and_full_restarts() {
             }
             let stderr = pipelines_with(parallelism, seed, failover, &path, &extra);
             let what = format!("{failover} at P={parallelism} with {state} state");
-            assert_eq!(field(&stderr, "restarts"), 5, "{what}: {stderr}");
-            let per_failure = if failover == "region" {
-                5
-            } else {
-                5 * parallelism as u64
-            };
-            assert_eq!(
-                field(&stderr, "restarted_subtasks"),
-                5 * per_failure,
-                "{what}: {stderr}"
-            );
+            assert_five_restarts(&stderr, failover, parallelism, &what);
             let got = lines(&path);
-            let missing: Vec<_> = expected
-                .keys()
-                .filter(|l| !got.contains_key(*l))
-                .take(3)
-                .collect();
-            let extra: Vec<_> = got
-                .keys()
-                .filter(|l| !expected.contains_key(*l))
-                .take(3)
-                .collect();
             assert!(
                 got == expected,
-                "{what}: output differs from the pipeline logic: {} lines, {} expected; missing {missing:?}, unexpected {extra:?}",
+                "{what}: output differs from the pipeline logic: {} lines, {} expected; missing {:?}, unexpected {:?}",
                 got.values().sum::<usize>(),
                 expected.values().sum::<usize>(),
+                missing(&expected, &got),
+                missing(&got, &expected),
             );
         }
     }
@@ -194,19 +188,10 @@ fn at_least_once_pipelines_lose_nothing_under_failures() {
         );
         assert_eq!(field(&stderr, "restarts"), 5, "{failover}: {stderr}");
         let got = lines(&path);
-        let missing: Vec<_> = expected
-            .keys()
-            .filter(|l| !got.contains_key(*l))
-            .take(3)
-            .collect();
-        let unexpected: Vec<_> = got
-            .keys()
-            .filter(|l| !expected.contains_key(*l))
-            .take(3)
-            .collect();
+        let (lost, invented) = (missing(&expected, &got), missing(&got, &expected));
         assert!(
-            missing.is_empty() && unexpected.is_empty(),
-            "{failover}: at-least-once lost {missing:?} or invented {unexpected:?}"
+            lost.is_empty() && invented.is_empty(),
+            "{failover}: at-least-once lost {lost:?} or invented {invented:?}"
         );
     }
 }
