@@ -202,6 +202,21 @@ pub struct WordcountArgs {
     pub observe: observe::ObserveArgs,
 }
 
+/// The start of every `run` job's summary line:
+/// `records=N elapsed_ms=T throughput_rps=R parallelism=P`.
+fn summary_head(records: u64, elapsed: std::time::Duration, parallelism: usize) -> String {
+    let secs = elapsed.as_secs_f64();
+    let rps = if secs > 0.0 {
+        records as f64 / secs
+    } else {
+        0.0
+    };
+    format!(
+        "records={records} elapsed_ms={} throughput_rps={rps:.0} parallelism={parallelism}",
+        elapsed.as_millis()
+    )
+}
+
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {

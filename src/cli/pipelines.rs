@@ -181,18 +181,9 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     args.checkpoints
         .report_savepoint(&handle.checkpoint_stats())?;
     let records = result.operator("Parse").map(|o| o.records_in).unwrap_or(0);
-    let secs = result.elapsed.as_secs_f64();
-    let rps = if secs > 0.0 {
-        records as f64 / secs
-    } else {
-        0.0
-    };
     eprintln!(
-        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={}{}",
-        records,
-        result.elapsed.as_millis(),
-        rps,
-        args.parallelism,
+        "{}{}",
+        super::summary_head(records, result.elapsed, args.parallelism),
         super::checkpointing::summary(&args.checkpoints, &handle)
     );
     if let Some(e) = endpoint {

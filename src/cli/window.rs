@@ -304,18 +304,9 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let stats = handle.checkpoint_stats();
     args.checkpoints.report_savepoint(&stats)?;
     let records = count("Parse", true);
-    let secs = result.elapsed.as_secs_f64();
-    let rps = if secs > 0.0 {
-        records as f64 / secs
-    } else {
-        0.0
-    };
     eprintln!(
-        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={} late={} bad={} windows_fired={}{}",
-        records,
-        result.elapsed.as_millis(),
-        rps,
-        args.parallelism,
+        "{} late={} bad={} windows_fired={}{}",
+        super::summary_head(records, result.elapsed, args.parallelism),
         count("Late Records", false),
         bad.load(Ordering::Relaxed),
         count("Window", true),

@@ -271,18 +271,9 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         write_counts(args, &maps)?;
     }
 
-    let secs = result.elapsed.as_secs_f64();
-    let rps = if secs > 0.0 {
-        records as f64 / secs
-    } else {
-        0.0
-    };
     eprintln!(
-        "records={} elapsed_ms={} throughput_rps={:.0} parallelism={}{}",
-        records,
-        result.elapsed.as_millis(),
-        rps,
-        args.parallelism,
+        "{}{}",
+        super::summary_head(records, result.elapsed, args.parallelism),
         super::checkpointing::summary(&args.checkpoints, &handle)
     );
     if let Some(e) = endpoint {

@@ -2,7 +2,9 @@
 //! summary line, and a small seeded generator for test inputs.
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output};
 
 /// splitmix64: a small seeded generator so the test input is reproducible.
 pub struct SplitMix(pub u64);
@@ -85,4 +87,39 @@ pub fn summary_field(stderr: &str, name: &str) -> u64 {
     value
         .parse()
         .unwrap_or_else(|_| panic!("{name}={value} is not a number: {line}"))
+}
+
+/// Kills the child when the test ends, passing or not.
+pub struct Reap(pub Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A TCP port free right now on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// GET `path` from 127.0.0.1:`port`; returns (status code, body).
+pub fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the endpoint");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header block");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
 }
