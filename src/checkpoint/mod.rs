@@ -7,6 +7,7 @@ pub mod config;
 pub mod coordinator;
 mod error;
 pub mod format;
+mod redb_guard;
 pub(crate) mod restore;
 pub mod savepoint;
 pub mod store;

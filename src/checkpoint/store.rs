@@ -37,6 +37,7 @@ use super::error::CheckpointError;
 use super::format::{
     BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointMetadata, SnapshotId, SnapshotKind,
 };
+use super::redb_guard::guarded;
 use redb::{Database, ReadableTable, TableDefinition, TableError};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Display;
@@ -93,7 +94,9 @@ impl CheckpointStore {
     pub fn open(dir: &Path) -> Result<CheckpointStore, CheckpointError> {
         fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
         let db_path = dir.join(DATABASE_FILE);
-        let db = Database::create(&db_path).map_err(|e| db_err(&db_path, e))?;
+        let db = guarded(&db_path, || {
+            Database::create(&db_path).map_err(|e| open_err(&db_path, e))
+        })?;
         sync_dir(dir)?;
         let store = Self::with_db(dir, db_path, db);
         store.ensure_tables()?;
@@ -110,7 +113,9 @@ impl CheckpointStore {
                 path: dir.to_path_buf(),
             });
         }
-        let db = Database::open(&db_path).map_err(|e| db_err(&db_path, e))?;
+        let db = guarded(&db_path, || {
+            Database::open(&db_path).map_err(|e| open_err(&db_path, e))
+        })?;
         // No write here: reading a store must not change it.
         Ok(Self::with_db(dir, db_path, db))
     }
@@ -127,10 +132,12 @@ impl CheckpointStore {
 
     fn ensure_tables(&self) -> Result<(), CheckpointError> {
         let err = |e: &dyn Display| db_err(&self.db_path, e);
-        let txn = self.db.begin_write().map_err(|e| err(&e))?;
-        txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
-        txn.open_table(COUNTERS).map_err(|e| err(&e))?;
-        txn.commit().map_err(|e| err(&e))
+        guarded(&self.db_path, || {
+            let txn = self.db.begin_write().map_err(|e| err(&e))?;
+            txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
+            txn.open_table(COUNTERS).map_err(|e| err(&e))?;
+            txn.commit().map_err(|e| err(&e))
+        })
     }
 
     /// The checkpoint directory: the base of every [`BlobRef::path`].
@@ -235,18 +242,20 @@ impl CheckpointStore {
         write_file_atomic(&dir.join(METADATA_FILE), &encoded)?;
 
         let err = |e: &dyn Display| db_err(&self.db_path, e);
-        let txn = self.db.begin_write().map_err(|e| err(&e))?;
-        {
-            let mut table = txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
-            table.insert(id, encoded.as_slice()).map_err(|e| err(&e))?;
-            let mut counters = txn.open_table(COUNTERS).map_err(|e| err(&e))?;
-            let max = counters
-                .get(MAX_ID)
-                .map_err(|e| err(&e))?
-                .map_or(0, |v| v.value());
-            counters.insert(MAX_ID, max.max(id)).map_err(|e| err(&e))?;
-        }
-        txn.commit().map_err(|e| err(&e))?;
+        guarded(&self.db_path, || {
+            let txn = self.db.begin_write().map_err(|e| err(&e))?;
+            {
+                let mut table = txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
+                table.insert(id, encoded.as_slice()).map_err(|e| err(&e))?;
+                let mut counters = txn.open_table(COUNTERS).map_err(|e| err(&e))?;
+                let max = counters
+                    .get(MAX_ID)
+                    .map_err(|e| err(&e))?
+                    .map_or(0, |v| v.value());
+                counters.insert(MAX_ID, max.max(id)).map_err(|e| err(&e))?;
+            }
+            txn.commit().map_err(|e| err(&e))
+        })?;
 
         {
             let mut pending = lock(&self.pending_shared);
@@ -268,14 +277,16 @@ impl CheckpointStore {
         let dropped: Vec<SnapshotId> = committed.keys().take(cut).copied().collect();
         if !dropped.is_empty() {
             let err = |e: &dyn Display| db_err(&self.db_path, e);
-            let txn = self.db.begin_write().map_err(|e| err(&e))?;
-            {
-                let mut table = txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
-                for id in &dropped {
-                    table.remove(*id).map_err(|e| err(&e))?;
+            guarded(&self.db_path, || {
+                let txn = self.db.begin_write().map_err(|e| err(&e))?;
+                {
+                    let mut table = txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
+                    for id in &dropped {
+                        table.remove(*id).map_err(|e| err(&e))?;
+                    }
                 }
-            }
-            txn.commit().map_err(|e| err(&e))?;
+                txn.commit().map_err(|e| err(&e))
+            })?;
         }
 
         let mut retained_ids = HashSet::new();
@@ -364,30 +375,34 @@ impl CheckpointStore {
 
     fn rows(&self) -> Result<BTreeMap<SnapshotId, Vec<u8>>, CheckpointError> {
         let err = |e: &dyn Display| db_err(&self.db_path, e);
-        let txn = self.db.begin_read().map_err(|e| err(&e))?;
-        let table = match txn.open_table(CHECKPOINTS) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
-            Err(e) => return Err(err(&e)),
-        };
-        let mut out = BTreeMap::new();
-        for row in table.iter().map_err(|e| err(&e))? {
-            let (k, v) = row.map_err(|e| err(&e))?;
-            out.insert(k.value(), v.value().to_vec());
-        }
-        Ok(out)
+        guarded(&self.db_path, || {
+            let txn = self.db.begin_read().map_err(|e| err(&e))?;
+            let table = match txn.open_table(CHECKPOINTS) {
+                Ok(t) => t,
+                Err(TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+                Err(e) => return Err(err(&e)),
+            };
+            let mut out = BTreeMap::new();
+            for row in table.iter().map_err(|e| err(&e))? {
+                let (k, v) = row.map_err(|e| err(&e))?;
+                out.insert(k.value(), v.value().to_vec());
+            }
+            Ok(out)
+        })
     }
 
     fn get_row(&self, id: SnapshotId) -> Result<Option<Vec<u8>>, CheckpointError> {
         let err = |e: &dyn Display| db_err(&self.db_path, e);
-        let txn = self.db.begin_read().map_err(|e| err(&e))?;
-        let table = match txn.open_table(CHECKPOINTS) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(err(&e)),
-        };
-        let row = table.get(id).map_err(|e| err(&e))?;
-        Ok(row.map(|v| v.value().to_vec()))
+        guarded(&self.db_path, || {
+            let txn = self.db.begin_read().map_err(|e| err(&e))?;
+            let table = match txn.open_table(CHECKPOINTS) {
+                Ok(t) => t,
+                Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(err(&e)),
+            };
+            let row = table.get(id).map_err(|e| err(&e))?;
+            Ok(row.map(|v| v.value().to_vec()))
+        })
     }
 
     /// Verifies committed checkpoint `id`: its `_metadata` decodes and matches
@@ -433,12 +448,14 @@ impl CheckpointStore {
     pub fn clear(&self) -> Result<(), CheckpointError> {
         let _guard = lock(&self.commit_lock);
         let err = |e: &dyn Display| db_err(&self.db_path, e);
-        let txn = self.db.begin_write().map_err(|e| err(&e))?;
-        {
-            let mut table = txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
-            table.retain(|_, _| false).map_err(|e| err(&e))?;
-        }
-        txn.commit().map_err(|e| err(&e))?;
+        guarded(&self.db_path, || {
+            let txn = self.db.begin_write().map_err(|e| err(&e))?;
+            {
+                let mut table = txn.open_table(CHECKPOINTS).map_err(|e| err(&e))?;
+                table.retain(|_, _| false).map_err(|e| err(&e))?;
+            }
+            txn.commit().map_err(|e| err(&e))
+        })?;
         lock(&self.pending_shared).clear();
         let entries = fs::read_dir(&self.root).map_err(|e| io_err("read", &self.root, e))?;
         for entry in entries {
@@ -476,14 +493,16 @@ impl CheckpointStore {
     /// continues numbering after it.
     pub fn max_id(&self) -> Result<SnapshotId, CheckpointError> {
         let err = |e: &dyn Display| db_err(&self.db_path, e);
-        let txn = self.db.begin_read().map_err(|e| err(&e))?;
-        let counters = match txn.open_table(COUNTERS) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(0),
-            Err(e) => return Err(err(&e)),
-        };
-        let max = counters.get(MAX_ID).map_err(|e| err(&e))?;
-        Ok(max.map_or(0, |v| v.value()))
+        guarded(&self.db_path, || {
+            let txn = self.db.begin_read().map_err(|e| err(&e))?;
+            let counters = match txn.open_table(COUNTERS) {
+                Ok(t) => t,
+                Err(TableError::TableDoesNotExist(_)) => return Ok(0),
+                Err(e) => return Err(err(&e)),
+            };
+            let max = counters.get(MAX_ID).map_err(|e| err(&e))?;
+            Ok(max.map_or(0, |v| v.value()))
+        })
     }
 }
 
@@ -845,6 +864,21 @@ pub(crate) fn io_err(action: &'static str, path: &Path, e: std::io::Error) -> Ch
         action,
         path: path.to_path_buf(),
         message: e.to_string(),
+    }
+}
+
+/// An error opening the database file `path`: another process holds it, or
+/// the file is damaged or not a checkpoint database.
+fn open_err(path: &Path, e: redb::DatabaseError) -> CheckpointError {
+    let message = match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => {
+            "in use by another process (a running job holds it)".to_string()
+        }
+        e => format!("damaged or not a checkpoint database: {e}"),
+    };
+    CheckpointError::Database {
+        path: path.to_path_buf(),
+        message,
     }
 }
 
