@@ -27,6 +27,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Another job, in another process, writes this output file (it holds
+    /// the output's lock file): two jobs on one output would destroy each
+    /// other's commits.
+    #[error(
+        "output file '{path}' is in use by another job (another process holds its lock '{lock}')"
+    )]
+    OutputInUse {
+        /// The output file.
+        path: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
     /// A record could not be parsed or is otherwise unusable.
     #[error("bad record at line {line}: {message}")]
     BadRecord {

@@ -4,7 +4,9 @@
 //! - `TransactionalFileSink` driven by hand: a committed transaction holds
 //!   exactly its lines; a second commit appends nothing; a crash between
 //!   pre-commit and commit, then `recover`, commits once; a commit that crashed
-//!   after its `begin` log entry is cut and redone once; recovery deletes
+//!   after its `begin` log entry is cut and redone once; a commit that
+//!   fails part way (an injected write fault, or a real full tmpfs with
+//!   `FLOE_TEST_TMPFS=1`) leaves the output as it was; recovery deletes
 //!   leftover pending files of the output and nothing else; abort drops the
 //!   lines; recovery drops output committed after the restored checkpoint;
 //!   a non-regular path is refused;
@@ -179,6 +181,130 @@ fn crash_inside_commit_is_cut_and_redone_once() {
     assert_eq!(read_lines(&path), concat(&[&a, &b]));
     commit(&mut sink, t2).unwrap();
     assert_eq!(read_lines(&path), concat(&[&a, &b]));
+}
+
+/// The output's text after committing `parts` in order: the oracle of what
+/// a reader may see.
+fn committed_text(parts: &[&[String]]) -> String {
+    parts
+        .iter()
+        .flat_map(|p| p.iter())
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// A commit that failed halfway through its append (a full disk) used to
+/// leave the partial append in the output until a later restore. The output
+/// now holds exactly what was committed before, and the transaction, still
+/// pending, commits once on a retry.
+#[test]
+fn failed_commit_leaves_only_the_committed_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let (a, b) = (lines("a", 100), lines("b", 3000));
+    let mut sink = Sink::new(&path).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    let mut t1 = begin(&mut sink);
+    write(&mut sink, &mut t1, &a);
+    pre_commit(&mut sink, &mut t1);
+    commit(&mut sink, t1).unwrap();
+    let mut t2 = begin(&mut sink);
+    write(&mut sink, &mut t2, &b);
+    pre_commit(&mut sink, &mut t2);
+
+    // The disk fills up in the middle of t2's append.
+    let b_bytes = committed_text(&[&b]).len() as u64;
+    sink.fail_output_after(b_bytes / 2);
+    let err = commit(&mut sink, t2.clone()).expect_err("the append fails");
+    assert!(err.to_string().contains("cannot append"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        committed_text(&[&a]),
+        "after a failed commit the output holds the committed transactions only"
+    );
+
+    // Space is back: the retry appends t2 once.
+    sink.fail_output_after(u64::MAX);
+    commit(&mut sink, t2.clone()).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        committed_text(&[&a, &b])
+    );
+    // And a restore that commits it again changes nothing.
+    drop(sink);
+    let mut sink = Sink::new(&path).unwrap();
+    recover(&mut sink, vec![t2]).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        committed_text(&[&a, &b])
+    );
+}
+
+/// Unmounts a tmpfs when the test ends, passing or not: lazily, because
+/// this process keeps the output's commit log open.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// [`failed_commit_leaves_only_the_committed_output`] on a real full disk: a
+/// 1 MiB tmpfs filled up so that the append fails part way with ENOSPC.
+/// Mounting needs root, so this runs only with `FLOE_TEST_TMPFS=1`:
+/// `FLOE_TEST_TMPFS=1 cargo test --test two_phase_sink full_disk`.
+#[test]
+fn commit_on_a_full_disk_leaves_only_the_committed_output() {
+    if std::env::var_os("FLOE_TEST_TMPFS").is_none() {
+        eprintln!("skipped: set FLOE_TEST_TMPFS=1 (as root) to run it on a tmpfs");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+        .arg(dir.path())
+        .status()
+        .expect("mount runs");
+    assert!(mounted.success(), "mount -t tmpfs failed: {mounted:?}");
+    let _unmount = Unmount(dir.path().to_path_buf());
+    let path = dir.path().join("out.txt");
+    let (a, b) = (lines("a", 100), lines("b", 20_000));
+    let mut sink = Sink::new(&path).unwrap();
+    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    let mut t1 = begin(&mut sink);
+    write(&mut sink, &mut t1, &a);
+    pre_commit(&mut sink, &mut t1);
+    commit(&mut sink, t1).unwrap();
+    let mut t2 = begin(&mut sink);
+    write(&mut sink, &mut t2, &b);
+    pre_commit(&mut sink, &mut t2);
+
+    // Fill the disk, then free 64 KiB: less than t2's append needs.
+    let filler = dir.path().join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    let full = f.metadata().unwrap().len();
+    f.set_len(full.saturating_sub(64 * 1024)).unwrap();
+    drop(f);
+    assert!(committed_text(&[&b]).len() > 64 * 1024);
+
+    let err = commit(&mut sink, t2.clone()).expect_err("the disk is full");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        committed_text(&[&a]),
+        "after a failed commit ({err}) the output holds the committed transactions only"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    commit(&mut sink, t2).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        committed_text(&[&a, &b])
+    );
 }
 
 #[test]

@@ -19,9 +19,19 @@
 //!   beyond the last recorded length is the partial append of a crashed commit
 //!   and is cut before the next append.
 //! - Every subtask of a job appends to the same output; a process-wide lock per
-//!   output path serializes commits. One process writes an output at a time.
+//!   output path serializes commits. One process writes an output at a time:
+//!   creating the sink takes an OS advisory lock (`flock`) on
+//!   `.<name>.floe-lock`, held until the last copy of the sink value is
+//!   dropped (the job ended) or the process dies (the kernel drops it, even on
+//!   `kill -9`); a sink on the same output in another process is refused with
+//!   [`Error::OutputInUse`], before it could reset the output or delete the
+//!   commit log and pending files the running job needs.
+//! - A commit that fails (a full disk, an I/O error) cuts the output back to
+//!   its length before the commit and fsyncs it before returning the error,
+//!   so readers only ever see committed transactions.
 //! - The sink renames, replaces or deletes nothing but its own files (pending
-//!   files, the commit log) and content it appended itself.
+//!   files, the commit log; the lock file is left in place) and content it
+//!   appended itself.
 //!
 //! A fresh start (no restore) empties the output and removes the commit log and
 //! stale pending files of that output, once per sink value (the first subtask to
@@ -39,7 +49,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// A transaction of [`TransactionalFileSink`]: names its pending file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -84,6 +94,18 @@ pub struct TransactionalFileSink {
     nonce: Option<String>,
     seq: u64,
     writers: HashMap<String, BufWriter<File>>,
+    /// This process's lock on the output (shared by every sink value on it).
+    claim: Arc<OutputClaim>,
+    /// Bytes the output may still take before appends fail (fault
+    /// injection; `u64::MAX`: no fault). Shared by the clones.
+    output_budget: Arc<AtomicU64>,
+}
+
+/// This process's claim on an output: the `flock` on its lock file, held
+/// while the file stays open; the kernel releases it when the process dies.
+#[derive(Debug)]
+struct OutputClaim {
+    _lock: File,
 }
 
 impl Clone for TransactionalFileSink {
@@ -99,6 +121,8 @@ impl Clone for TransactionalFileSink {
             nonce: None,
             seq: 0,
             writers: HashMap::new(),
+            claim: self.claim.clone(),
+            output_budget: self.output_budget.clone(),
         }
     }
 }
@@ -112,7 +136,12 @@ impl Drop for TransactionalFileSink {
 }
 
 impl TransactionalFileSink {
-    /// A sink appending to `path`, which must be a regular file or not exist.
+    /// A sink appending to `path`, which must be a regular file or not exist,
+    /// in an existing directory.
+    ///
+    /// Claims the output for this process (see the module documentation):
+    /// [`Error::OutputInUse`] while another process's job writes it. Sink
+    /// values of one process on the same output share the claim.
     pub fn new(path: impl Into<PathBuf>) -> Result<Self> {
         let given: PathBuf = path.into();
         let not_regular = || {
@@ -138,6 +167,8 @@ impl TransactionalFileSink {
             .ok_or_else(not_regular)?
             .to_string();
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let lock_path = dir.join(format!(".{file_name}.floe-lock"));
+        let claim = claim_output(&path, &lock_path)?;
         Ok(TransactionalFileSink {
             path,
             dir,
@@ -148,7 +179,17 @@ impl TransactionalFileSink {
             nonce: None,
             seq: 0,
             writers: HashMap::new(),
+            claim,
+            output_budget: Arc::new(AtomicU64::new(u64::MAX)),
         })
+    }
+
+    /// Fault injection, for tests: from now on, appends to the output fail
+    /// with [`ErrorKind::StorageFull`] once `bytes` more bytes were appended
+    /// (by this sink value and its clones), as on a disk that fills up in
+    /// the middle of a commit. `u64::MAX` turns the fault off.
+    pub fn fail_output_after(&self, bytes: u64) {
+        self.output_budget.store(bytes, Ordering::Relaxed);
     }
 
     /// The output file.
@@ -240,16 +281,49 @@ impl TransactionalFileSink {
             }
             Err(e) => return Err(Error::io("cannot open pending file", pending, e)),
         };
-        let mut out = self.open_output(log.len)?;
-        log.append(&format!("begin {} {}", txn.name, log.len))?;
-        let written = std::io::copy(&mut data, &mut out)
-            .and_then(|n| out.sync_all().map(|_| n))
-            .map_err(|e| Error::io("cannot append to output file", &self.path, e))?;
-        let end = log.len + written;
-        log.append(&format!("done {} {end}", txn.name))?;
-        log.apply(LogLine::Begin(txn.name.clone(), end - written));
+        let start = log.len;
+        let mut out = self.open_output(start)?;
+        log.append(&format!("begin {} {start}", txn.name))?;
+        let appended = if self.output_budget.load(Ordering::Relaxed) == u64::MAX {
+            // File to file: the kernel copies (copy_file_range).
+            std::io::copy(&mut data, &mut out)
+        } else {
+            let mut to = BudgetedWriter {
+                inner: &mut out,
+                budget: &self.output_budget,
+            };
+            std::io::copy(&mut data, &mut to)
+        };
+        let written = match appended.and_then(|n| out.sync_all().map(|_| n)) {
+            Ok(n) => n,
+            Err(e) => {
+                let e = Error::io("cannot append to output file", &self.path, e);
+                return Err(self.roll_back(&out, start, e));
+            }
+        };
+        let end = start + written;
+        if let Err(e) = log.append(&format!("done {} {end}", txn.name)) {
+            // Not recorded as done: not committed, so not to be seen.
+            return Err(self.roll_back(&out, start, e));
+        }
+        log.apply(LogLine::Begin(txn.name.clone(), start));
         log.apply(LogLine::Done(txn.name.clone(), end));
         remove_if_present(&pending)
+    }
+
+    /// A commit failed after it began appending: cuts the output back to
+    /// `len`, its committed length, so that no reader sees the partial
+    /// append, and returns `error`. If even that fails, the tail is cut
+    /// before the next append or restore (see [`Self::open_output`]).
+    fn roll_back(&self, out: &File, len: u64, error: Error) -> Error {
+        if let Err(e) = out.set_len(len).and_then(|_| out.sync_all()) {
+            tracing::error!(
+                output = %self.path.display(),
+                error = %e,
+                "cannot cut a failed commit's partial append from the output"
+            );
+        }
+        error
     }
 
     /// Opens the output positioned at `len`, cutting what lies beyond (a
@@ -545,6 +619,73 @@ impl OutputState {
     }
 }
 
+/// A [`Write`] that fails with [`ErrorKind::StorageFull`] once its budget
+/// of bytes is spent (fault injection; the budget is `u64::MAX` otherwise).
+struct BudgetedWriter<'a> {
+    inner: &'a mut File,
+    budget: &'a AtomicU64,
+}
+
+impl Write for BudgetedWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let budget = self.budget.load(Ordering::Relaxed);
+        if budget == u64::MAX {
+            return self.inner.write(buf);
+        }
+        if budget == 0 {
+            return Err(std::io::Error::new(
+                ErrorKind::StorageFull,
+                "no space left (injected fault)",
+            ));
+        }
+        let n = buf.len().min(usize::try_from(budget).unwrap_or(usize::MAX));
+        let n = self.inner.write(&buf[..n])?;
+        self.budget.fetch_sub(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// This process's claim on the output `path`, its lock file `lock_path`:
+/// the one already held if a sink value of this process holds it, else a new
+/// `flock` on the lock file (refused while another process holds it).
+fn claim_output(path: &Path, lock_path: &Path) -> Result<Arc<OutputClaim>> {
+    static CLAIMS: OnceLock<Mutex<HashMap<PathBuf, Weak<OutputClaim>>>> = OnceLock::new();
+    let mut claims = lock(CLAIMS.get_or_init(Default::default));
+    if let Some(claim) = claims.get(path).and_then(Weak::upgrade) {
+        return Ok(claim);
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(lock_path)
+        .map_err(|e| Error::io("cannot create the output's lock file", lock_path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(Error::OutputInUse {
+                path: path.to_path_buf(),
+                lock: lock_path.to_path_buf(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(Error::io(
+                "cannot lock the output's lock file",
+                lock_path,
+                e,
+            ));
+        }
+    }
+    let claim = Arc::new(OutputClaim { _lock: file });
+    claims.insert(path.to_path_buf(), Arc::downgrade(&claim));
+    Ok(claim)
+}
+
 /// The process-wide state of the output at `path`.
 fn output_state(path: &Path) -> Arc<Mutex<OutputState>> {
     static OUTPUTS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<OutputState>>>>> = OnceLock::new();
@@ -573,6 +714,8 @@ enum LogLine {
 struct CommitLog {
     path: PathBuf,
     file: Option<File>,
+    /// The log file's length in bytes: where a failed append is cut back to.
+    bytes: u64,
     txns: Vec<Committed>,
     done: HashSet<String>,
     len: u64,
@@ -585,6 +728,7 @@ impl CommitLog {
         let mut log = CommitLog {
             path: path.to_path_buf(),
             file: None,
+            bytes: 0,
             txns: Vec::new(),
             done: HashSet::new(),
             len: 0,
@@ -622,6 +766,7 @@ impl CommitLog {
                 .and_then(|f| f.set_len(complete as u64).and_then(|_| f.sync_all()))
                 .map_err(|e| Error::io("cannot repair commit log", path, e))?;
         }
+        log.bytes = complete as u64;
         Ok(log)
     }
 
@@ -660,7 +805,8 @@ impl CommitLog {
         }
     }
 
-    /// Appends one line and fsyncs it.
+    /// Appends one line and fsyncs it; on failure, cuts the log back to its
+    /// length before, so that the line does not count.
     fn append(&mut self, line: &str) -> Result<()> {
         if self.file.is_none() {
             let f = OpenOptions::new()
@@ -671,9 +817,22 @@ impl CommitLog {
             self.file = Some(f);
         }
         let f = self.file.as_mut().expect("opened above");
-        f.write_all(format!("{line}\n").as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(|e| Error::io("cannot write commit log", &self.path, e))
+        let line = format!("{line}\n");
+        match f.write_all(line.as_bytes()).and_then(|_| f.sync_all()) {
+            Ok(()) => {
+                self.bytes += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(cut) = f.set_len(self.bytes).and_then(|_| f.sync_all()) {
+                    // A torn line is ignored by the next load; a whole one
+                    // would count: re-read the log next time (the caller
+                    // forgets it on error).
+                    tracing::error!(log = %self.path.display(), error = %cut, "cannot cut a failed commit log append");
+                }
+                Err(Error::io("cannot write commit log", &self.path, e))
+            }
+        }
     }
 }
 
