@@ -23,6 +23,8 @@
 //!   [`CheckpointError::Corrupt`] naming the checkpoint and the file.
 //! - The store only deletes what it creates: `chk-<digits>` directories, the
 //!   files under `shared/`, and `checkpoints.redb`.
+//! - A damaged `checkpoints.redb` (truncated, garbage) is an error naming it,
+//!   never a panic: every redb call runs inside `redb_guard::guarded`.
 //!
 //! `_metadata` encoding (checkpoints and savepoints alike): the magic bytes
 //! `FLOECKPT`, the format version ([`CHECKPOINT_FORMAT_VERSION`]) as a `u32`
