@@ -6,6 +6,7 @@
 //! records are written unchanged to `--late-output`.
 
 use super::WindowArgs;
+use super::output::Output;
 use super::progress::Progress;
 use super::window_state::StateWindows;
 use floe::time::WatermarkStrategy;
@@ -13,6 +14,9 @@ use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
 use floe::{Error, OutputTag, StreamExecutionEnvironment};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The name of the job's source, whose records (lines) the summary counts.
+const SOURCE: &str = "Text File Source";
 
 /// One parsed input line.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -188,6 +192,11 @@ impl floe::operators::Operator<String, Event> for Parse {
 pub fn run(args: &WindowArgs) -> floe::Result<()> {
     super::check_parallelism(args.parallelism)?;
     super::check_readable(&args.input)?;
+    super::output::check_distinct(&[
+        ("--input", Some(&args.input)),
+        ("--output", args.output.as_deref()),
+        ("--late-output", args.late_output.as_deref()),
+    ])?;
     let assigner = parse_window(&args.window)?;
     if args.out_of_orderness < 0 || args.allowed_lateness < 0 {
         return Err(Error::Config(
@@ -201,10 +210,11 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         env.set_arbiters(a);
     }
     args.checkpoints.apply(&env, args.seed)?;
-    let output =
-        super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
-    let late_output =
-        super::checkpointing::transactional_output(&args.checkpoints, args.late_output.as_deref())?;
+    let output = Output::new(args.output.as_deref(), &args.checkpoints)?;
+    let late_output = match &args.late_output {
+        Some(path) => Some(Output::new(Some(path), &args.checkpoints)?),
+        None => None,
+    };
     let bad = Arc::new(AtomicU64::new(0));
     let mut strategy = WatermarkStrategy::<Event>::bounded_out_of_orderness(args.out_of_orderness)
         .with_timestamp_assigner(|e, _| e.ts);
@@ -252,27 +262,15 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         .map(|e: Event| e.line)
         .name("Late Records")
         .set_parallelism(1);
-    let sink = match (output, &args.output) {
-        (Some(tx), _) => fired.add_two_phase_sink(tx),
-        (None, Some(path)) => fired.write_as_text(path),
-        (None, None) => fired.print(),
-    };
-    let sink = sink.set_parallelism(1).uid("output");
+    let sink = output.sink(&fired)?.set_parallelism(1).uid("output");
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
-    match (late_output, &args.late_output) {
-        (Some(tx), _) => {
-            late.add_two_phase_sink(tx)
-                .set_parallelism(1)
-                .uid("late-output");
-        }
-        (None, Some(path)) => {
-            late.write_as_text(path)
-                .set_parallelism(1)
-                .uid("late-output");
-        }
-        (None, None) => {}
+    if let Some(late_output) = late_output {
+        late_output
+            .sink(&late)?
+            .set_parallelism(1)
+            .uid("late-output");
     }
     let prometheus = args.observe.install(&env, "window")?;
     let handle = env.execute_async()?;
@@ -280,7 +278,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let waited = {
         let _progress =
-            Progress::start_with(&handle, "Parse", None, args.observe.status_interval());
+            Progress::start_with(&handle, SOURCE, None, args.observe.status_interval());
         futures::executor::block_on(handle.wait())
     };
     if args.explain_watermarks {
@@ -303,7 +301,9 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     };
     let stats = handle.checkpoint_stats();
     args.checkpoints.report_savepoint(&stats)?;
-    let records = count("Parse", true);
+    // Source records (lines, bad ones included), as `--savepoint-at-records`
+    // counts them.
+    let records = super::source_records(&result, SOURCE);
     eprintln!(
         "{} late={} bad={} windows_fired={}{}",
         super::summary_head(records, result.elapsed, args.parallelism),
