@@ -7,7 +7,7 @@ use super::job::{JobHandle, JobResult};
 use crate::config::Config;
 use crate::connectors::collection::{CollectionSource, IteratorSource};
 use crate::connectors::generator::GeneratorSource;
-use crate::connectors::text_file::TextFileSource;
+use crate::connectors::text_file::{ByteLineSource, TextFileSource};
 use crate::connectors::{SourceContext, SourceFunction, SourceNode};
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
@@ -293,6 +293,18 @@ impl StreamExecutionEnvironment {
         let path: PathBuf = path.into();
         self.source_node("Text File Source", Some(1), move |_| {
             Ok(Box::new(TextFileSource::open(&path)?) as Box<dyn SourceFunction<String>>)
+        })
+    }
+
+    /// The lines of a file as bytes, undecoded, read by one source subtask:
+    /// for a job that decides itself what a line that is not valid UTF-8
+    /// means (skip it, count it) rather than failing as
+    /// [`read_text_file`](Self::read_text_file) does. Its source position
+    /// is the same as `read_text_file`'s.
+    pub fn read_text_file_bytes(&self, path: impl Into<PathBuf>) -> DataStream<Vec<u8>> {
+        let path: PathBuf = path.into();
+        self.source_node("Text File Source", Some(1), move |_| {
+            Ok(Box::new(ByteLineSource::open(&path)?) as Box<dyn SourceFunction<Vec<u8>>>)
         })
     }
 

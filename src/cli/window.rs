@@ -112,7 +112,7 @@ pub fn parse_window(spec: &str) -> floe::Result<WindowAssigner<Event>> {
     Ok(assigner)
 }
 
-fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
+fn parse_line(line: String, number: u64) -> floe::Result<Event> {
     let bad = |message: String| Error::BadRecord {
         line: number,
         message,
@@ -124,7 +124,7 @@ fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
             fields.len()
         )));
     }
-    let key = fields[0].trim();
+    let key = fields[0].trim().to_string();
     let ts = fields[1]
         .trim()
         .parse::<i64>()
@@ -134,31 +134,41 @@ fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
         .parse::<i64>()
         .map_err(|_| bad(format!("value '{}' is not an integer", fields[2])))?;
     Ok(Event {
-        key: key.to_string(),
+        key,
         ts,
         value,
-        line: line.to_string(),
+        line,
     })
 }
 
 /// Parses lines; counts and skips bad ones, or fails naming the line. Its
 /// line number is checkpointed, so a restored run names the same lines.
+/// A line that is not valid UTF-8 is a bad record like a malformed one.
 #[derive(Clone)]
 struct Parse {
+    /// The input file, named in the error of a line that is not UTF-8.
+    input: Arc<str>,
     line: u64,
     skip: bool,
     bad: Arc<AtomicU64>,
 }
 
-impl floe::operators::Operator<String, Event> for Parse {
+impl floe::operators::Operator<Vec<u8>, Event> for Parse {
     fn process_batch(
         &mut self,
-        batch: Vec<floe::Record<String>>,
+        batch: Vec<floe::Record<Vec<u8>>>,
         out: &mut floe::operators::Output<'_, Event>,
     ) -> floe::Result<()> {
         for r in batch {
             self.line += 1;
-            match parse_line(&r.value, self.line) {
+            let parsed = match String::from_utf8(r.value) {
+                Ok(text) => parse_line(text, self.line),
+                Err(_) => Err(Error::BadRecord {
+                    line: self.line,
+                    message: format!("not valid UTF-8 in '{}'", self.input),
+                }),
+            };
+            match parsed {
                 Ok(e) => out.collect(e),
                 Err(e) if !self.skip => return Err(e),
                 Err(_) => {
@@ -224,12 +234,13 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let late_tag = OutputTag::<Event>::new("late");
     let agg = args.agg;
     let parse = Parse {
+        input: Arc::from(args.input.display().to_string()),
         line: 0,
         skip: args.on_bad_record == OnBadRecord::Skip,
         bad: bad.clone(),
     };
     let events = env
-        .read_text_file(&args.input)
+        .read_text_file_bytes(&args.input)
         .uid("lines")
         .transform("Parse", move |_| parse.clone())
         .uid("parse")
