@@ -192,3 +192,53 @@ impl SourceFunction<Vec<u8>> for ByteLineSource {
         self.lines.restore_state(entries)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all<S: SourceFunction<T>, T>(source: &mut S) -> Vec<T> {
+        let mut out = Vec::new();
+        while source.poll_batch(2, &mut out).expect("reads") == SourcePoll::Ready {}
+        out.into_iter().map(|r| r.value).collect()
+    }
+
+    fn file(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, bytes).expect("write input");
+        (dir, path)
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_stripped_from_the_first_line_only() {
+        let (_dir, path) = file(b"\xEF\xBB\xBFa,1\r\n\xEF\xBB\xBFb\nc");
+        let mut text = TextFileSource::open(&path).expect("opens");
+        assert_eq!(read_all(&mut text), ["a,1", "\u{feff}b", "c"]);
+        let mut bytes = ByteLineSource::open(&path).expect("opens");
+        assert_eq!(
+            read_all(&mut bytes),
+            [b"a,1".to_vec(), b"\xEF\xBB\xBFb".to_vec(), b"c".to_vec()]
+        );
+    }
+
+    #[test]
+    fn byte_lines_keep_invalid_utf8_and_restore_to_the_same_position() {
+        let (_dir, path) = file(b"\xEF\xBB\xBFok\ncaf\xe9\nlast\n");
+        let mut text = TextFileSource::open(&path).expect("opens");
+        let mut out = Vec::new();
+        let err = text.poll_batch(10, &mut out).expect_err("line 2 is not UTF-8");
+        assert!(err.to_string().contains("line 2"), "{err}");
+
+        let mut first = ByteLineSource::open(&path).expect("opens");
+        let mut out = Vec::new();
+        first.poll_batch(1, &mut out).expect("reads");
+        let position = first.snapshot_state().expect("snapshots");
+        let mut restored = ByteLineSource::open(&path).expect("opens");
+        restored.restore_state(position).expect("restores");
+        assert_eq!(
+            read_all(&mut restored),
+            [b"caf\xe9".to_vec(), b"last".to_vec()]
+        );
+    }
+}
