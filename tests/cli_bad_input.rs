@@ -235,7 +235,9 @@ fn window_oracle(bytes: &[u8]) -> Vec<String> {
         ) else {
             continue;
         };
-        *sums.entry((k.to_string(), ts.div_euclid(1000) * 1000)).or_insert(0) += v;
+        *sums
+            .entry((k.to_string(), ts.div_euclid(1000) * 1000))
+            .or_insert(0) += v;
     }
     sums.into_iter()
         .map(|((k, start), v)| format!("{k},{start},{},{v}", start + 1000))

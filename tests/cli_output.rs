@@ -76,7 +76,14 @@ fn jobs(dir: &Path) -> Vec<(Vec<String>, Vec<String>)> {
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     vec![
         (
-            args(&["run", "wordcount", "--input", s(&input), "--parallelism", "2"]),
+            args(&[
+                "run",
+                "wordcount",
+                "--input",
+                s(&input),
+                "--parallelism",
+                "2",
+            ]),
             wordcount,
         ),
         (
@@ -210,13 +217,7 @@ fn an_output_naming_the_input_is_refused_before_anything_is_written() {
                 };
                 args.extend_from_slice(&["--output", output]);
                 args.extend_from_slice(mode);
-                refused(
-                    dir.path(),
-                    &args,
-                    input,
-                    &before,
-                    ["--input", "--output"],
-                );
+                refused(dir.path(), &args, input, &before, ["--input", "--output"]);
             }
         }
     }
@@ -248,7 +249,14 @@ fn an_output_naming_the_input_is_refused_before_anything_is_written() {
     let counts = dir.path().join("counts.txt");
     ok_in(
         dir.path(),
-        &["run", "wordcount", "--input", s(&text_input), "--output", s(&counts)],
+        &[
+            "run",
+            "wordcount",
+            "--input",
+            s(&text_input),
+            "--output",
+            s(&counts),
+        ],
     );
     assert_eq!(
         parse_counts(&std::fs::read_to_string(&counts).unwrap()),

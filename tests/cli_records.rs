@@ -100,7 +100,10 @@ fn wordcount_savepoint_at_half_the_reported_records() {
         ],
     );
     let savepoint = savepoint_path(&stderr);
-    assert_eq!(parse_counts(&std::fs::read_to_string(&run1).unwrap()), oracle);
+    assert_eq!(
+        parse_counts(&std::fs::read_to_string(&run1).unwrap()),
+        oracle
+    );
 
     let restored = dir.path().join("restored.txt");
     let stderr = wordcount(&restored, &["--from-checkpoint", s(&savepoint)]);

@@ -86,7 +86,9 @@ fn run_wordcount_generated_to_stdout_and_to_a_file() {
 /// A text of `lines` lines of words of a small vocabulary, in mixed case,
 /// with punctuation and CRLF endings here and there.
 fn text(lines: usize, seed: u64) -> String {
-    let words = ["Alpha", "beta", "GAMMA", "delta", "épée", "x1", "naïve", "Zeta"];
+    let words = [
+        "Alpha", "beta", "GAMMA", "delta", "épée", "x1", "naïve", "Zeta",
+    ];
     let seps = [" ", ", ", "; ", " -- ", "\t", "!  "];
     let mut rng = SplitMix(seed);
     let mut out = String::new();
@@ -388,16 +390,16 @@ fn checkpoint_flags_then_checkpoints_list_and_verify() {
     assert!((1..=2).contains(&rows.len()), "{listed}");
     for row in &rows {
         assert_eq!(row.len(), 7, "{listed}");
-        assert!(row[0].parse::<u64>().is_ok() && row[6] == "aligned", "{listed}");
+        assert!(
+            row[0].parse::<u64>().is_ok() && row[6] == "aligned",
+            "{listed}"
+        );
         assert!(ck.join(format!("chk-{}", row[0])).is_dir(), "{listed}");
     }
 
     let (verified, _) = run_ok_output(&["checkpoints", "verify", s(&ck)]);
     assert_eq!(verified.lines().count(), rows.len(), "{verified}");
-    assert!(
-        verified.lines().all(|l| l.ends_with(": ok")),
-        "{verified}"
-    );
+    assert!(verified.lines().all(|l| l.ends_with(": ok")), "{verified}");
 }
 
 // ------------------------------------------------------------------ benches
@@ -422,7 +424,10 @@ fn bench_mailbox_prints_a_result_per_bench_and_a_table() {
         "--batch-size",
         "64",
     ]);
-    let results: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT ")).collect();
+    let results: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .collect();
     let names: Vec<&str> = results.iter().map(|l| fields(l)["name"]).collect();
     assert_eq!(
         names,
@@ -480,5 +485,8 @@ fn bench_window_prints_a_result_per_window_kind() {
     // Every tumbling window of 1 s is in ten sliding windows of 10 s, and
     // a sliding one holds at least one tumbling one.
     let fired = |i: usize| results[i]["windows_fired"].parse::<u64>().unwrap();
-    assert!(fired(0) <= fired(1) && fired(1) <= 10 * fired(0), "{stdout}");
+    assert!(
+        fired(0) <= fired(1) && fired(1) <= 10 * fired(0),
+        "{stdout}"
+    );
 }

@@ -30,7 +30,10 @@ fn oracle() -> i64 {
 }
 
 /// A small job; returns the environment and its collected output.
-fn job() -> (StreamExecutionEnvironment, floe::connectors::collect::Collected<i64>) {
+fn job() -> (
+    StreamExecutionEnvironment,
+    floe::connectors::collect::Collected<i64>,
+) {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(2);
     let out = env.generate_sequence(1, N).map(|x| x * 2).collect();

@@ -12,7 +12,9 @@
 //!
 //! Written directly, every subtask of the sink appends whole batches to the
 //! one file, taking its lock once per batch (never per record), so a
-//! parallel sink interleaves batches, never lines. An output naming the same
+//! parallel sink interleaves batches, never lines. Only the transactional
+//! sink is exactly-once: written directly, a restart that replays records
+//! writes their lines again. An output naming the same
 //! file as the input, or as another output, is refused before anything is
 //! created or written: writing it would destroy what the job reads.
 
@@ -41,8 +43,13 @@ fn is_stdout(path: &Path) -> bool {
 }
 
 impl Output {
-    /// The output for `path` under the checkpointing flags.
-    pub fn new(path: Option<&Path>, checkpoints: &CheckpointArgs) -> floe::Result<Output> {
+    /// The output for `path`, given as `flag`, under the checkpointing
+    /// flags.
+    pub fn new(
+        flag: &str,
+        path: Option<&Path>,
+        checkpoints: &CheckpointArgs,
+    ) -> floe::Result<Output> {
         let Some(path) = path.filter(|p| !is_stdout(p)) else {
             return Ok(Output::Stdout);
         };
@@ -53,7 +60,7 @@ impl Output {
             Ok(sink) => Ok(Output::Transactional(sink)),
             Err(floe::Error::Config(_)) => {
                 eprintln!(
-                    "warning: --output '{}' is not a regular file; it is written directly, not transactionally",
+                    "warning: {flag} '{}' is not a regular file; it is written directly, not transactionally",
                     path.display()
                 );
                 Ok(Output::Direct(path.to_path_buf()))

@@ -105,7 +105,7 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
         env.set_arbiters(a);
     }
     args.checkpoints.apply(&env, args.seed)?;
-    let output = super::output::Output::new(args.output.as_deref(), &args.checkpoints)?;
+    let output = super::output::Output::new("--output", args.output.as_deref(), &args.checkpoints)?;
     let seed = args.seed;
     let enriched = env
         .from_generator(args.records, move |i| line(i, seed))
@@ -146,7 +146,11 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     .name("Enrich")
     .uid("enrich")
     .disable_chaining();
-    let sink = output.sink(&enriched)?.name("Sink").uid("sink").disable_chaining();
+    let sink = output
+        .sink(&enriched)?
+        .name("Sink")
+        .uid("sink")
+        .disable_chaining();
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }

@@ -220,9 +220,9 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         env.set_arbiters(a);
     }
     args.checkpoints.apply(&env, args.seed)?;
-    let output = Output::new(args.output.as_deref(), &args.checkpoints)?;
+    let output = Output::new("--output", args.output.as_deref(), &args.checkpoints)?;
     let late_output = match &args.late_output {
-        Some(path) => Some(Output::new(Some(path), &args.checkpoints)?),
+        Some(path) => Some(Output::new("--late-output", Some(path), &args.checkpoints)?),
         None => None,
     };
     let bad = Arc::new(AtomicU64::new(0));
@@ -288,8 +288,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     args.checkpoints.schedule_savepoint(&handle);
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let waited = {
-        let _progress =
-            Progress::start_with(&handle, SOURCE, None, args.observe.status_interval());
+        let _progress = Progress::start_with(&handle, SOURCE, None, args.observe.status_interval());
         futures::executor::block_on(handle.wait())
     };
     if args.explain_watermarks {

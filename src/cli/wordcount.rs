@@ -194,7 +194,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     env.set_parallelism(args.parallelism);
     env.set_batch_size(args.batch_size);
     args.checkpoints.apply(&env, args.seed)?;
-    let output = Output::new(args.output.as_deref(), &args.checkpoints)?;
+    let output = Output::new("--output", args.output.as_deref(), &args.checkpoints)?;
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }

@@ -137,10 +137,7 @@ impl SourceFunction<String> for TextFileSource {
                     return Err(Error::io(
                         "input file is not valid UTF-8",
                         &self.lines.path,
-                        std::io::Error::other(format!(
-                            "invalid UTF-8 at line {}",
-                            self.lines.line
-                        )),
+                        std::io::Error::other(format!("invalid UTF-8 at line {}", self.lines.line)),
                     ));
                 }
             }
@@ -227,7 +224,9 @@ mod tests {
         let (_dir, path) = file(b"\xEF\xBB\xBFok\ncaf\xe9\nlast\n");
         let mut text = TextFileSource::open(&path).expect("opens");
         let mut out = Vec::new();
-        let err = text.poll_batch(10, &mut out).expect_err("line 2 is not UTF-8");
+        let err = text
+            .poll_batch(10, &mut out)
+            .expect_err("line 2 is not UTF-8");
         assert!(err.to_string().contains("line 2"), "{err}");
 
         let mut first = ByteLineSource::open(&path).expect("opens");
