@@ -69,30 +69,14 @@ impl Output {
         }
     }
 
-    /// Opens the output for writing directly (stdout or the file, created
+    /// Opens the output for writing directly (stdout, or the file created
     /// or truncated); `None` for a transactional output.
     pub fn open(&self) -> floe::Result<Option<Lines>> {
-        let writer: Box<dyn Write + Send> = match self {
-            Output::Stdout => Box::new(std::io::stdout()),
-            Output::Direct(path) => Box::new(
-                std::fs::File::create(path)
-                    .map_err(|e| floe::Error::io("cannot create output file", path, e))?,
-            ),
-            Output::Transactional(_) => return Ok(None),
-        };
-        let name = match self {
-            Output::Direct(path) => path.display().to_string(),
-            _ => "stdout".to_string(),
-        };
-        Ok(Some(Lines {
-            shared: Arc::new(Mutex::new(Shared {
-                writer: BufWriter::with_capacity(256 * 1024, writer),
-                closed: false,
-            })),
-            name: Arc::from(name),
-            stdout: matches!(self, Output::Stdout),
-            buf: Vec::new(),
-        }))
+        match self {
+            Output::Stdout => Ok(Some(Lines::stdout())),
+            Output::Direct(path) => Lines::create(path).map(Some),
+            Output::Transactional(_) => Ok(None),
+        }
     }
 
     /// Adds the sink writing `stream` to this output, named as the job's
@@ -101,17 +85,13 @@ impl Output {
     where
         T: Display + Clone + Send + 'static,
     {
-        let name = match &self {
-            Output::Stdout => "Print Sink",
-            _ => "Text File Sink",
-        };
-        match self.open()? {
-            Some(lines) => Ok(stream.add_sink(lines).name(name)),
-            None => match self {
-                Output::Transactional(tx) => Ok(stream.add_two_phase_sink(tx)),
-                _ => unreachable!("open() returns a writer for every direct output"),
-            },
-        }
+        Ok(match self {
+            Output::Stdout => stream.add_sink(Lines::stdout()).name("Print Sink"),
+            Output::Direct(path) => stream
+                .add_sink(Lines::create(&path)?)
+                .name("Text File Sink"),
+            Output::Transactional(tx) => stream.add_two_phase_sink(tx),
+        })
     }
 }
 
@@ -134,6 +114,34 @@ pub struct Lines {
 }
 
 impl Lines {
+    fn new(writer: Box<dyn Write + Send>, name: String, stdout: bool) -> Lines {
+        Lines {
+            shared: Arc::new(Mutex::new(Shared {
+                writer: BufWriter::with_capacity(256 * 1024, writer),
+                closed: false,
+            })),
+            name: Arc::from(name),
+            stdout,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Lines to stdout.
+    fn stdout() -> Lines {
+        Lines::new(Box::new(std::io::stdout()), "stdout".into(), true)
+    }
+
+    /// Lines to the file `path`, created or truncated now.
+    fn create(path: &Path) -> floe::Result<Lines> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| floe::Error::io("cannot create output file", path, e))?;
+        Ok(Lines::new(
+            Box::new(file),
+            path.display().to_string(),
+            false,
+        ))
+    }
+
     /// Writes `self.buf` (whole lines) under the lock; flushes stdout so
     /// a reader sees each batch.
     fn write_buf(&mut self, flush: bool) -> floe::Result<()> {
@@ -205,12 +213,11 @@ enum FileId {
 /// stdout and for files that are not regular (`/dev/null` read and written
 /// at once harms nothing).
 fn file_id(path: &Path) -> Option<FileId> {
-    use std::os::unix::fs::MetadataExt;
     if is_stdout(path) {
         return None;
     }
     match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => Some(FileId::Inode(m.dev(), m.ino())),
+        Ok(m) if m.is_file() => Some(inode(&m, path)),
         Ok(_) => None,
         Err(_) => {
             let absolute = std::path::absolute(path).ok()?;
@@ -219,6 +226,18 @@ fn file_id(path: &Path) -> Option<FileId> {
             Some(FileId::Path(parent.join(absolute.file_name()?)))
         }
     }
+}
+
+/// The device and inode of a file (its canonical path where there are none).
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata, _: &Path) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    FileId::Inode(meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn inode(_: &std::fs::Metadata, path: &Path) -> FileId {
+    FileId::Path(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
 /// Refuses two flags naming the same file, e.g. `--input` and `--output`,
