@@ -3,7 +3,12 @@
 //! "parallelism", "UTF-8", the unknown job or flag), with no panic message and
 //! no backtrace, for a missing input file, a directory as input, a file that
 //! is not valid UTF-8, `--parallelism 0`, a non-numeric parallelism,
-//! `--batch-size 0`, an unknown job and an unknown flag.
+//! `--batch-size 0`, `--vocabulary 0`, an unknown job and an unknown flag.
+//!
+//! `floe run window --on-bad-record skip` counts a line that is not valid
+//! UTF-8 as a bad record like a malformed one and goes on (it used to fail
+//! the job whatever the flag said); a UTF-8 byte order mark at the start of
+//! an input is not part of its first line.
 
 use std::path::Path;
 use std::process::Command;
@@ -159,4 +164,129 @@ fn unknown_flag() {
         line.contains("--no-such-flag"),
         "the error should name the flag: {line}"
     );
+}
+
+#[test]
+fn zero_vocabulary() {
+    let line = fails_with_one_line(&["run", "wordcount", "--records", "10", "--vocabulary", "0"]);
+    assert!(
+        line.contains("vocabulary"),
+        "the error should name the vocabulary: {line}"
+    );
+}
+
+/// Window input in event-time order (none late): line 3 is Latin-1, line 5
+/// malformed, the rest valid.
+const WINDOW_BYTES: &[u8] = b"a,1000,5\nb,1200,7\nb,caf\xe9,3\na,1500,1\nnot a record\nb,2100,4\n";
+
+/// Runs `floe args...` and returns (success, stdout, stderr).
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .env_remove("FLOE_LOG")
+        .output()
+        .expect("floe binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `floe run window` over `path` with `--on-bad-record on_bad_record`.
+fn window_on(path: &Path, on_bad_record: &str) -> Vec<String> {
+    [
+        "run",
+        "window",
+        "--window",
+        "tumbling:1000",
+        "--agg",
+        "sum",
+        "--watermarks",
+        "per-record",
+        "--parallelism",
+        "1",
+        "--on-bad-record",
+        on_bad_record,
+        "--input",
+        path.to_str().expect("UTF-8 temp path"),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The sorted tumbling 1 s sums of the valid lines of `bytes`, computed here.
+fn window_oracle(bytes: &[u8]) -> Vec<String> {
+    let mut sums = std::collections::BTreeMap::<(String, i64), i64>::new();
+    for line in bytes.split(|b| *b == b'\n') {
+        let Ok(line) = std::str::from_utf8(line) else {
+            continue;
+        };
+        let line = line.trim_start_matches('\u{feff}');
+        let f: Vec<&str> = line.split(',').collect();
+        let (Some(k), Some(Ok(ts)), Some(Ok(v))) = (
+            f.first(),
+            f.get(1).map(|t| t.parse::<i64>()),
+            f.get(2).map(|v| v.parse::<i64>()),
+        ) else {
+            continue;
+        };
+        *sums
+            .entry((k.to_string(), ts.div_euclid(1000) * 1000))
+            .or_insert(0) += v;
+    }
+    sums.into_iter()
+        .map(|((k, start), v)| format!("{k},{start},{},{v}", start + 1000))
+        .collect()
+}
+
+fn sorted(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn window_skip_covers_lines_that_are_not_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.csv");
+    std::fs::write(&path, WINDOW_BYTES).unwrap();
+    let (ok, stdout, stderr) = run(&strs(&window_on(&path, "skip")));
+    assert!(ok, "skip should go on past the bad lines:\n{stderr}");
+    assert_eq!(sorted(&stdout), window_oracle(WINDOW_BYTES));
+    let summary = stderr
+        .lines()
+        .find(|l| l.starts_with("records="))
+        .unwrap_or_else(|| panic!("no summary:\n{stderr}"));
+    assert!(summary.contains(" bad=2 "), "{summary}");
+    assert!(summary.starts_with("records=6 "), "{summary}");
+
+    let line = fails_with_one_line(&strs(&window_on(&path, "fail")));
+    assert!(
+        line.contains("UTF-8") && line.contains("line 3") && line.contains(path.to_str().unwrap()),
+        "the error should name the file, the line and UTF-8: {line}"
+    );
+}
+
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bom.csv");
+    let bytes = [b"\xEF\xBB\xBF".as_slice(), b"a,1000,5\na,1200,7\n"].concat();
+    std::fs::write(&path, &bytes).unwrap();
+    let (ok, stdout, stderr) = run(&strs(&window_on(&path, "fail")));
+    assert!(ok, "{stderr}");
+    // One window of key "a" (not "\u{feff}a" and "a").
+    assert_eq!(sorted(&stdout), ["a,1000,2000,12"]);
+    assert_eq!(window_oracle(&bytes), ["a,1000,2000,12"]);
+
+    let words = dir.path().join("bom.txt");
+    std::fs::write(&words, [b"\xEF\xBB\xBF".as_slice(), b"x1 y\n"].concat()).unwrap();
+    let (ok, stdout, stderr) = run(&["run", "wordcount", "--input", words.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert_eq!(sorted(&stdout), ["x1,1", "y,1"]);
 }

@@ -5,7 +5,8 @@
 //!   non-ASCII letters, combining marks, empty lines, `\r\n` endings, no final
 //!   newline) is counted at parallelism 1, 2 and 4; the `word,count` output must
 //!   equal the oracle's map, and the stderr summary line must report the
-//!   oracle's total word count and the parallelism.
+//!   input's lines as `records=` (the source's records), the oracle's total
+//!   word count as `words=`, and the parallelism.
 //! - Generated mode: `--records 200000 --vocabulary 500 --seed 7` at
 //!   parallelism 1 and 2 must equal the counts of
 //!   `floe::text::WordGenerator::new(500, 7).word(i)` for `i in 0..200000`.
@@ -177,10 +178,11 @@ fn parse_counts(path: &Path) -> HashMap<String, u64> {
 }
 
 /// The fields of the stderr summary line
-/// `records=N elapsed_ms=T throughput_rps=X parallelism=P`.
+/// `records=N elapsed_ms=T throughput_rps=X parallelism=P words=W`.
 struct Summary {
     records: u64,
     parallelism: usize,
+    words: u64,
 }
 
 fn parse_summary(stderr: &[u8]) -> Summary {
@@ -197,7 +199,13 @@ fn parse_summary(stderr: &[u8]) -> Summary {
         .collect();
     assert_eq!(
         keys,
-        ["records", "elapsed_ms", "throughput_rps", "parallelism"],
+        [
+            "records",
+            "elapsed_ms",
+            "throughput_rps",
+            "parallelism",
+            "words"
+        ],
         "summary line {:?}",
         lines[0]
     );
@@ -211,9 +219,11 @@ fn parse_summary(stderr: &[u8]) -> Summary {
         assert_eq!(rps, 0, "no records but throughput {rps}");
     }
     let parallelism = value(3).parse().expect("parallelism is an integer");
+    let words = value(4).parse().expect("words is an integer");
     Summary {
         records,
         parallelism,
+        words,
     }
 }
 
@@ -264,7 +274,12 @@ fn file_wordcount_matches_oracle_at_every_parallelism() {
             );
         }
         let summary = parse_summary(&out.stderr);
-        assert_eq!(summary.records, total, "parallelism {p}: summary records");
+        assert_eq!(summary.words, total, "parallelism {p}: summary words");
+        assert_eq!(
+            summary.records,
+            text.lines().count() as u64,
+            "parallelism {p}: summary records (lines)"
+        );
         assert_eq!(
             summary.parallelism, p,
             "parallelism {p}: summary parallelism"
@@ -287,7 +302,8 @@ fn empty_file_counts_nothing() {
     );
     assert!(parse_counts(&output).is_empty());
     let summary = parse_summary(&out.stderr);
-    assert_eq!(summary.records, 0);
+    assert_eq!(summary.words, 0);
+    assert_eq!(summary.records, 3, "three (empty) lines");
     assert_eq!(summary.parallelism, 2);
 }
 
@@ -327,6 +343,7 @@ fn generated_wordcount_matches_word_generator() {
         assert_eq!(got, expected, "parallelism {p}");
         let summary = parse_summary(&out.stderr);
         assert_eq!(summary.records, RECORDS);
+        assert_eq!(summary.words, RECORDS);
         assert_eq!(summary.parallelism, p);
     }
 }

@@ -34,7 +34,7 @@ fn parse_counts(path: &Path) -> HashMap<String, u64> {
     counts
 }
 
-/// The summary line's `records=` and `parallelism=`.
+/// The summary line's `words=` (the words counted) and `parallelism=`.
 fn summary(stderr: &[u8]) -> (u64, usize) {
     let text = String::from_utf8_lossy(stderr);
     let line = text
@@ -48,7 +48,7 @@ fn summary(stderr: &[u8]) -> (u64, usize) {
             .to_string()
     };
     (
-        field("records=").parse().unwrap(),
+        field("words=").parse().unwrap(),
         field("parallelism=").parse().unwrap(),
     )
 }

@@ -7,7 +7,7 @@ use super::job::{JobHandle, JobResult};
 use crate::config::Config;
 use crate::connectors::collection::{CollectionSource, IteratorSource};
 use crate::connectors::generator::GeneratorSource;
-use crate::connectors::text_file::TextFileSource;
+use crate::connectors::text_file::{ByteLineSource, TextFileSource};
 use crate::connectors::{SourceContext, SourceFunction, SourceNode};
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
@@ -296,6 +296,18 @@ impl StreamExecutionEnvironment {
         })
     }
 
+    /// The lines of a file as bytes, undecoded, read by one source subtask:
+    /// for a job that decides itself what a line that is not valid UTF-8
+    /// means (skip it, count it) rather than failing as
+    /// [`read_text_file`](Self::read_text_file) does. Its source position
+    /// is the same as `read_text_file`'s.
+    pub fn read_text_file_bytes(&self, path: impl Into<PathBuf>) -> DataStream<Vec<u8>> {
+        let path: PathBuf = path.into();
+        self.source_node("Text File Source", Some(1), move |_| {
+            Ok(Box::new(ByteLineSource::open(&path)?) as Box<dyn SourceFunction<Vec<u8>>>)
+        })
+    }
+
     fn take_plan(&self) -> Result<(Plan, Config)> {
         let mut inner = self.inner.borrow_mut();
         let config = inner.config.clone();
@@ -317,40 +329,70 @@ impl StreamExecutionEnvironment {
 
     /// Starts the job and returns at once with its handle.
     ///
-    /// Inside an actix system the job's arbiters join that system; elsewhere
-    /// (a plain thread, a tokio runtime) the job gets an actix system of its own
-    /// on a background thread. The job's operators are taken out of the
-    /// environment.
+    /// Called on a running arbiter of an actix system (inside
+    /// `System::block_on`, an actor or a future spawned on one), the job's
+    /// arbiters join that system. Anywhere else (a plain thread, a tokio
+    /// runtime, a thread where an actix system ran earlier and ended) the job
+    /// gets an actix system of its own on a background thread. The job's
+    /// operators are taken out of the environment.
     pub fn execute_async(&self) -> Result<JobHandle> {
         let (plan, config) = self.take_plan()?;
-        if actix::System::try_current().is_some() {
+        if on_running_arbiter() {
             return launch(plan, config);
         }
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("floe-job".into())
-            .spawn(move || {
-                actix::System::new().block_on(async move {
-                    match launch(plan, config) {
-                        Ok(handle) => {
-                            let waiter = handle.clone();
-                            let _ = tx.send(Ok(handle));
-                            let _ = waiter.wait().await;
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                });
-            })
-            .map_err(|e| Error::Runtime(floe_actors::Error::Runtime(e.to_string())))?;
-        rx.recv()
-            .map_err(|_| Error::Runtime(floe_actors::Error::Runtime("job thread died".into())))?
+        launch_on_own_thread(plan, config)
     }
 
     /// Runs the job to its end and returns its result.
+    ///
+    /// The job always runs on a thread and actix system of its own, whatever
+    /// the calling thread runs, and the caller blocks until it ends. Called
+    /// inside an actix system this parks the caller's arbiter for that long
+    /// (the job itself does not need it); use
+    /// [`execute_async`](Self::execute_async) there to keep the arbiter free.
     pub fn execute(&self) -> Result<JobResult> {
-        let handle = self.execute_async()?;
+        let (plan, config) = self.take_plan()?;
+        let handle = launch_on_own_thread(plan, config)?;
         futures::executor::block_on(handle.wait())
     }
+}
+
+/// Whether the calling thread is a running arbiter of a live actix system,
+/// so that a job can spawn its manager there.
+///
+/// `System::try_current` and `Arbiter::try_current` alone do not tell: their
+/// thread-locals outlive the system that set them, so a thread that ran
+/// `System::new().block_on(..)` earlier still names that system and its
+/// arbiter after they ended, and spawning there panics ("`spawn_local`
+/// called from outside of a `task::LocalSet`"). A running arbiter is inside
+/// a tokio runtime context and still accepts work.
+fn on_running_arbiter() -> bool {
+    actix::System::try_current().is_some()
+        && tokio::runtime::Handle::try_current().is_ok()
+        && actix_rt::Arbiter::try_current().is_some_and(|arbiter| arbiter.spawn(async {}))
+}
+
+/// Starts the job in an actix system of its own on a new thread, which
+/// lives until the job ends.
+fn launch_on_own_thread(plan: Plan, config: Config) -> Result<JobHandle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("floe-job".into())
+        .spawn(move || {
+            actix::System::new().block_on(async move {
+                match launch(plan, config) {
+                    Ok(handle) => {
+                        let waiter = handle.clone();
+                        let _ = tx.send(Ok(handle));
+                        let _ = waiter.wait().await;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            });
+        })
+        .map_err(|e| Error::Runtime(floe_actors::Error::Runtime(e.to_string())))?;
+    rx.recv()
+        .map_err(|_| Error::Runtime(floe_actors::Error::Runtime("job thread died".into())))?
 }

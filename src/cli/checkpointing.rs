@@ -263,29 +263,3 @@ pub fn summary(args: &CheckpointArgs, handle: &floe::JobHandle) -> String {
     }
     out
 }
-
-/// The transactional file sink for `--output` when checkpointing is on and
-/// the output is a regular file (or does not exist yet); `None` otherwise,
-/// with a warning when checkpointing is on but the output cannot be one.
-pub fn transactional_output(
-    args: &CheckpointArgs,
-    output: Option<&std::path::Path>,
-) -> floe::Result<Option<floe::connectors::transactional_file::TransactionalFileSink>> {
-    let Some(path) = output else {
-        return Ok(None);
-    };
-    if !args.enabled() && args.from_checkpoint.is_none() {
-        return Ok(None);
-    }
-    match floe::connectors::transactional_file::TransactionalFileSink::new(path) {
-        Ok(sink) => Ok(Some(sink)),
-        Err(floe::Error::Config(_)) => {
-            eprintln!(
-                "warning: --output '{}' is not a regular file; it is written directly, not transactionally",
-                path.display()
-            );
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
-}

@@ -5,6 +5,7 @@ mod bench_window;
 mod checkpointing;
 mod checkpoints;
 mod observe;
+mod output;
 mod pipelines;
 mod progress;
 mod state_args;
@@ -203,7 +204,8 @@ pub struct WordcountArgs {
 }
 
 /// The start of every `run` job's summary line:
-/// `records=N elapsed_ms=T throughput_rps=R parallelism=P`.
+/// `records=N elapsed_ms=T throughput_rps=R parallelism=P`, where `records`
+/// are the records the job's source emitted ([`source_records`]).
 fn summary_head(records: u64, elapsed: std::time::Duration, parallelism: usize) -> String {
     let secs = elapsed.as_secs_f64();
     let rps = if secs > 0.0 {
@@ -215,6 +217,14 @@ fn summary_head(records: u64, elapsed: std::time::Duration, parallelism: usize) 
         "records={records} elapsed_ms={} throughput_rps={rps:.0} parallelism={parallelism}",
         elapsed.as_millis()
     )
+}
+
+/// The records the operator named `source` emitted: what every `records`
+/// flag and field of the CLI counts (`--records`, `--savepoint-at-records`,
+/// the summary's and the status line's `records=`), i.e. the lines of an
+/// input file, or the generated records.
+fn source_records(result: &floe::JobResult, source: &str) -> u64 {
+    result.operator(source).map(|o| o.records_out).unwrap_or(0)
 }
 
 /// Runs the CLI and returns the process exit code.

@@ -105,8 +105,7 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
         env.set_arbiters(a);
     }
     args.checkpoints.apply(&env, args.seed)?;
-    let output =
-        super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
+    let output = super::output::Output::new("--output", args.output.as_deref(), &args.checkpoints)?;
     let seed = args.seed;
     let enriched = env
         .from_generator(args.records, move |i| line(i, seed))
@@ -147,12 +146,11 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     .name("Enrich")
     .uid("enrich")
     .disable_chaining();
-    let sink = match (output, &args.output) {
-        (Some(tx), _) => enriched.add_two_phase_sink(tx),
-        (None, Some(path)) => enriched.write_as_text(path),
-        (None, None) => enriched.print(),
-    };
-    let sink = sink.name("Sink").uid("sink").disable_chaining();
+    let sink = output
+        .sink(&enriched)?
+        .name("Sink")
+        .uid("sink")
+        .disable_chaining();
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
@@ -180,7 +178,7 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     };
     args.checkpoints
         .report_savepoint(&handle.checkpoint_stats())?;
-    let records = result.operator("Parse").map(|o| o.records_in).unwrap_or(0);
+    let records = super::source_records(&result, "Pipeline Source");
     eprintln!(
         "{}{}",
         super::summary_head(records, result.elapsed, args.parallelism),

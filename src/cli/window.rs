@@ -6,6 +6,7 @@
 //! records are written unchanged to `--late-output`.
 
 use super::WindowArgs;
+use super::output::Output;
 use super::progress::Progress;
 use super::window_state::StateWindows;
 use floe::time::WatermarkStrategy;
@@ -13,6 +14,9 @@ use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
 use floe::{Error, OutputTag, StreamExecutionEnvironment};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The name of the job's source, whose records (lines) the summary counts.
+const SOURCE: &str = "Text File Source";
 
 /// One parsed input line.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -108,7 +112,7 @@ pub fn parse_window(spec: &str) -> floe::Result<WindowAssigner<Event>> {
     Ok(assigner)
 }
 
-fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
+fn parse_line(line: String, number: u64) -> floe::Result<Event> {
     let bad = |message: String| Error::BadRecord {
         line: number,
         message,
@@ -120,7 +124,7 @@ fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
             fields.len()
         )));
     }
-    let key = fields[0].trim();
+    let key = fields[0].trim().to_string();
     let ts = fields[1]
         .trim()
         .parse::<i64>()
@@ -130,31 +134,41 @@ fn parse_line(line: &str, number: u64) -> floe::Result<Event> {
         .parse::<i64>()
         .map_err(|_| bad(format!("value '{}' is not an integer", fields[2])))?;
     Ok(Event {
-        key: key.to_string(),
+        key,
         ts,
         value,
-        line: line.to_string(),
+        line,
     })
 }
 
 /// Parses lines; counts and skips bad ones, or fails naming the line. Its
 /// line number is checkpointed, so a restored run names the same lines.
+/// A line that is not valid UTF-8 is a bad record like a malformed one.
 #[derive(Clone)]
 struct Parse {
+    /// The input file, named in the error of a line that is not UTF-8.
+    input: Arc<str>,
     line: u64,
     skip: bool,
     bad: Arc<AtomicU64>,
 }
 
-impl floe::operators::Operator<String, Event> for Parse {
+impl floe::operators::Operator<Vec<u8>, Event> for Parse {
     fn process_batch(
         &mut self,
-        batch: Vec<floe::Record<String>>,
+        batch: Vec<floe::Record<Vec<u8>>>,
         out: &mut floe::operators::Output<'_, Event>,
     ) -> floe::Result<()> {
         for r in batch {
             self.line += 1;
-            match parse_line(&r.value, self.line) {
+            let parsed = match String::from_utf8(r.value) {
+                Ok(text) => parse_line(text, self.line),
+                Err(_) => Err(Error::BadRecord {
+                    line: self.line,
+                    message: format!("not valid UTF-8 in '{}'", self.input),
+                }),
+            };
+            match parsed {
                 Ok(e) => out.collect(e),
                 Err(e) if !self.skip => return Err(e),
                 Err(_) => {
@@ -188,6 +202,11 @@ impl floe::operators::Operator<String, Event> for Parse {
 pub fn run(args: &WindowArgs) -> floe::Result<()> {
     super::check_parallelism(args.parallelism)?;
     super::check_readable(&args.input)?;
+    super::output::check_distinct(&[
+        ("--input", Some(&args.input)),
+        ("--output", args.output.as_deref()),
+        ("--late-output", args.late_output.as_deref()),
+    ])?;
     let assigner = parse_window(&args.window)?;
     if args.out_of_orderness < 0 || args.allowed_lateness < 0 {
         return Err(Error::Config(
@@ -201,10 +220,11 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         env.set_arbiters(a);
     }
     args.checkpoints.apply(&env, args.seed)?;
-    let output =
-        super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
-    let late_output =
-        super::checkpointing::transactional_output(&args.checkpoints, args.late_output.as_deref())?;
+    let output = Output::new("--output", args.output.as_deref(), &args.checkpoints)?;
+    let late_output = match &args.late_output {
+        Some(path) => Some(Output::new("--late-output", Some(path), &args.checkpoints)?),
+        None => None,
+    };
     let bad = Arc::new(AtomicU64::new(0));
     let mut strategy = WatermarkStrategy::<Event>::bounded_out_of_orderness(args.out_of_orderness)
         .with_timestamp_assigner(|e, _| e.ts);
@@ -214,12 +234,13 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let late_tag = OutputTag::<Event>::new("late");
     let agg = args.agg;
     let parse = Parse {
+        input: Arc::from(args.input.display().to_string()),
         line: 0,
         skip: args.on_bad_record == OnBadRecord::Skip,
         bad: bad.clone(),
     };
     let events = env
-        .read_text_file(&args.input)
+        .read_text_file_bytes(&args.input)
         .uid("lines")
         .transform("Parse", move |_| parse.clone())
         .uid("parse")
@@ -252,35 +273,22 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         .map(|e: Event| e.line)
         .name("Late Records")
         .set_parallelism(1);
-    let sink = match (output, &args.output) {
-        (Some(tx), _) => fired.add_two_phase_sink(tx),
-        (None, Some(path)) => fired.write_as_text(path),
-        (None, None) => fired.print(),
-    };
-    let sink = sink.set_parallelism(1).uid("output");
+    let sink = output.sink(&fired)?.set_parallelism(1).uid("output");
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
-    match (late_output, &args.late_output) {
-        (Some(tx), _) => {
-            late.add_two_phase_sink(tx)
-                .set_parallelism(1)
-                .uid("late-output");
-        }
-        (None, Some(path)) => {
-            late.write_as_text(path)
-                .set_parallelism(1)
-                .uid("late-output");
-        }
-        (None, None) => {}
+    if let Some(late_output) = late_output {
+        late_output
+            .sink(&late)?
+            .set_parallelism(1)
+            .uid("late-output");
     }
     let prometheus = args.observe.install(&env, "window")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let waited = {
-        let _progress =
-            Progress::start_with(&handle, "Parse", None, args.observe.status_interval());
+        let _progress = Progress::start_with(&handle, SOURCE, None, args.observe.status_interval());
         futures::executor::block_on(handle.wait())
     };
     if args.explain_watermarks {
@@ -303,7 +311,9 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     };
     let stats = handle.checkpoint_stats();
     args.checkpoints.report_savepoint(&stats)?;
-    let records = count("Parse", true);
+    // Source records (lines, bad ones included), as `--savepoint-at-records`
+    // counts them.
+    let records = super::source_records(&result, SOURCE);
     eprintln!(
         "{} late={} bad={} windows_fired={}{}",
         super::summary_head(records, result.elapsed, args.parallelism),

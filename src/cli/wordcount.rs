@@ -9,6 +9,7 @@
 //! backend and emitting the updated count per record, like the sum.
 
 use super::WordcountArgs;
+use super::output::Output;
 use super::progress::Progress;
 use floe::operators::process::ProcessContext;
 use floe::operators::sink::SinkFunction;
@@ -17,7 +18,6 @@ use floe::state::ValueStateDescriptor;
 use floe::text::{WordGenerator, for_each_word};
 use floe::{Record, StreamExecutionEnvironment};
 use rustc_hash::FxHashMap;
-use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex};
 
 /// A word of up to 23 bytes stored inline, so a lookup compares 24 bytes in
@@ -180,13 +180,21 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             "--batch-size must be at least 1".into(),
         ));
     }
+    if args.input.is_none() && args.vocabulary == 0 {
+        return Err(floe::Error::Config(
+            "--vocabulary must be at least 1".into(),
+        ));
+    }
+    super::output::check_distinct(&[
+        ("--input", args.input.as_deref()),
+        ("--output", args.output.as_deref()),
+    ])?;
     let state = args.state.backend()?;
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     env.set_batch_size(args.batch_size);
     args.checkpoints.apply(&env, args.seed)?;
-    let transactional =
-        super::checkpointing::transactional_output(&args.checkpoints, args.output.as_deref())?;
+    let output = Output::new("--output", args.output.as_deref(), &args.checkpoints)?;
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }
@@ -230,15 +238,14 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             (keyed.process_with_backend(function, kind), "Keyed Process")
         }
     };
-    let written_by_sink = transactional.is_some();
-    let sink = match transactional {
-        Some(tx) => counts
+    let sink = match &output {
+        Output::Transactional(tx) => counts
             .transform("Final Counts", |_| FinalCountLines::default())
             .uid("final-counts")
-            .add_two_phase_sink(tx)
+            .add_two_phase_sink(tx.clone())
             .name("Committed Counts")
             .uid("committed-counts"),
-        None => counts
+        Output::Stdout | Output::Direct(_) => counts
             .add_sink(FinalCounts {
                 counts: Counts::default(),
                 done: done.clone(),
@@ -258,7 +265,11 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             Progress::start_with(&handle, source_name, total, args.observe.status_interval());
         futures::executor::block_on(handle.wait())?
     };
-    let records = result.operator(counter).map(|o| o.records_in).unwrap_or(0);
+    // `records` are what the source emitted (lines of `--input`, else
+    // generated words), as `--savepoint-at-records` counts them; `words`
+    // what the counter received.
+    let records = super::source_records(&result, source_name);
+    let words = result.operator(counter).map(|o| o.records_in).unwrap_or(0);
 
     let stats = handle.checkpoint_stats();
     args.checkpoints.report_savepoint(&stats)?;
@@ -267,12 +278,10 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             .lock()
             .map_err(|_| floe::Error::User("lock poisoned".into()))?,
     );
-    if !written_by_sink {
-        write_counts(args, &maps)?;
-    }
+    write_counts(&output, &maps)?;
 
     eprintln!(
-        "{}{}",
+        "{} words={words}{}",
         super::summary_head(records, result.elapsed, args.parallelism),
         super::checkpointing::summary(&args.checkpoints, &handle)
     );
@@ -282,32 +291,20 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     Ok(())
 }
 
-fn write_counts(args: &WordcountArgs, maps: &[Counts]) -> floe::Result<()> {
-    let write = |w: &mut dyn Write| -> std::io::Result<()> {
-        let mut result = Ok(());
-        for m in maps {
-            m.for_each(|word, count| {
-                if result.is_ok() {
-                    result = writeln!(w, "{word},{count}");
-                }
-            });
-        }
-        result?;
-        w.flush()
+/// Writes the final counts to a direct output (nothing for a transactional
+/// one, which the job's sink wrote).
+fn write_counts(output: &Output, maps: &[Counts]) -> floe::Result<()> {
+    let Some(mut lines) = output.open()? else {
+        return Ok(());
     };
-    match &args.output {
-        Some(path) => {
-            let f = std::fs::File::create(path)
-                .map_err(|e| floe::Error::io("cannot create output file", path, e))?;
-            write(&mut BufWriter::new(f)).map_err(|e| floe::Error::io("cannot write", path, e))
-        }
-        None => {
-            let stdout = std::io::stdout();
-            let mut lock = BufWriter::new(stdout.lock());
-            match write(&mut lock) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                r => r.map_err(|e| floe::Error::io("cannot write", "stdout", e)),
+    let mut result = Ok(());
+    for m in maps {
+        m.for_each(|word, count| {
+            if result.is_ok() {
+                result = lines.push_line(format_args!("{word},{count}"));
             }
-        }
+        });
     }
+    result?;
+    lines.close()
 }

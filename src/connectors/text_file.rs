@@ -1,8 +1,11 @@
 //! Lines of a text file, read by one source subtask.
 //!
 //! The source tracks the byte offset of the next line, so that a later restore
-//! can rewind to it. A line that is not valid UTF-8 fails the job with its line
-//! number; `\n` and `\r\n` endings are stripped.
+//! can rewind to it. `\n` and `\r\n` endings are stripped, and so is a UTF-8
+//! byte order mark at the start of the file. [`TextFileSource`] fails the job
+//! on a line that is not valid UTF-8, naming its line number;
+//! [`ByteLineSource`] emits the lines undecoded, for a job that decides
+//! itself what an invalid line means (skip it, count it).
 
 use super::{SourceFunction, SourcePoll};
 use crate::{Error, Result};
@@ -11,8 +14,12 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// Reads a file line by line.
-pub struct TextFileSource {
+/// The UTF-8 encoding of U+FEFF, which some editors write at the start of a
+/// text file; it is not part of the first line.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Reads a file line by line, keeping the position of the next line.
+struct LineReader {
     path: PathBuf,
     reader: BufReader<File>,
     offset: u64,
@@ -20,9 +27,8 @@ pub struct TextFileSource {
     buf: Vec<u8>,
 }
 
-impl TextFileSource {
-    /// Opens `path`.
-    pub fn open(path: &Path) -> Result<Self> {
+impl LineReader {
+    fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io("cannot open input file", path, e))?;
         if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
             return Err(Error::io(
@@ -31,7 +37,7 @@ impl TextFileSource {
                 std::io::Error::other("is a directory"),
             ));
         }
-        Ok(TextFileSource {
+        Ok(LineReader {
             path: path.to_path_buf(),
             reader: BufReader::with_capacity(256 * 1024, file),
             offset: 0,
@@ -40,45 +46,35 @@ impl TextFileSource {
         })
     }
 
-    /// The byte offset of the next unread line.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-}
-
-impl SourceFunction<String> for TextFileSource {
-    fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<String>>) -> Result<SourcePoll> {
-        for _ in 0..max {
-            self.buf.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io("cannot read input file", &self.path, e))?;
-            if n == 0 {
-                return Ok(SourcePoll::Finished);
-            }
-            self.offset += n as u64;
-            self.line += 1;
-            let mut end = self.buf.len();
-            if self.buf[end - 1] == b'\n' {
-                end -= 1;
-                if end > 0 && self.buf[end - 1] == b'\r' {
-                    end -= 1;
-                }
-            }
-            let text = std::str::from_utf8(&self.buf[..end]).map_err(|_| {
-                Error::io(
-                    "input file is not valid UTF-8",
-                    &self.path,
-                    std::io::Error::other(format!("invalid UTF-8 at line {}", self.line)),
-                )
-            })?;
-            out.push(Record::new(text.to_owned()));
+    /// The next line without its ending (and, for the first, without a
+    /// byte order mark); `None` at the end of the file.
+    fn next_line(&mut self) -> Result<Option<&[u8]>> {
+        self.buf.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| Error::io("cannot read input file", &self.path, e))?;
+        if n == 0 {
+            return Ok(None);
         }
-        Ok(SourcePoll::Ready)
+        let start = if self.offset == 0 && self.buf.starts_with(BOM) {
+            BOM.len()
+        } else {
+            0
+        };
+        self.offset += n as u64;
+        self.line += 1;
+        let mut end = self.buf.len();
+        if self.buf[end - 1] == b'\n' {
+            end -= 1;
+            if end > start && self.buf[end - 1] == b'\r' {
+                end -= 1;
+            }
+        }
+        Ok(Some(&self.buf[start..end]))
     }
 
-    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+    fn snapshot_state(&self) -> Result<Vec<Vec<u8>>> {
         Ok(vec![super::encode_entry(&(self.offset, self.line))?])
     }
 
@@ -107,5 +103,141 @@ impl SourceFunction<String> for TextFileSource {
         self.offset = offset;
         self.line = line;
         Ok(())
+    }
+}
+
+/// Reads a file line by line; a line that is not valid UTF-8 fails the job.
+pub struct TextFileSource {
+    lines: LineReader,
+}
+
+impl TextFileSource {
+    /// Opens `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(TextFileSource {
+            lines: LineReader::open(path)?,
+        })
+    }
+
+    /// The byte offset of the next unread line.
+    pub fn offset(&self) -> u64 {
+        self.lines.offset
+    }
+}
+
+impl SourceFunction<String> for TextFileSource {
+    fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<String>>) -> Result<SourcePoll> {
+        for _ in 0..max {
+            let Some(bytes) = self.lines.next_line()? else {
+                return Ok(SourcePoll::Finished);
+            };
+            match std::str::from_utf8(bytes) {
+                Ok(text) => out.push(Record::new(text.to_owned())),
+                Err(_) => {
+                    return Err(Error::io(
+                        "input file is not valid UTF-8",
+                        &self.lines.path,
+                        std::io::Error::other(format!("invalid UTF-8 at line {}", self.lines.line)),
+                    ));
+                }
+            }
+        }
+        Ok(SourcePoll::Ready)
+    }
+
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        self.lines.snapshot_state()
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        self.lines.restore_state(entries)
+    }
+}
+
+/// Reads a file line by line, emitting each line's bytes undecoded.
+///
+/// Its position (checkpoint state) is the same as [`TextFileSource`]'s.
+pub struct ByteLineSource {
+    lines: LineReader,
+}
+
+impl ByteLineSource {
+    /// Opens `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(ByteLineSource {
+            lines: LineReader::open(path)?,
+        })
+    }
+}
+
+impl SourceFunction<Vec<u8>> for ByteLineSource {
+    fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<Vec<u8>>>) -> Result<SourcePoll> {
+        for _ in 0..max {
+            let Some(bytes) = self.lines.next_line()? else {
+                return Ok(SourcePoll::Finished);
+            };
+            out.push(Record::new(bytes.to_vec()));
+        }
+        Ok(SourcePoll::Ready)
+    }
+
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        self.lines.snapshot_state()
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        self.lines.restore_state(entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all<S: SourceFunction<T>, T>(source: &mut S) -> Vec<T> {
+        let mut out = Vec::new();
+        while source.poll_batch(2, &mut out).expect("reads") == SourcePoll::Ready {}
+        out.into_iter().map(|r| r.value).collect()
+    }
+
+    fn file(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, bytes).expect("write input");
+        (dir, path)
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_stripped_from_the_first_line_only() {
+        let (_dir, path) = file(b"\xEF\xBB\xBFa,1\r\n\xEF\xBB\xBFb\nc");
+        let mut text = TextFileSource::open(&path).expect("opens");
+        assert_eq!(read_all(&mut text), ["a,1", "\u{feff}b", "c"]);
+        let mut bytes = ByteLineSource::open(&path).expect("opens");
+        assert_eq!(
+            read_all(&mut bytes),
+            [b"a,1".to_vec(), b"\xEF\xBB\xBFb".to_vec(), b"c".to_vec()]
+        );
+    }
+
+    #[test]
+    fn byte_lines_keep_invalid_utf8_and_restore_to_the_same_position() {
+        let (_dir, path) = file(b"\xEF\xBB\xBFok\ncaf\xe9\nlast\n");
+        let mut text = TextFileSource::open(&path).expect("opens");
+        let mut out = Vec::new();
+        let err = text
+            .poll_batch(10, &mut out)
+            .expect_err("line 2 is not UTF-8");
+        assert!(err.to_string().contains("line 2"), "{err}");
+
+        let mut first = ByteLineSource::open(&path).expect("opens");
+        let mut out = Vec::new();
+        first.poll_batch(1, &mut out).expect("reads");
+        let position = first.snapshot_state().expect("snapshots");
+        let mut restored = ByteLineSource::open(&path).expect("opens");
+        restored.restore_state(position).expect("restores");
+        assert_eq!(
+            read_all(&mut restored),
+            [b"caf\xe9".to_vec(), b"last".to_vec()]
+        );
     }
 }

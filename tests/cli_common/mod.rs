@@ -123,3 +123,68 @@ pub fn get(port: u16, path: &str) -> (u16, String) {
         .expect("a status code");
     (code, body.to_string())
 }
+
+/// Runs `floe args...`, asserts success and returns (stdout, stderr).
+pub fn run_ok_output(args: &[&str]) -> (String, String) {
+    let out = floe(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "floe {args:?} failed with {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// The word-count oracle of a text: maximal runs of alphanumeric
+/// characters, lowercased, counted in a HashMap.
+pub fn count_words(text: &str) -> std::collections::HashMap<String, u64> {
+    let mut counts = std::collections::HashMap::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        if !word.is_empty() {
+            *counts.entry(word.to_lowercase()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// Parses `word,count` lines, failing on a word written twice.
+pub fn parse_counts(text: &str) -> std::collections::HashMap<String, u64> {
+    let mut counts = std::collections::HashMap::new();
+    for line in text.lines() {
+        let (word, count) = line
+            .rsplit_once(',')
+            .unwrap_or_else(|| panic!("bad output line {line:?}"));
+        let count: u64 = count
+            .parse()
+            .unwrap_or_else(|_| panic!("bad count in {line:?}"));
+        assert!(
+            counts.insert(word.to_string(), count).is_none(),
+            "{word} written twice"
+        );
+    }
+    counts
+}
+
+/// The lines `floe run pipelines --records N --seed S` must write (without
+/// `--state`), sorted: generate, parse, filter, enrich, as the job defines
+/// them.
+pub fn pipelines_oracle(records: u64, seed: u64) -> Vec<String> {
+    let mix = floe::text::mix64;
+    let mut out: Vec<String> = (0..records)
+        .filter_map(|i| {
+            let h = mix(i ^ mix(seed));
+            let (key, value) = (h % 97, (h >> 16) % 10_000);
+            (value % 3 != 0).then(|| format!("{i},k{key},{value},{}", (value * 7 + key) % 13))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The lines of `text`, sorted.
+pub fn sorted(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}

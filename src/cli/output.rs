@@ -1,0 +1,263 @@
+//! `--output` and `--late-output` of every `run` job: one shape everywhere.
+//!
+//! An output is one file of lines, whatever the job, its parallelism and
+//! whether checkpointing is on:
+//!
+//! - `-` (or no flag) is stdout;
+//! - a regular file, or a path that does not exist yet, is created; with
+//!   checkpointing on (or a restore) it is written by the transactional file
+//!   sink, so only committed results appear;
+//! - any other file (`/dev/null`, a pipe, a terminal) is written directly;
+//!   with checkpointing on, a warning says it is not transactional.
+//!
+//! Written directly, every subtask of the sink appends whole batches to the
+//! one file, taking its lock once per batch (never per record), so a
+//! parallel sink interleaves batches, never lines. Only the transactional
+//! sink is exactly-once: written directly, a restart that replays records
+//! writes their lines again. An output naming the same
+//! file as the input, or as another output, is refused before anything is
+//! created or written: writing it would destroy what the job reads.
+
+use super::checkpointing::CheckpointArgs;
+use floe::connectors::transactional_file::TransactionalFileSink;
+use floe::operators::sink::SinkFunction;
+use floe::{DataStream, Record};
+use std::fmt::Display;
+use std::io::{BufWriter, ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Where an output goes.
+pub enum Output {
+    /// Stdout (`-` or no flag).
+    Stdout,
+    /// A file written directly (not transactionally).
+    Direct(PathBuf),
+    /// A regular file written by two-phase commit.
+    Transactional(TransactionalFileSink),
+}
+
+/// Whether `path` means stdout.
+fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+impl Output {
+    /// The output for `path`, given as `flag`, under the checkpointing
+    /// flags.
+    pub fn new(
+        flag: &str,
+        path: Option<&Path>,
+        checkpoints: &CheckpointArgs,
+    ) -> floe::Result<Output> {
+        let Some(path) = path.filter(|p| !is_stdout(p)) else {
+            return Ok(Output::Stdout);
+        };
+        if !checkpoints.enabled() && checkpoints.from_checkpoint.is_none() {
+            return Ok(Output::Direct(path.to_path_buf()));
+        }
+        match TransactionalFileSink::new(path) {
+            Ok(sink) => Ok(Output::Transactional(sink)),
+            Err(floe::Error::Config(_)) => {
+                eprintln!(
+                    "warning: {flag} '{}' is not a regular file; it is written directly, not transactionally",
+                    path.display()
+                );
+                Ok(Output::Direct(path.to_path_buf()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens the output for writing directly (stdout, or the file created
+    /// or truncated); `None` for a transactional output.
+    pub fn open(&self) -> floe::Result<Option<Lines>> {
+        match self {
+            Output::Stdout => Ok(Some(Lines::stdout())),
+            Output::Direct(path) => Lines::create(path).map(Some),
+            Output::Transactional(_) => Ok(None),
+        }
+    }
+
+    /// Adds the sink writing `stream` to this output, named as the job's
+    /// sinks were (`Print Sink`, `Text File Sink`, `TransactionalFileSink`).
+    pub fn sink<T>(self, stream: &DataStream<T>) -> floe::Result<DataStream<()>>
+    where
+        T: Display + Clone + Send + 'static,
+    {
+        Ok(match self {
+            Output::Stdout => stream.add_sink(Lines::stdout()).name("Print Sink"),
+            Output::Direct(path) => stream
+                .add_sink(Lines::create(&path)?)
+                .name("Text File Sink"),
+            Output::Transactional(tx) => stream.add_two_phase_sink(tx),
+        })
+    }
+}
+
+/// The writer every subtask of one sink shares.
+struct Shared {
+    writer: BufWriter<Box<dyn Write + Send>>,
+    /// Stdout's reader went away (`floe run … | head`): the rest is dropped.
+    closed: bool,
+}
+
+/// Writes one line per record (`Display`) to a shared writer, a batch at a
+/// time.
+#[derive(Clone)]
+pub struct Lines {
+    shared: Arc<Mutex<Shared>>,
+    name: Arc<str>,
+    stdout: bool,
+    /// This subtask's lines of the batch being written (reused).
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    fn new(writer: Box<dyn Write + Send>, name: String, stdout: bool) -> Lines {
+        Lines {
+            shared: Arc::new(Mutex::new(Shared {
+                writer: BufWriter::with_capacity(256 * 1024, writer),
+                closed: false,
+            })),
+            name: Arc::from(name),
+            stdout,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Lines to stdout.
+    fn stdout() -> Lines {
+        Lines::new(Box::new(std::io::stdout()), "stdout".into(), true)
+    }
+
+    /// Lines to the file `path`, created or truncated now.
+    fn create(path: &Path) -> floe::Result<Lines> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| floe::Error::io("cannot create output file", path, e))?;
+        Ok(Lines::new(
+            Box::new(file),
+            path.display().to_string(),
+            false,
+        ))
+    }
+
+    /// Writes `self.buf` (whole lines) under the lock; flushes stdout so
+    /// a reader sees each batch.
+    fn write_buf(&mut self, flush: bool) -> floe::Result<()> {
+        let mut shared = self
+            .shared
+            .lock()
+            .map_err(|_| floe::Error::User("output lock poisoned".into()))?;
+        if shared.closed {
+            self.buf.clear();
+            return Ok(());
+        }
+        let mut result = shared.writer.write_all(&self.buf);
+        if result.is_ok() && (flush || self.stdout) {
+            result = shared.writer.flush();
+        }
+        self.buf.clear();
+        match result {
+            Err(e) if self.stdout && e.kind() == ErrorKind::BrokenPipe => {
+                shared.closed = true;
+                Ok(())
+            }
+            r => r.map_err(|e| floe::Error::io("cannot write", &*self.name, e)),
+        }
+    }
+
+    /// Writes one line (a caller writing outside a job, such as the word
+    /// count's final counts); call [`close`](Self::close) at the end.
+    pub fn push_line(&mut self, line: impl Display) -> floe::Result<()> {
+        let _ = writeln!(self.buf, "{line}");
+        if self.buf.len() >= 64 * 1024 {
+            self.write_buf(false)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered and flushes.
+    pub fn close(&mut self) -> floe::Result<()> {
+        self.write_buf(true)
+    }
+}
+
+impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
+    fn invoke(&mut self, value: T, _: Option<i64>) -> floe::Result<()> {
+        self.invoke_batch(vec![Record::new(value)])
+    }
+
+    fn invoke_batch(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
+        for r in batch {
+            // Writing to a Vec cannot fail.
+            let _ = writeln!(self.buf, "{}", r.value);
+        }
+        self.write_buf(false)
+    }
+
+    fn finish(&mut self) -> floe::Result<()> {
+        self.write_buf(true)
+    }
+}
+
+/// What identifies a file: its device and inode when it exists (so links
+/// and different spellings of one path match), else its absolute path.
+#[derive(PartialEq, Eq)]
+enum FileId {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+/// The identity of `path` as a regular file to compare, or `None` for
+/// stdout and for files that are not regular (`/dev/null` read and written
+/// at once harms nothing).
+fn file_id(path: &Path) -> Option<FileId> {
+    if is_stdout(path) {
+        return None;
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Some(inode(&m, path)),
+        Ok(_) => None,
+        Err(_) => {
+            let absolute = std::path::absolute(path).ok()?;
+            let parent = absolute.parent()?;
+            let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
+            Some(FileId::Path(parent.join(absolute.file_name()?)))
+        }
+    }
+}
+
+/// The device and inode of a file (its canonical path where there are none).
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata, _: &Path) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    FileId::Inode(meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn inode(_: &std::fs::Metadata, path: &Path) -> FileId {
+    FileId::Path(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Refuses two flags naming the same file, e.g. `--input` and `--output`,
+/// before the job creates or writes anything.
+pub fn check_distinct(files: &[(&str, Option<&Path>)]) -> floe::Result<()> {
+    let ids: Vec<(&str, &Path, FileId)> = files
+        .iter()
+        .filter_map(|(flag, path)| {
+            let path = (*path)?;
+            file_id(path).map(|id| (*flag, path, id))
+        })
+        .collect();
+    for (i, (a, path, id)) in ids.iter().enumerate() {
+        if let Some((b, other, _)) = ids[i + 1..].iter().find(|(_, _, o)| o == id) {
+            return Err(floe::Error::Config(format!(
+                "{a} '{}' and {b} '{}' name the same file; writing it would destroy it",
+                path.display(),
+                other.display()
+            )));
+        }
+    }
+    Ok(())
+}
