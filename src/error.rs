@@ -47,6 +47,62 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether restarting the job may get past this error, as the job
+    /// manager sees it: `false` for what would fail the same way on every
+    /// attempt, so that the job fails at once instead of spending its
+    /// restart strategy on it:
+    ///
+    /// - a bad record (the fail policy met malformed input) and an invalid
+    ///   configuration;
+    /// - I/O refused for good: permission denied, read-only file system,
+    ///   not found, not a directory / is a directory, invalid input or data
+    ///   (invalid UTF-8, an input file shorter than the restored offset);
+    /// - a checkpoint that cannot be restored (corrupt, another format
+    ///   version, incompatible with the job, not found);
+    /// - a runtime error marked [`floe_actors::Error::NonRetriable`].
+    ///
+    /// A full disk (or quota, or file size limit) stays retriable: space may
+    /// be freed meanwhile, and the restart strategy bounds the attempts.
+    pub fn is_retriable(&self) -> bool {
+        use crate::checkpoint::CheckpointError as C;
+        use std::io::ErrorKind as K;
+        match self {
+            Error::Runtime(e) => e.is_retriable(),
+            Error::Config(_) | Error::BadRecord { .. } => false,
+            Error::Io { source, .. } => !matches!(
+                source.kind(),
+                K::PermissionDenied
+                    | K::ReadOnlyFilesystem
+                    | K::NotFound
+                    | K::NotADirectory
+                    | K::IsADirectory
+                    | K::InvalidInput
+                    | K::InvalidData
+            ),
+            Error::Checkpoint(
+                C::Corrupt { .. } | C::Version { .. } | C::Incompatible { .. } | C::NotFound { .. },
+            ) => false,
+            Error::State(_) | Error::Checkpoint(_) | Error::User(_) => true,
+        }
+    }
+
+    /// The runtime error that fails operator `operator`'s subtask with this
+    /// error, marked non-retriable when [`is_retriable`](Self::is_retriable)
+    /// says so; a runtime error passes through as it is.
+    pub(crate) fn into_operator_failure(
+        self,
+        operator: &str,
+        subtask: floe_actors::ids::SubtaskIndex,
+        context: &str,
+    ) -> floe_actors::Error {
+        if let Error::Runtime(e) = self {
+            return e;
+        }
+        let retriable = self.is_retriable();
+        let e = floe_actors::Error::operator(operator.to_string(), subtask, format!("{context}{self}"));
+        if retriable { e } else { e.non_retriable() }
+    }
+
     /// An I/O error with the file it concerns.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

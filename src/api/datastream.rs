@@ -470,10 +470,10 @@ pub(crate) fn restore_error(
 ) -> Error {
     match e {
         Error::State(_) | Error::Checkpoint(_) => e,
-        other => Error::Runtime(floe_actors::Error::operator(
-            operator.to_string(),
+        other => Error::Runtime(other.into_operator_failure(
+            operator,
             subtask,
-            format!("cannot restore state: {other}"),
+            "cannot restore state: ",
         )),
     }
 }

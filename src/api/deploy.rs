@@ -955,7 +955,8 @@ fn checkpoint_setup(
 fn to_runtime(e: Error) -> floe_actors::Error {
     match e {
         Error::Runtime(r) => r,
-        other => floe_actors::Error::Runtime(other.to_string()),
+        other if other.is_retriable() => floe_actors::Error::Runtime(other.to_string()),
+        other => floe_actors::Error::Runtime(other.to_string()).non_retriable(),
     }
 }
 

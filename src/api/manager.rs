@@ -123,8 +123,17 @@ impl Manager {
                 // Regions restarted in place until the strategy ran out.
                 break Err(error);
             }
+            if !error.is_retriable() {
+                // It would fail every attempt the same way.
+                tracing::warn!(error = %error, "non-retriable failure; the job fails without restarting");
+                break Err(error);
+            }
             let Some(delay) = tracker.on_failure(now) else {
-                tracing::info!(error = %error, "restart strategy exhausted; the job fails");
+                tracing::warn!(
+                    error = %error,
+                    restarts = tracker.restarts(),
+                    "restart strategy exhausted; the job fails"
+                );
                 break Err(error);
             };
             failed_at = Some(self.shared.metrics.last_failure_at().unwrap_or(now));
