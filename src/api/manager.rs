@@ -13,6 +13,7 @@
 //!    each new completed checkpoint; sources hold at their end meanwhile.
 
 use super::deploy::{Attempt, Plan, Shared};
+use super::events::{JobEvent, RestartEvent};
 use super::job::JobControl;
 use crate::config::Config;
 use crate::failover::RestartTracker;
@@ -150,8 +151,10 @@ impl Manager {
                 Some(_) => self.config.checkpoint.dir.clone(),
                 None => self.config.restore_from.clone(),
             };
-            let restored_id = completed.unwrap_or(0);
-            tracing::info!(checkpoint = restored_id, "restoring after a failure");
+            tracing::info!(
+                checkpoint = completed.unwrap_or(0),
+                "restoring after a failure"
+            );
             match super::deploy::deploy_attempt(
                 &self.plan,
                 &self.config,
@@ -160,6 +163,10 @@ impl Manager {
                 true,
             ) {
                 Ok(a) => {
+                    // What was restored: the newest intact checkpoint (an
+                    // older one when the newest is damaged), or the
+                    // configured restore path, or nothing.
+                    let restored_id = a.restored.unwrap_or(0);
                     if let Some(mode) = &self.config.deterministic {
                         let plan = &self.plan;
                         let subtasks = (0..plan.heads.len())
@@ -176,11 +183,26 @@ impl Manager {
                     self.shared
                         .metrics
                         .record_restart(a.subtasks as u64, restored_id);
+                    let mut number = 0;
                     self.control.update_failover(|s| {
                         s.restarts += 1;
                         s.restarted_subtasks += a.subtasks as u64;
                         s.restored_checkpoints.push(restored_id);
+                        number = s.restarts;
                     });
+                    tracing::warn!(
+                        attempt = number,
+                        cause = %error,
+                        checkpoint = restored_id,
+                        "restarted the job"
+                    );
+                    self.shared.events.emit(JobEvent::Restarted(RestartEvent {
+                        attempt: number,
+                        cause: error.to_string(),
+                        restored_checkpoint: a.restored,
+                        subtasks: a.subtasks as u64,
+                        delay_ms: delay.as_millis() as u64,
+                    }));
                     attempt = a;
                 }
                 Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),
@@ -199,6 +221,8 @@ impl Manager {
         if self.config.deterministic.is_some() {
             crate::testing::chaos::DeterministicMode::uninstall();
         }
+        // Subscribers' streams end before the job's result is out.
+        self.shared.events.close();
         if let Some(dir) = self.temporary.take() {
             let _ = std::fs::remove_dir_all(dir);
         }

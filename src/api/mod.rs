@@ -10,6 +10,7 @@ mod connected;
 mod datastream;
 pub(crate) mod deploy;
 mod environment;
+mod events;
 pub(crate) mod graph;
 mod job;
 mod keyed;
@@ -19,6 +20,7 @@ mod windowed;
 
 pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use datastream::DataStream;
+pub use events::{FallbackEvent, JobEvent, RestartEvent, SkippedCheckpoint};
 pub use environment::StreamExecutionEnvironment;
 pub use job::{JobHandle, JobResult};
 pub use keyed::KeyedStream;
