@@ -18,7 +18,7 @@
 //!
 //! ```text
 //! restart attempt=2 cause="operator 'Committed Counts' subtask #0 failed: ..." restored_checkpoint=7
-//! restore fell_back restored_checkpoint=4 skipped_checkpoint=5 reason="checkpoint 5 is corrupt: ..."
+//! restore fallback restored_checkpoint=4 skipped_checkpoint=5 reason="checkpoint 5 is corrupt: ..."
 //! ```
 //!
 //! (`restored_checkpoint=none`: the restart started from the beginning.)
@@ -54,7 +54,7 @@ pub fn event_lines(event: &floe::JobEvent) -> Vec<String> {
             .iter()
             .map(|s| {
                 format!(
-                    "restore fell_back restored_checkpoint={} skipped_checkpoint={} reason={:?}",
+                    "restore fallback restored_checkpoint={} skipped_checkpoint={} reason={:?}",
                     f.restored_checkpoint, s.checkpoint, s.reason
                 )
             })
