@@ -99,7 +99,8 @@ impl Error {
             return e;
         }
         let retriable = self.is_retriable();
-        let e = floe_actors::Error::operator(operator.to_string(), subtask, format!("{context}{self}"));
+        let e =
+            floe_actors::Error::operator(operator.to_string(), subtask, format!("{context}{self}"));
         if retriable { e } else { e.non_retriable() }
     }
 
@@ -115,3 +116,56 @@ impl Error {
 
 /// floe's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    fn io(kind: ErrorKind) -> Error {
+        Error::io("cannot write", "out.txt", std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn what_repeats_on_every_attempt_is_not_retriable() {
+        for kind in [
+            ErrorKind::PermissionDenied,
+            ErrorKind::InvalidData,
+            ErrorKind::NotFound,
+        ] {
+            assert!(!io(kind).is_retriable(), "{kind:?}");
+        }
+        let bad = Error::BadRecord {
+            line: 3,
+            message: "expected 3 fields".into(),
+        };
+        assert!(!bad.is_retriable());
+        assert!(!Error::Config("x".into()).is_retriable());
+        // Marked once it becomes a runtime failure, message unchanged.
+        let e = bad.into_operator_failure("Parse", floe_actors::ids::SubtaskIndex(1), "");
+        assert!(!e.is_retriable());
+        assert!(
+            e.to_string()
+                .ends_with("bad record at line 3: expected 3 fields")
+        );
+    }
+
+    #[test]
+    fn a_full_disk_and_passing_failures_are_retriable() {
+        // ENOSPC: space may be freed; the restart strategy bounds the tries.
+        let full = Error::io(
+            "cannot write",
+            "out.txt",
+            std::io::Error::from_raw_os_error(28),
+        );
+        assert!(full.is_retriable(), "{full}");
+        assert!(io(ErrorKind::Interrupted).is_retriable());
+        assert!(Error::User("flaky".into()).is_retriable());
+        let e = Error::User("flaky".into()).into_operator_failure(
+            "Map",
+            floe_actors::ids::SubtaskIndex(0),
+            "",
+        );
+        assert!(e.is_retriable());
+    }
+}

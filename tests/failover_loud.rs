@@ -20,7 +20,7 @@
 //! restarting forever fails the test instead of hanging it.
 
 mod cli_common;
-use cli_common::{summary_field, SplitMix};
+use cli_common::{SplitMix, summary_field};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -95,7 +95,11 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
 /// checkpoint restored.
 fn assert_restart_lines(lines: &[String]) {
     for (i, l) in lines.iter().enumerate() {
-        assert_eq!(field(l, "attempt"), Some((i + 1).to_string().as_str()), "{l}");
+        assert_eq!(
+            field(l, "attempt"),
+            Some((i + 1).to_string().as_str()),
+            "{l}"
+        );
         assert!(l.contains(" cause=\""), "{l}");
         let restored = field(l, "restored_checkpoint").unwrap_or_else(|| panic!("{l}"));
         assert!(restored == "none" || restored.parse::<u64>().is_ok(), "{l}");
@@ -303,7 +307,10 @@ fn status_lines_count_restarts_and_failed_checkpoints() {
             .collect();
         assert_eq!(restart_lines.len() as u64, restarts, "{stderr}");
         assert_restart_lines(&restart_lines);
-        let status: Vec<&str> = stderr.lines().filter(|l| l.starts_with("status ")).collect();
+        let status: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("status "))
+            .collect();
         let counts = |name: &str| -> Vec<u64> {
             status
                 .iter()
@@ -384,7 +391,11 @@ fn a_restore_that_skips_a_damaged_newest_checkpoint_says_so() {
         .map(str::to_string),
     );
     let out = floe_bounded(&first.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ids = listed_checkpoints(&ck);
     assert!(ids.len() >= 2, "two checkpoints retained: {ids:?}");
     let (newest, older) = (ids[ids.len() - 1], ids[ids.len() - 2]);
@@ -413,8 +424,16 @@ fn a_restore_that_skips_a_damaged_newest_checkpoint_says_so() {
         .collect();
     assert_eq!(fallback.len(), 1, "one fallback line:\n{stderr}");
     let line = fallback[0];
-    assert_eq!(field(line, "restored_checkpoint"), Some(older.to_string().as_str()), "{line}");
-    assert_eq!(field(line, "skipped_checkpoint"), Some(newest.to_string().as_str()), "{line}");
+    assert_eq!(
+        field(line, "restored_checkpoint"),
+        Some(older.to_string().as_str()),
+        "{line}"
+    );
+    assert_eq!(
+        field(line, "skipped_checkpoint"),
+        Some(newest.to_string().as_str()),
+        "{line}"
+    );
     let blob_name = blob.file_name().unwrap().to_string_lossy();
     assert!(
         line.contains("reason=\"") && line.contains("corrupt") && line.contains(&*blob_name),

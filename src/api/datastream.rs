@@ -470,10 +470,8 @@ pub(crate) fn restore_error(
 ) -> Error {
     match e {
         Error::State(_) | Error::Checkpoint(_) => e,
-        other => Error::Runtime(other.into_operator_failure(
-            operator,
-            subtask,
-            "cannot restore state: ",
-        )),
+        other => {
+            Error::Runtime(other.into_operator_failure(operator, subtask, "cannot restore state: "))
+        }
     }
 }

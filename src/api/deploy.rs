@@ -934,14 +934,15 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             checkpoint = restored_id,
             "restarted a region"
         );
-        self.events
-            .emit(super::events::JobEvent::Restarted(super::events::RestartEvent {
+        self.events.emit(super::events::JobEvent::Restarted(
+            super::events::RestartEvent {
                 attempt,
                 cause,
                 restored_checkpoint: restored,
                 subtasks: members.len() as u64,
                 delay_ms: self.last_delay_ms,
-            }));
+            },
+        ));
         self.spawner
             .metrics
             .record_restart(members.len() as u64, restored_id);

@@ -20,8 +20,8 @@ mod windowed;
 
 pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use datastream::DataStream;
-pub use events::{FallbackEvent, JobEvent, RestartEvent, SkippedCheckpoint};
 pub use environment::StreamExecutionEnvironment;
+pub use events::{FallbackEvent, JobEvent, RestartEvent, SkippedCheckpoint};
 pub use job::{JobHandle, JobResult};
 pub use keyed::KeyedStream;
 pub use manager::FailoverStats;
