@@ -8,8 +8,8 @@
 //!
 //! - errors no restart can mend are non-retriable: the job fails at once,
 //!   with no restart and one `error:` line (restart-all and region failover);
-//! - a retriable failure that repeats ends after the default strategy's
-//!   bounded restarts, one `restart attempt=N cause=… restored_checkpoint=…`
+//! - a retriable failure that repeats (a kill on every attempt, a full
+//!   disk) ends after the default strategy's bounded restarts, one `restart attempt=N cause=… restored_checkpoint=…`
 //!   line each, then one `error:` line;
 //! - `--status-interval` lines count `restarts=` and `failed_checkpoints=`;
 //! - a restore that skips a damaged newest checkpoint says which one and
@@ -26,8 +26,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-/// Far beyond any run here (the slowest, ten default restarts, takes about
-/// ten seconds of backoff); only a run that never ends reaches it.
+/// Far beyond any run here (the slowest, ten default restarts of a job
+/// that reads 4.8 MB each time, takes about half a minute); only a run that
+/// never ends reaches it.
 const WATCHDOG: Duration = Duration::from_secs(180);
 
 fn s(p: &Path) -> &str {
@@ -37,14 +38,22 @@ fn s(p: &Path) -> &str {
 /// Runs `floe args...` to its end; panics if it is still running after the
 /// watchdog (it would restart forever), after killing it.
 fn floe_bounded(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+    run_bounded(floe_command(args), args)
+}
+
+fn floe_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+    command
         .args(args)
         .env_remove("FLOE_LOG")
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("floe binary runs");
+        .stderr(Stdio::piped());
+    command
+}
+
+fn run_bounded(mut command: Command, args: &[&str]) -> Output {
+    let child = command.spawn().expect("floe binary runs");
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -63,7 +72,10 @@ fn floe_bounded(args: &[&str]) -> Output {
 /// exactly one other line, an `error:` line, last. Returns (restart lines,
 /// error line).
 fn failed(args: &[&str]) -> (Vec<String>, String) {
-    let out = floe_bounded(args);
+    failed_output(args, floe_bounded(args))
+}
+
+fn failed_output(args: &[&str], out: Output) -> (Vec<String>, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.code().is_some_and(|c| c != 0),
@@ -271,6 +283,66 @@ fn a_repeating_failure_ends_after_the_default_restarts() {
     assert_eq!(restarts.len() as u32, granted, "{restarts:#?}");
     assert_restart_lines(&restarts);
     assert!(error.contains("injected failure"), "{error}");
+}
+
+/// A full disk, simulated by a file size limit on the `floe` process (its
+/// writes beyond it fail with EFBIG, as with ENOSPC on a full disk; the
+/// limit leaves room for the checkpoint database, not for the output): the
+/// failure is retriable, so the run ends after the default strategy's
+/// restarts, each with its line, then one error line.
+#[cfg(unix)]
+#[test]
+fn a_full_disk_ends_after_the_default_restarts() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    const LIMIT: u64 = 3 << 20;
+    // 20,000 distinct long words: a 4.8 MB output.
+    let text: String = (0..20_000)
+        .map(|i| format!("{}\n", format!("{i:06}").repeat(40)))
+        .collect();
+    assert!(text.len() as u64 > LIMIT + (1 << 20));
+    std::fs::write(&input, text).unwrap();
+    let ck = dir.path().join("ck");
+    let output = dir.path().join("out.txt");
+    let args = [
+        "run",
+        "wordcount",
+        "--input",
+        s(&input),
+        "--checkpoint-interval",
+        "20",
+        "--checkpoint-dir",
+        s(&ck),
+        "--output",
+        s(&output),
+    ];
+    let mut command = floe_command(&args);
+    // SAFETY: between fork and exec only async-signal-safe calls: ignore
+    // SIGXFSZ (so that a write beyond the limit fails instead of killing
+    // the process) and set the limit.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: LIMIT as libc::rlim_t,
+                rlim_max: LIMIT as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = run_bounded(command, &args);
+    let (restarts, error) = failed_output(&args, out);
+    assert_eq!(
+        restarts.len() as u32,
+        floe::failover::RestartStrategy::DEFAULT_ATTEMPTS,
+        "{restarts:#?}"
+    );
+    assert_restart_lines(&restarts);
+    assert!(error.contains("File too large"), "{error}");
 }
 
 /// Restart lines and the `restarts=`/`failed_checkpoints=` fields of the
