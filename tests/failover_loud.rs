@@ -526,3 +526,78 @@ fn a_restore_that_skips_a_damaged_newest_checkpoint_says_so() {
     }
     assert_eq!(counts, oracle);
 }
+
+// ----------------------------------------------------------------- library
+
+/// A job whose map fails with `error` at record `at`, on every attempt.
+fn failing_job(
+    error: fn() -> floe::Error,
+    restart: Option<floe::failover::RestartStrategy>,
+) -> floe::JobHandle {
+    let env = floe::StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    env.enable_checkpointing(Duration::from_millis(10));
+    let mut config = env.config();
+    config.restart = restart;
+    env.set_config(config);
+    let at = 500u64;
+    env.from_generator(1_000, |i| i)
+        .try_map(move |i| if i == at { Err(error()) } else { Ok(i) })
+        .collect();
+    env.execute_async().expect("job starts")
+}
+
+/// The library reports restarts on `JobHandle::events` (one per restart,
+/// numbered, with the cause) and fails a non-retriable error at once.
+#[test]
+fn library_events_name_each_restart_and_non_retriable_errors_skip_them() {
+    use floe::failover::RestartStrategy;
+    let handle = failing_job(
+        || floe::Error::User("flaky downstream".into()),
+        Some(RestartStrategy::FixedDelay {
+            attempts: 2,
+            delay: Duration::ZERO,
+        }),
+    );
+    let error = futures::executor::block_on(handle.wait()).expect_err("the job fails");
+    assert!(error.is_retriable(), "{error}");
+    let events: Vec<floe::JobEvent> = futures::executor::block_on_stream(handle.events()).collect();
+    let restarts: Vec<&floe::RestartEvent> = events
+        .iter()
+        .filter_map(|e| match e {
+            floe::JobEvent::Restarted(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(restarts.len() as u64, handle.failover_stats().restarts);
+    assert_eq!(restarts.len(), 2, "{events:?}");
+    for (i, r) in restarts.iter().enumerate() {
+        assert_eq!(r.attempt, i as u64 + 1);
+        assert!(r.cause.contains("flaky downstream"), "{r:?}");
+    }
+
+    // A bad record: no restart is spent on it, even with attempts left.
+    let handle = failing_job(
+        || floe::Error::BadRecord {
+            line: 501,
+            message: "unparsable".into(),
+        },
+        Some(RestartStrategy::FixedDelay {
+            attempts: 100,
+            delay: Duration::ZERO,
+        }),
+    );
+    let error = futures::executor::block_on(handle.wait()).expect_err("the job fails");
+    assert!(!error.is_retriable(), "{error}");
+    assert!(
+        error.to_string().contains("bad record at line 501"),
+        "{error}"
+    );
+    assert_eq!(handle.failover_stats().restarts, 0);
+    assert_eq!(handle.status(), floe::JobStatus::Failed);
+    assert!(
+        futures::executor::block_on_stream(handle.events())
+            .next()
+            .is_none()
+    );
+}

@@ -232,6 +232,14 @@ impl Manager {
     }
 }
 
+impl Drop for Manager {
+    /// A manager dropped without ending the job (its actix system stopped)
+    /// still ends its event subscribers' streams, so no one waits on them.
+    fn drop(&mut self) {
+        self.shared.events.close();
+    }
+}
+
 /// Kills subtasks of the attempt, one after each checkpoint completed since
 /// the previous kill (plus a seeded jitter of up to half an interval), while
 /// kills remain and the attempt runs. A restart-all ends the attempt after
