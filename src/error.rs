@@ -87,17 +87,14 @@ impl Error {
     }
 
     /// The runtime error that fails operator `operator`'s subtask with this
-    /// error, marked non-retriable when [`is_retriable`](Self::is_retriable)
-    /// says so; a runtime error passes through as it is.
+    /// error (its message after `context`), marked non-retriable when
+    /// [`is_retriable`](Self::is_retriable) says so.
     pub(crate) fn into_operator_failure(
         self,
         operator: &str,
         subtask: floe_actors::ids::SubtaskIndex,
         context: &str,
     ) -> floe_actors::Error {
-        if let Error::Runtime(e) = self {
-            return e;
-        }
         let retriable = self.is_retriable();
         let e =
             floe_actors::Error::operator(operator.to_string(), subtask, format!("{context}{self}"));

@@ -169,6 +169,7 @@ impl NodeInfo {
     pub fn check<R>(&self, r: std::thread::Result<crate::Result<R>>) -> floe_actors::Result<R> {
         match r {
             Ok(Ok(v)) => Ok(v),
+            Ok(Err(crate::Error::Runtime(e))) => Err(e),
             Ok(Err(e)) => Err(e.into_operator_failure(&self.name, self.subtask, "")),
             Err(p) => Err(floe_actors::Error::UserPanic {
                 operator: self.name.clone(),
