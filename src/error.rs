@@ -59,6 +59,60 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether restarting the job may get past this error, as the job
+    /// manager sees it: `false` for what would fail the same way on every
+    /// attempt, so that the job fails at once instead of spending its
+    /// restart strategy on it:
+    ///
+    /// - a bad record (the fail policy met malformed input) and an invalid
+    ///   configuration;
+    /// - I/O refused for good: permission denied, read-only file system,
+    ///   not found, not a directory / is a directory, invalid input or data
+    ///   (invalid UTF-8, an input file shorter than the restored offset);
+    /// - a checkpoint that cannot be restored (corrupt, another format
+    ///   version, incompatible with the job, not found);
+    /// - a runtime error marked [`floe_actors::Error::NonRetriable`].
+    ///
+    /// A full disk (or quota, or file size limit) stays retriable: space may
+    /// be freed meanwhile, and the restart strategy bounds the attempts.
+    pub fn is_retriable(&self) -> bool {
+        use crate::checkpoint::CheckpointError as C;
+        use std::io::ErrorKind as K;
+        match self {
+            Error::Runtime(e) => e.is_retriable(),
+            Error::Config(_) | Error::BadRecord { .. } => false,
+            Error::Io { source, .. } => !matches!(
+                source.kind(),
+                K::PermissionDenied
+                    | K::ReadOnlyFilesystem
+                    | K::NotFound
+                    | K::NotADirectory
+                    | K::IsADirectory
+                    | K::InvalidInput
+                    | K::InvalidData
+            ),
+            Error::Checkpoint(
+                C::Corrupt { .. } | C::Version { .. } | C::Incompatible { .. } | C::NotFound { .. },
+            ) => false,
+            Error::State(_) | Error::Checkpoint(_) | Error::User(_) => true,
+        }
+    }
+
+    /// The runtime error that fails operator `operator`'s subtask with this
+    /// error (its message after `context`), marked non-retriable when
+    /// [`is_retriable`](Self::is_retriable) says so.
+    pub(crate) fn into_operator_failure(
+        self,
+        operator: &str,
+        subtask: floe_actors::ids::SubtaskIndex,
+        context: &str,
+    ) -> floe_actors::Error {
+        let retriable = self.is_retriable();
+        let e =
+            floe_actors::Error::operator(operator.to_string(), subtask, format!("{context}{self}"));
+        if retriable { e } else { e.non_retriable() }
+    }
+
     /// An I/O error with the file it concerns.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -71,3 +125,56 @@ impl Error {
 
 /// floe's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    fn io(kind: ErrorKind) -> Error {
+        Error::io("cannot write", "out.txt", std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn what_repeats_on_every_attempt_is_not_retriable() {
+        for kind in [
+            ErrorKind::PermissionDenied,
+            ErrorKind::InvalidData,
+            ErrorKind::NotFound,
+        ] {
+            assert!(!io(kind).is_retriable(), "{kind:?}");
+        }
+        let bad = Error::BadRecord {
+            line: 3,
+            message: "expected 3 fields".into(),
+        };
+        assert!(!bad.is_retriable());
+        assert!(!Error::Config("x".into()).is_retriable());
+        // Marked once it becomes a runtime failure, message unchanged.
+        let e = bad.into_operator_failure("Parse", floe_actors::ids::SubtaskIndex(1), "");
+        assert!(!e.is_retriable());
+        assert!(
+            e.to_string()
+                .ends_with("bad record at line 3: expected 3 fields")
+        );
+    }
+
+    #[test]
+    fn a_full_disk_and_passing_failures_are_retriable() {
+        // ENOSPC: space may be freed; the restart strategy bounds the tries.
+        let full = Error::io(
+            "cannot write",
+            "out.txt",
+            std::io::Error::from_raw_os_error(28),
+        );
+        assert!(full.is_retriable(), "{full}");
+        assert!(io(ErrorKind::Interrupted).is_retriable());
+        assert!(Error::User("flaky".into()).is_retriable());
+        let e = Error::User("flaky".into()).into_operator_failure(
+            "Map",
+            floe_actors::ids::SubtaskIndex(0),
+            "",
+        );
+        assert!(e.is_retriable());
+    }
+}

@@ -47,8 +47,8 @@ pub mod time;
 pub mod window;
 
 pub use api::{
-    DataStream, JobHandle, JobResult, JobStatusSnapshot, KeyedStream, StatusReporter,
-    StreamExecutionEnvironment, WindowedStream,
+    DataStream, FallbackEvent, JobEvent, JobHandle, JobResult, JobStatusSnapshot, KeyedStream,
+    RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment, WindowedStream,
 };
 pub use config::Config;
 pub use error::{Error, Result};

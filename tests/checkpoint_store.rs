@@ -507,7 +507,8 @@ fn restore_falls_back_past_damage_but_not_past_committed_sinks() {
             assert_eq!(loaded.meta, committed[1]);
             assert_eq!(loaded.source, dir.join("chk-2"));
             assert_eq!(loaded.skipped.len(), 1);
-            assert_corrupt(loaded.skipped[0].clone(), "3", &blob);
+            assert_eq!(loaded.skipped[0].0, 3);
+            assert_corrupt(loaded.skipped[0].1.clone(), "3", &blob);
             assert_blobs(&loaded.meta, &written, |b| loaded.read_blob(b));
         } else {
             assert_corrupt(result.unwrap_err(), "3", &blob);

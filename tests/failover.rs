@@ -23,7 +23,7 @@
 //!   `set_config`, `failover_stats`, a two-phase-commit sink, `Finished`.
 
 mod cli_common;
-use cli_common::{SplitMix, fails_with_one_error_line, run_ok, summary_field};
+use cli_common::{SplitMix, floe, run_ok, summary_field};
 use floe::failover::RestartStrategy;
 use floe::{JobStatus, StreamExecutionEnvironment};
 use std::collections::{BTreeMap, HashMap};
@@ -542,8 +542,8 @@ fn window_at_least_once_with_failures_loses_nothing() {
 fn an_exhausted_restart_strategy_fails_the_job_with_one_error_line() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("out.txt");
-    for (restart, failures) in [("fixed:2,0", "5"), ("none", "1")] {
-        let line = fails_with_one_error_line(&[
+    for (restart, failures, granted) in [("fixed:2,0", "5", 2), ("none", "1", 0)] {
+        let out = floe(&[
             "run",
             "wordcount",
             "--records",
@@ -563,6 +563,15 @@ fn an_exhausted_restart_strategy_fails_the_job_with_one_error_line() {
             "--output",
             s(&output),
         ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--restart {restart}: {stderr}");
+        // One line per restart granted, then the error line.
+        let (restarts, others): (Vec<&str>, Vec<&str>) =
+            stderr.lines().partition(|l| l.starts_with("restart "));
+        assert_eq!(restarts.len(), granted, "--restart {restart}: {stderr}");
+        assert_eq!(others.len(), 1, "--restart {restart}: {stderr}");
+        let line = others[0];
+        assert!(line.starts_with("error: "), "--restart {restart}: {stderr}");
         assert!(
             line.contains("injected failure"),
             "--restart {restart}: the error should name the injected failure: {line}"

@@ -46,6 +46,12 @@ pub enum Error {
     /// The runtime could not start or lost its actor system.
     #[error("runtime error: {0}")]
     Runtime(String),
+    /// A failure that no restart can mend: it would repeat on every attempt
+    /// (input that is bad the same way each time, an output that cannot be
+    /// written, a setting that does not fit). The job fails at once, whatever
+    /// its restart strategy; the message is the wrapped error's.
+    #[error(transparent)]
+    NonRetriable(Box<Error>),
 }
 
 impl Error {
@@ -61,6 +67,22 @@ impl Error {
             message: message.into(),
         }
     }
+
+    /// Marks this failure as one no restart can mend (see
+    /// [`Error::NonRetriable`]); marking twice wraps once.
+    pub fn non_retriable(self) -> Self {
+        match self {
+            e @ Error::NonRetriable(_) => e,
+            e => Error::NonRetriable(Box::new(e)),
+        }
+    }
+
+    /// Whether restarting the job may get past this failure. `false` for
+    /// [`Error::NonRetriable`] and [`Error::InvalidJob`]: a restart strategy
+    /// must not spend its attempts on them.
+    pub fn is_retriable(&self) -> bool {
+        !matches!(self, Error::NonRetriable(_) | Error::InvalidJob(_))
+    }
 }
 
 /// The runtime's result type.
@@ -74,5 +96,21 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_retriable_keeps_the_message_and_wraps_once() {
+        let e = Error::operator("Parse", SubtaskIndex(0), "bad record at line 3");
+        assert!(e.is_retriable());
+        let fatal = e.clone().non_retriable();
+        assert!(!fatal.is_retriable());
+        assert_eq!(fatal.to_string(), e.to_string());
+        assert_eq!(fatal.clone().non_retriable(), fatal);
+        assert!(!Error::InvalidJob("no sources".into()).is_retriable());
     }
 }

@@ -418,7 +418,10 @@ impl Handler<SubtaskFailed> for JobSupervisor {
             );
             self.metrics
                 .record_failure(Some(msg.vertex), Some(msg.subtask), msg.error.to_string());
+            // A failure no restart can mend fails the job at once, without
+            // spending the restart strategy's attempts.
             if msg.error != Error::Cancelled
+                && msg.error.is_retriable()
                 && self.expected.is_some()
                 && self.restart_region((msg.vertex, msg.subtask), ctx)
             {

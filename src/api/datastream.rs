@@ -470,10 +470,8 @@ pub(crate) fn restore_error(
 ) -> Error {
     match e {
         Error::State(_) | Error::Checkpoint(_) => e,
-        other => Error::Runtime(floe_actors::Error::operator(
-            operator.to_string(),
-            subtask,
-            format!("cannot restore state: {other}"),
-        )),
+        other => {
+            Error::Runtime(other.into_operator_failure(operator, subtask, "cannot restore state: "))
+        }
     }
 }

@@ -308,6 +308,8 @@ pub(crate) struct Shared {
     pub checkpoint_ids: Arc<std::sync::atomic::AtomicU64>,
     /// Restarts so far that started from the beginning (no checkpoint).
     pub scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
+    /// Restarts and restore fallbacks, for the job's subscribers.
+    pub events: Arc<super::events::EventLog>,
 }
 
 /// One deployment of the job.
@@ -322,6 +324,8 @@ pub(crate) struct Attempt {
     pub subtasks: usize,
     /// When the attempt's subtasks first processed records.
     pub activity: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// The checkpoint or savepoint the attempt restored, if any.
+    pub restored: Option<u64>,
 }
 
 /// Deploys `plan` in the current actix system and returns the job's handle;
@@ -360,6 +364,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),
+        events: Arc::default(),
         fault_fired: (!config.fault_injection.faults.is_empty()).then(|| {
             Arc::new(
                 config
@@ -384,6 +389,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         first.supervisor.clone(),
         first.coordinator.clone(),
         shared.failover.clone(),
+        shared.events.clone(),
     ));
     let handle = JobHandle::new(
         control.clone(),
@@ -428,14 +434,13 @@ pub(crate) fn deploy_attempt(
     let restore = match restore_from {
         Some(path) => {
             let loaded = crate::checkpoint::load_snapshot(path)?;
-            for skipped in &loaded.skipped {
-                tracing::warn!(error = %skipped, "skipped a damaged checkpoint");
-            }
+            report_fallback(&shared.events, &loaded);
             tracing::info!(checkpoint = loaded.meta.id, from = %loaded.source.display(), "restoring");
             Some(RestorePlan::build(&loaded, &plan, config.max_parallelism)?)
         }
         None => None,
     };
+    let restored = restore.as_ref().map(|r| r.checkpoint_id);
     let restore = Arc::new(restore);
     let checkpoints = checkpoint_setup(
         &plan,
@@ -545,7 +550,28 @@ pub(crate) fn deploy_attempt(
         fail,
         subtasks,
         activity,
+        restored,
     })
+}
+
+/// Tells the job's subscribers that `loaded` was restored in place of newer,
+/// damaged checkpoints (`load_latest` logged each one already).
+fn report_fallback(events: &super::events::EventLog, loaded: &crate::checkpoint::LoadedSnapshot) {
+    use super::events::{FallbackEvent, JobEvent, SkippedCheckpoint};
+    if loaded.skipped.is_empty() {
+        return;
+    }
+    events.emit(JobEvent::RestoreFellBack(FallbackEvent {
+        restored_checkpoint: loaded.meta.id,
+        skipped: loaded
+            .skipped
+            .iter()
+            .map(|(id, e)| SkippedCheckpoint {
+                checkpoint: *id,
+                reason: e.to_string(),
+            })
+            .collect(),
+    }));
 }
 
 /// Everything needed to spawn subtasks of one attempt (all of them, or a
@@ -722,6 +748,9 @@ struct Regions {
     fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
     tracker: crate::failover::RestartTracker,
     failover: Arc<Mutex<super::manager::FailoverStats>>,
+    events: Arc<super::events::EventLog>,
+    /// The restart strategy's last delay, for the restart's event.
+    last_delay_ms: u64,
     stats: Arc<Mutex<CheckpointStats>>,
     region_of: HashMap<(usize, usize), usize>,
     members: Vec<Vec<(usize, usize)>>,
@@ -749,6 +778,8 @@ impl Regions {
             fail,
             tracker,
             failover: shared.failover.clone(),
+            events: shared.events.clone(),
+            last_delay_ms: 0,
             stats: shared.stats.clone(),
             region_of,
             members,
@@ -776,7 +807,9 @@ impl floe_actors::supervisor::RegionFailover for Regions {
     }
 
     fn on_failure(&mut self) -> Option<std::time::Duration> {
-        self.tracker.on_failure(std::time::Instant::now())
+        let delay = self.tracker.on_failure(std::time::Instant::now());
+        self.last_delay_ms = delay.map_or(0, |d| d.as_millis() as u64);
+        delay
     }
 
     fn restarting(&mut self, region: usize) {
@@ -809,6 +842,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             (Some(_), Some(store)) => {
                 let loaded =
                     crate::checkpoint::load_latest(store).map_err(|e| to_runtime(e.into()))?;
+                report_fallback(&self.events, &loaded);
                 Some(
                     RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
                         .map_err(to_runtime)?,
@@ -826,7 +860,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
                 None => None,
             },
         };
-        let restored_id = restore.as_ref().map(|r| r.checkpoint_id).unwrap_or(0);
+        let restored = restore.as_ref().map(|r| r.checkpoint_id);
+        let restored_id = restored.unwrap_or(0);
         tracing::info!(
             region,
             checkpoint = restored_id,
@@ -876,11 +911,38 @@ impl floe_actors::supervisor::RegionFailover for Regions {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());
             }
         }
-        if let Ok(mut f) = self.failover.lock() {
-            f.restarts += 1;
-            f.restarted_subtasks += members.len() as u64;
-            f.restored_checkpoints.push(restored_id);
-        }
+        let attempt = match self.failover.lock() {
+            Ok(mut f) => {
+                f.restarts += 1;
+                f.restarted_subtasks += members.len() as u64;
+                f.restored_checkpoints.push(restored_id);
+                f.restarts
+            }
+            Err(_) => 0,
+        };
+        let cause = self
+            .spawner
+            .metrics
+            .failures()
+            .last()
+            .map(|f| f.message.clone())
+            .unwrap_or_default();
+        tracing::warn!(
+            attempt,
+            region,
+            cause = %cause,
+            checkpoint = restored_id,
+            "restarted a region"
+        );
+        self.events.emit(super::events::JobEvent::Restarted(
+            super::events::RestartEvent {
+                attempt,
+                cause,
+                restored_checkpoint: restored,
+                subtasks: members.len() as u64,
+                delay_ms: self.last_delay_ms,
+            },
+        ));
         self.spawner
             .metrics
             .record_restart(members.len() as u64, restored_id);
@@ -955,7 +1017,8 @@ fn checkpoint_setup(
 fn to_runtime(e: Error) -> floe_actors::Error {
     match e {
         Error::Runtime(r) => r,
-        other => floe_actors::Error::Runtime(other.to_string()),
+        other if other.is_retriable() => floe_actors::Error::Runtime(other.to_string()),
+        other => floe_actors::Error::Runtime(other.to_string()).non_retriable(),
     }
 }
 

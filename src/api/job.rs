@@ -34,6 +34,7 @@ pub(crate) struct JobControl {
     current: Mutex<(Addr<JobSupervisor>, Addr<CheckpointCoordinator>)>,
     cancelled: std::sync::atomic::AtomicBool,
     failover: Arc<Mutex<super::manager::FailoverStats>>,
+    events: Arc<super::events::EventLog>,
 }
 
 impl JobControl {
@@ -41,11 +42,13 @@ impl JobControl {
         supervisor: Addr<JobSupervisor>,
         coordinator: Addr<CheckpointCoordinator>,
         failover: Arc<Mutex<super::manager::FailoverStats>>,
+        events: Arc<super::events::EventLog>,
     ) -> Self {
         JobControl {
             current: Mutex::new((supervisor, coordinator)),
             cancelled: Default::default(),
             failover,
+            events,
         }
     }
 
@@ -125,6 +128,22 @@ impl JobHandle {
             .lock()
             .map(|s| s.clone())
             .unwrap_or_default()
+    }
+
+    /// The job's events — restarts, restores that fell back to an older
+    /// checkpoint — as a stream: every event so far, then each new one; it
+    /// ends when the job ends. The library only logs them (`tracing`); a
+    /// program shows them its own way:
+    ///
+    /// ```no_run
+    /// # fn show(handle: &floe::JobHandle) {
+    /// for event in futures::executor::block_on_stream(handle.events()) {
+    ///     eprintln!("{event:?}");
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> impl futures::Stream<Item = super::JobEvent> + Send + Unpin + 'static {
+        self.control.events.subscribe()
     }
 
     /// Checkpoint counters and recent history.

@@ -13,6 +13,7 @@
 //!    each new completed checkpoint; sources hold at their end meanwhile.
 
 use super::deploy::{Attempt, Plan, Shared};
+use super::events::{JobEvent, RestartEvent};
 use super::job::JobControl;
 use crate::config::Config;
 use crate::failover::RestartTracker;
@@ -123,8 +124,17 @@ impl Manager {
                 // Regions restarted in place until the strategy ran out.
                 break Err(error);
             }
+            if !error.is_retriable() {
+                // It would fail every attempt the same way.
+                tracing::warn!(error = %error, "non-retriable failure; the job fails without restarting");
+                break Err(error);
+            }
             let Some(delay) = tracker.on_failure(now) else {
-                tracing::info!(error = %error, "restart strategy exhausted; the job fails");
+                tracing::warn!(
+                    error = %error,
+                    restarts = tracker.restarts(),
+                    "restart strategy exhausted; the job fails"
+                );
                 break Err(error);
             };
             failed_at = Some(self.shared.metrics.last_failure_at().unwrap_or(now));
@@ -141,8 +151,10 @@ impl Manager {
                 Some(_) => self.config.checkpoint.dir.clone(),
                 None => self.config.restore_from.clone(),
             };
-            let restored_id = completed.unwrap_or(0);
-            tracing::info!(checkpoint = restored_id, "restoring after a failure");
+            tracing::info!(
+                checkpoint = completed.unwrap_or(0),
+                "restoring after a failure"
+            );
             match super::deploy::deploy_attempt(
                 &self.plan,
                 &self.config,
@@ -151,6 +163,10 @@ impl Manager {
                 true,
             ) {
                 Ok(a) => {
+                    // What was restored: the newest intact checkpoint (an
+                    // older one when the newest is damaged), or the
+                    // configured restore path, or nothing.
+                    let restored_id = a.restored.unwrap_or(0);
                     if let Some(mode) = &self.config.deterministic {
                         let plan = &self.plan;
                         let subtasks = (0..plan.heads.len())
@@ -167,11 +183,26 @@ impl Manager {
                     self.shared
                         .metrics
                         .record_restart(a.subtasks as u64, restored_id);
+                    let mut number = 0;
                     self.control.update_failover(|s| {
                         s.restarts += 1;
                         s.restarted_subtasks += a.subtasks as u64;
                         s.restored_checkpoints.push(restored_id);
+                        number = s.restarts;
                     });
+                    tracing::warn!(
+                        attempt = number,
+                        cause = %error,
+                        checkpoint = restored_id,
+                        "restarted the job"
+                    );
+                    self.shared.events.emit(JobEvent::Restarted(RestartEvent {
+                        attempt: number,
+                        cause: error.to_string(),
+                        restored_checkpoint: a.restored,
+                        subtasks: a.subtasks as u64,
+                        delay_ms: delay.as_millis() as u64,
+                    }));
                     attempt = a;
                 }
                 Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),
@@ -190,12 +221,22 @@ impl Manager {
         if self.config.deterministic.is_some() {
             crate::testing::chaos::DeterministicMode::uninstall();
         }
+        // Subscribers' streams end before the job's result is out.
+        self.shared.events.close();
         if let Some(dir) = self.temporary.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
         if let Some(done) = self.done.take() {
             let _ = done.send(result);
         }
+    }
+}
+
+impl Drop for Manager {
+    /// A manager dropped without ending the job (its actix system stopped)
+    /// still ends its event subscribers' streams, so no one waits on them.
+    fn drop(&mut self) {
+        self.shared.events.close();
     }
 }
 

@@ -143,8 +143,9 @@ pub struct LoadedSnapshot {
     pub root: PathBuf,
     /// Where it was found (`chk-<id>` or savepoint directory), for messages.
     pub source: PathBuf,
-    /// Newer checkpoints refused while falling back to this one.
-    pub skipped: Vec<CheckpointError>,
+    /// Newer checkpoints refused while falling back to this one, newest
+    /// first: each one's id and why.
+    pub skipped: Vec<(SnapshotId, CheckpointError)>,
 }
 
 impl LoadedSnapshot {
@@ -198,11 +199,12 @@ pub fn load_latest(store: &CheckpointStore) -> Result<LoadedSnapshot, Checkpoint
     for recorded in committed.iter().rev() {
         match store.verified_metadata(recorded.id) {
             Ok(meta) => {
-                if !skipped.is_empty() {
+                for (id, e) in &skipped {
                     tracing::warn!(
                         checkpoint = meta.id,
-                        skipped = skipped.len(),
-                        "restoring from an older checkpoint: newer ones are damaged"
+                        skipped = id,
+                        reason = %e,
+                        "restoring from an older checkpoint: a newer one is damaged"
                     );
                 }
                 return Ok(LoadedSnapshot {
@@ -214,11 +216,11 @@ pub fn load_latest(store: &CheckpointStore) -> Result<LoadedSnapshot, Checkpoint
             }
             // Its sinks committed output: an older state would repeat it.
             Err(e) if !recorded.transactional_sinks.is_empty() => return Err(e),
-            Err(e) => skipped.push(e),
+            Err(e) => skipped.push((recorded.id, e)),
         }
     }
     match skipped.into_iter().next() {
-        Some(newest) => Err(newest),
+        Some((_, newest)) => Err(newest),
         None => Err(CheckpointError::NotFound {
             path: dir.to_path_buf(),
         }),

@@ -3,14 +3,25 @@
 //! milliseconds (and a last one when the job ends), for logs and long runs:
 //!
 //! ```text
-//! status elapsed_ms=2000 records=1843200 records_per_s=921600 backpressured=0.41 checkpoints=3 last_checkpoint=3 last_checkpoint_ms=12
+//! status elapsed_ms=2000 records=1843200 records_per_s=921600 backpressured=0.41 checkpoints=3 failed_checkpoints=0 restarts=1 last_checkpoint=3 last_checkpoint_ms=12
 //! ```
 //!
 //! `records` counts the source's records out, `records_per_s` their rate
 //! since the previous line, `backpressured` the share of time the job's
 //! subtasks spent backpressured (averaged over subtasks, since the start),
-//! and the checkpoint fields the last completed checkpoint (omitted before
-//! the first).
+//! `failed_checkpoints` and `restarts` count since the start, and the
+//! checkpoint fields the last completed checkpoint (omitted before the
+//! first).
+//!
+//! Whatever the mode, each job event gets one line as it happens, so that a
+//! failure repeating on every attempt is never silent:
+//!
+//! ```text
+//! restart attempt=2 cause="operator 'Committed Counts' subtask #0 failed: ..." restored_checkpoint=7
+//! restore fallback restored_checkpoint=4 skipped_checkpoint=5 reason="checkpoint 5 is corrupt: ..."
+//! ```
+//!
+//! (`restored_checkpoint=none`: the restart started from the beginning.)
 
 use floe::JobHandle;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -24,6 +35,44 @@ use std::time::{Duration, Instant};
 pub struct Progress {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Prints the job's events; its stream ends when the job does.
+    events: Option<JoinHandle<()>>,
+}
+
+/// The stderr lines of one job event.
+pub fn event_lines(event: &floe::JobEvent) -> Vec<String> {
+    match event {
+        floe::JobEvent::Restarted(r) => vec![format!(
+            "restart attempt={} cause={:?} restored_checkpoint={}",
+            r.attempt,
+            r.cause,
+            r.restored_checkpoint
+                .map_or_else(|| "none".to_string(), |id| id.to_string())
+        )],
+        floe::JobEvent::RestoreFellBack(f) => f
+            .skipped
+            .iter()
+            .map(|s| {
+                format!(
+                    "restore fallback restored_checkpoint={} skipped_checkpoint={} reason={:?}",
+                    f.restored_checkpoint, s.checkpoint, s.reason
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Prints every event of the job on stderr until the job ends.
+fn print_events(handle: &JobHandle) -> JoinHandle<()> {
+    let events = handle.events();
+    std::thread::spawn(move || {
+        for event in futures::executor::block_on_stream(events) {
+            for line in event_lines(&event) {
+                eprintln!("{line}");
+            }
+        }
+    })
 }
 
 /// The records the operator named `source` emitted so far.
@@ -57,8 +106,11 @@ pub fn status_line(handle: &JobHandle, source: &str, last: &mut (u64, Instant)) 
         .sum::<f64>()
         / n;
     let mut line = format!(
-        "status elapsed_ms={} records={records} records_per_s={rate:.0} backpressured={backpressured:.2} checkpoints={}",
-        status.elapsed_ms, status.checkpoints.completed
+        "status elapsed_ms={} records={records} records_per_s={rate:.0} backpressured={backpressured:.2} checkpoints={} failed_checkpoints={} restarts={}",
+        status.elapsed_ms,
+        status.checkpoints.completed,
+        status.checkpoints.failed,
+        status.failover.restarts
     );
     let last_checkpoint = status
         .checkpoints
@@ -92,6 +144,7 @@ impl Progress {
         status_interval: Option<Duration>,
     ) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
+        let events = Some(print_events(handle));
         let (h, s) = (handle.clone(), stop.clone());
         if let Some(every) = status_interval {
             let thread = std::thread::spawn(move || {
@@ -109,10 +162,15 @@ impl Progress {
             return Progress {
                 stop,
                 thread: Some(thread),
+                events,
             };
         }
         if !std::io::stderr().is_terminal() {
-            return Progress { stop, thread: None };
+            return Progress {
+                stop,
+                thread: None,
+                events,
+            };
         }
         let thread = std::thread::spawn(move || {
             let bar = match total {
@@ -131,6 +189,7 @@ impl Progress {
         Progress {
             stop,
             thread: Some(thread),
+            events,
         }
     }
 }
@@ -139,6 +198,11 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // Dropped once the job ended (its result is out): the stream has
+        // ended, and joining prints every event before the summary.
+        if let Some(t) = self.events.take() {
             let _ = t.join();
         }
     }

@@ -91,10 +91,17 @@ impl LineReader {
             .map_err(|e| Error::io("cannot read input file", &self.path, e))?
             .len();
         if offset != u64::MAX && offset > len {
-            return Err(Error::User(format!(
-                "cannot restore '{}': checkpointed offset {offset} is past its end ({len} bytes); the file changed",
-                self.path.display()
-            )));
+            // Typed as invalid data: no restart can mend it.
+            return Err(Error::io(
+                "cannot restore input file",
+                &self.path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "checkpointed offset {offset} is past its end ({len} bytes); the file changed"
+                    ),
+                ),
+            ));
         }
         let offset = offset.min(len);
         self.reader
@@ -137,7 +144,10 @@ impl SourceFunction<String> for TextFileSource {
                     return Err(Error::io(
                         "input file is not valid UTF-8",
                         &self.lines.path,
-                        std::io::Error::other(format!("invalid UTF-8 at line {}", self.lines.line)),
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("invalid UTF-8 at line {}", self.lines.line),
+                        ),
                     ));
                 }
             }

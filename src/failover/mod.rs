@@ -30,6 +30,8 @@ pub enum RestartStrategy {
     /// Restart with a delay that grows by `multiplier` per failure from
     /// `initial` up to `max`, back to `initial` after `reset_after` without
     /// failure; `jitter` (0..1) spreads each delay by up to that fraction.
+    /// At most `attempts` restarts between two resets: one more failure
+    /// fails the job (Flink's `attempts-before-reset-backoff`).
     ExponentialDelay {
         /// First delay.
         initial: Duration,
@@ -41,6 +43,9 @@ pub enum RestartStrategy {
         reset_after: Duration,
         /// Fraction of random spread of each delay, in 0..=1.
         jitter: f64,
+        /// Restarts allowed before the delay resets (`u32::MAX`: unbounded,
+        /// as Flink's default).
+        attempts: u32,
     },
     /// Restart after `delay` unless more than `max_failures` failures fell
     /// within the last `interval`.
@@ -55,10 +60,18 @@ pub enum RestartStrategy {
 }
 
 impl RestartStrategy {
+    /// Restarts the default strategy grants between two resets of its
+    /// delay.
+    pub const DEFAULT_ATTEMPTS: u32 = 10;
+
     /// floe's exponential-delay defaults (the default strategy when
     /// checkpointing is on, as in Flink since 1.19; floe's delays are
     /// shorter because its restarts take milliseconds): 10 ms doubling up
-    /// to 10 s, reset after 60 s quiet, 10 % jitter.
+    /// to 10 s, reset after 60 s quiet, 10 % jitter, and — unlike Flink,
+    /// whose default retries forever — at most
+    /// [`DEFAULT_ATTEMPTS`](Self::DEFAULT_ATTEMPTS) restarts before the
+    /// reset: a failure that repeats on every attempt fails the job after
+    /// about 10 s instead of keeping it restarting.
     pub fn exponential_default() -> Self {
         RestartStrategy::ExponentialDelay {
             initial: Duration::from_millis(10),
@@ -66,16 +79,18 @@ impl RestartStrategy {
             multiplier: 2.0,
             reset_after: Duration::from_secs(60),
             jitter: 0.1,
+            attempts: Self::DEFAULT_ATTEMPTS,
         }
     }
 
     /// Parses the CLI form: `none`, `fixed:ATTEMPTS,DELAY_MS`,
-    /// `exponential:INITIAL_MS,MAX_MS` or
+    /// `exponential:INITIAL_MS,MAX_MS[,ATTEMPTS]` (attempts between resets,
+    /// default [`DEFAULT_ATTEMPTS`](Self::DEFAULT_ATTEMPTS)) or
     /// `failure-rate:MAX,INTERVAL_MS,DELAY_MS`.
     pub fn parse(spec: &str) -> crate::Result<Self> {
         let bad = || {
             crate::Error::Config(format!(
-                "invalid --restart '{spec}': expected none, fixed:ATTEMPTS,DELAY_MS, exponential:INITIAL_MS,MAX_MS or failure-rate:MAX,INTERVAL_MS,DELAY_MS"
+                "invalid --restart '{spec}': expected none, fixed:ATTEMPTS,DELAY_MS, exponential:INITIAL_MS,MAX_MS[,ATTEMPTS] or failure-rate:MAX,INTERVAL_MS,DELAY_MS"
             ))
         };
         if spec == "none" {
@@ -93,13 +108,20 @@ impl RestartStrategy {
                 attempts: u32::try_from(*attempts).map_err(|_| bad())?,
                 delay: ms(*delay),
             }),
-            ("exponential", [initial, max]) if initial <= max && *initial > 0 => {
+            ("exponential", [initial, max, rest @ ..])
+                if initial <= max && *initial > 0 && rest.len() <= 1 =>
+            {
+                let attempts = match rest {
+                    [a] => u32::try_from(*a).map_err(|_| bad())?,
+                    _ => Self::DEFAULT_ATTEMPTS,
+                };
                 Ok(RestartStrategy::ExponentialDelay {
                     initial: ms(*initial),
                     max: ms(*max),
                     multiplier: 2.0,
                     reset_after: Duration::from_secs(60),
                     jitter: 0.1,
+                    attempts,
                 })
             }
             ("failure-rate", [max, interval, delay]) if *interval > 0 => {
@@ -131,6 +153,8 @@ pub struct RestartTracker {
     restarts: u32,
     recent: VecDeque<Instant>,
     backoff: Option<Duration>,
+    /// Restarts since the exponential delay last reset.
+    since_reset: u32,
     last_failure: Option<Instant>,
     rng: u64,
 }
@@ -143,6 +167,7 @@ impl RestartTracker {
             restarts: 0,
             recent: VecDeque::new(),
             backoff: None,
+            since_reset: 0,
             last_failure: None,
             rng: seed | 1,
         }
@@ -174,15 +199,24 @@ impl RestartTracker {
                 multiplier,
                 reset_after,
                 jitter,
+                attempts,
             } => {
                 let next = match (self.backoff, quiet) {
-                    (Some(_), Some(q)) if q >= reset_after => initial,
+                    (Some(_), Some(q)) if q >= reset_after => {
+                        self.since_reset = 0;
+                        initial
+                    }
                     (Some(b), _) => b.mul_f64(multiplier.max(1.0)).min(max),
                     (None, _) => initial,
                 };
-                self.backoff = Some(next);
-                let spread = jitter.clamp(0.0, 1.0) * (2.0 * self.next_random() - 1.0);
-                Some(next.mul_f64((1.0 + spread).max(0.0)).min(max))
+                if self.since_reset >= attempts {
+                    None
+                } else {
+                    self.since_reset += 1;
+                    self.backoff = Some(next);
+                    let spread = jitter.clamp(0.0, 1.0) * (2.0 * self.next_random() - 1.0);
+                    Some(next.mul_f64((1.0 + spread).max(0.0)).min(max))
+                }
             }
             RestartStrategy::FailureRate {
                 max_failures,
@@ -299,6 +333,7 @@ mod tests {
                 multiplier: 2.0,
                 reset_after: Duration::from_secs(1),
                 jitter: 0.0,
+                attempts: u32::MAX,
             },
             1,
         );
@@ -313,6 +348,40 @@ mod tests {
         assert_eq!(d, vec![10, 20, 40, 50]);
         let later = t0 + Duration::from_secs(5);
         assert_eq!(t.on_failure(later).unwrap().as_millis(), 10);
+    }
+
+    #[test]
+    fn exponential_delay_grants_its_attempts_until_a_quiet_period_resets_them() {
+        let mut t = RestartTracker::new(
+            RestartStrategy::ExponentialDelay {
+                initial: Duration::from_millis(1),
+                max: Duration::from_millis(4),
+                multiplier: 2.0,
+                reset_after: Duration::from_secs(1),
+                jitter: 0.1,
+                attempts: 3,
+            },
+            7,
+        );
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let granted: Vec<bool> = (0..5).map(|i| t.on_failure(at(i)).is_some()).collect();
+        assert_eq!(granted, [true, true, true, false, false]);
+        assert!(t.on_failure(at(10_000)).is_some());
+        assert_eq!(t.restarts(), 4);
+    }
+
+    #[test]
+    fn the_default_strategy_is_bounded() {
+        let mut t = RestartTracker::new(RestartStrategy::exponential_default(), 1);
+        let t0 = Instant::now();
+        // Failures in a row, each right after its restart: the job fails
+        // after DEFAULT_ATTEMPTS restarts instead of restarting forever.
+        let granted = (0..1000u64)
+            .map(|i| t.on_failure(t0 + Duration::from_millis(i)))
+            .take_while(Option::is_some)
+            .count();
+        assert_eq!(granted as u32, RestartStrategy::DEFAULT_ATTEMPTS);
     }
 
     #[test]
@@ -343,7 +412,14 @@ mod tests {
             RestartStrategy::parse("fixed:3,100").unwrap(),
             RestartStrategy::FixedDelay { attempts: 3, .. }
         ));
-        assert!(RestartStrategy::parse("exponential:10,1000").is_ok());
+        assert!(matches!(
+            RestartStrategy::parse("exponential:10,1000").unwrap(),
+            RestartStrategy::ExponentialDelay { attempts, .. } if attempts == RestartStrategy::DEFAULT_ATTEMPTS
+        ));
+        assert!(matches!(
+            RestartStrategy::parse("exponential:10,1000,3").unwrap(),
+            RestartStrategy::ExponentialDelay { attempts: 3, .. }
+        ));
         assert!(RestartStrategy::parse("failure-rate:3,1000,5").is_ok());
         for bad in [
             "",
@@ -351,6 +427,7 @@ mod tests {
             "fixed:1",
             "exponential:0,5",
             "exponential:9,5",
+            "exponential:1,5,2,3",
             "x:1,2",
         ] {
             assert!(RestartStrategy::parse(bad).is_err(), "{bad}");

@@ -170,11 +170,7 @@ impl NodeInfo {
         match r {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(crate::Error::Runtime(e))) => Err(e),
-            Ok(Err(e)) => Err(floe_actors::Error::operator(
-                self.name.clone(),
-                self.subtask,
-                e.to_string(),
-            )),
+            Ok(Err(e)) => Err(e.into_operator_failure(&self.name, self.subtask, "")),
             Err(p) => Err(floe_actors::Error::UserPanic {
                 operator: self.name.clone(),
                 subtask: self.subtask,

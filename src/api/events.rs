@@ -1,0 +1,138 @@
+//! Job events: what a job reports as it happens — each restart (its cause,
+//! its number, the checkpoint it restored) and each restore that fell back
+//! to an older checkpoint because newer ones were damaged.
+//!
+//! The library never prints. It logs these through `tracing` (warn) and
+//! hands them to subscribers ([`JobHandle::events`](super::JobHandle::events)),
+//! so that a program can show them its own way; the `floe` binary prints one
+//! stderr line per event. A subscriber first receives every event of the job
+//! so far (a restart can happen before anyone subscribed), then each new one;
+//! its stream ends when the job ends.
+
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+/// Something a job reports as it happens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum JobEvent {
+    /// The job (restart-all) or a region of it restarted after a failure.
+    Restarted(RestartEvent),
+    /// A restore skipped newer checkpoints that failed verification and
+    /// restored an older one.
+    RestoreFellBack(FallbackEvent),
+}
+
+/// One restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartEvent {
+    /// Which restart of the job this is, from 1.
+    pub attempt: u64,
+    /// The failure that caused it.
+    pub cause: String,
+    /// The checkpoint (or savepoint) restored; `None`: from the beginning.
+    pub restored_checkpoint: Option<u64>,
+    /// Subtasks restarted.
+    pub subtasks: u64,
+    /// The restart strategy's wait before the restart, ms.
+    pub delay_ms: u64,
+}
+
+/// A restore that fell back to an older checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FallbackEvent {
+    /// The checkpoint restored.
+    pub restored_checkpoint: u64,
+    /// The newer checkpoints skipped, newest first.
+    pub skipped: Vec<SkippedCheckpoint>,
+}
+
+/// A checkpoint a restore skipped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedCheckpoint {
+    /// Its id.
+    pub checkpoint: u64,
+    /// Why it was skipped (the verification error).
+    pub reason: String,
+}
+
+/// The events of one job and their subscribers.
+#[derive(Default)]
+pub(crate) struct EventLog {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    events: Vec<JobEvent>,
+    subscribers: Vec<UnboundedSender<JobEvent>>,
+    closed: bool,
+}
+
+impl EventLog {
+    /// Records `event` and hands it to every live subscriber.
+    pub fn emit(&self, event: JobEvent) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        inner
+            .subscribers
+            .retain(|s| s.unbounded_send(event.clone()).is_ok());
+        inner.events.push(event);
+    }
+
+    /// A stream of every event so far, then of each new one until
+    /// [`close`](Self::close).
+    pub fn subscribe(&self) -> UnboundedReceiver<JobEvent> {
+        let (tx, rx) = unbounded();
+        if let Ok(mut inner) = self.inner.lock() {
+            for e in &inner.events {
+                let _ = tx.unbounded_send(e.clone());
+            }
+            if !inner.closed {
+                inner.subscribers.push(tx);
+            }
+        }
+        rx
+    }
+
+    /// The job ended: every subscriber's stream ends after what it has.
+    pub fn close(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.closed = true;
+            inner.subscribers.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn restart(attempt: u64) -> JobEvent {
+        JobEvent::Restarted(RestartEvent {
+            attempt,
+            cause: "boom".into(),
+            restored_checkpoint: Some(attempt),
+            subtasks: 2,
+            delay_ms: 0,
+        })
+    }
+
+    #[test]
+    fn a_late_subscriber_gets_the_past_events_and_its_stream_ends_with_the_job() {
+        let log = EventLog::default();
+        let early = log.subscribe();
+        log.emit(restart(1));
+        let late = log.subscribe();
+        log.emit(restart(2));
+        log.close();
+        let after = log.subscribe();
+        let all = vec![restart(1), restart(2)];
+        for rx in [early, late, after] {
+            assert_eq!(futures::executor::block_on(rx.collect::<Vec<_>>()), all);
+        }
+    }
+}
