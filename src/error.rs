@@ -71,6 +71,7 @@ impl Error {
     ///   (invalid UTF-8, an input file shorter than the restored offset);
     /// - a checkpoint that cannot be restored (corrupt, another format
     ///   version, incompatible with the job, not found);
+    /// - an output another job holds ([`Error::OutputInUse`]);
     /// - a runtime error marked [`floe_actors::Error::NonRetriable`].
     ///
     /// A full disk (or quota, or file size limit) stays retriable: space may
@@ -80,7 +81,7 @@ impl Error {
         use std::io::ErrorKind as K;
         match self {
             Error::Runtime(e) => e.is_retriable(),
-            Error::Config(_) | Error::BadRecord { .. } => false,
+            Error::Config(_) | Error::BadRecord { .. } | Error::OutputInUse { .. } => false,
             Error::Io { source, .. } => !matches!(
                 source.kind(),
                 K::PermissionDenied
