@@ -282,6 +282,55 @@ fn library_fails_the_job_on_an_unwindowable_timestamp() {
     }
 }
 
+#[test]
+fn no_window_past_the_last_one_in_range_fires() {
+    // sliding(15, 10) with panes of 5: the last window inside the range is
+    // [MAX-17, MAX-2) (ends are 5 mod 10, MAX is 7 mod 10). Records of the pane
+    // [MAX-12, MAX-7) belong to it alone. Watermarks close to MAX (punctuated
+    // here) must not fire a window [MAX-15, MAX) that no assigner produces.
+    let recs: Vec<T> = vec![("a".into(), MAX - 12, 1), ("b".into(), MAX - 11, 2)];
+    let spec = Spec::sliding(15, 10);
+    for r in &recs {
+        assert!(windowable(&spec, r.1, r.2));
+    }
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1).set_arbiters(2);
+    let fired = env
+        .from_collection(recs.clone())
+        .assign_timestamps_and_watermarks(
+            // After `a`: MAX-3 fires [MAX-17, MAX-2); `b` then joins it late
+            // (allowed) and fires it again; then MAX-1.
+            WatermarkStrategy::<T>::punctuated(|t: &T, _| {
+                Some(if t.0 == "a" { MAX - 3 } else { MAX - 1 })
+            })
+            .with_timestamp_assigner(|t, _| t.1),
+        )
+        .set_parallelism(1)
+        .key_by_field(|t: &T| &t.0)
+        .window(WindowAssigner::sliding(15, 10))
+        .allowed_lateness(100)
+        .aggregate_with(
+            Sum::of(|t: &T| t.2),
+            |k: &String, w: &TimeWindow, v: i64, out: &mut Vec<(String, i64, i64, i64)>| {
+                out.push((k.clone(), w.start, w.end, v))
+            },
+        )
+        .collect();
+    env.execute().expect("the job runs");
+    let mut want: Vec<(String, i64, i64, i64)> = recs
+        .iter()
+        .flat_map(|t| {
+            assign_exact(&spec, t.1, t.2)
+                .into_iter()
+                .map(move |(s, e)| (t.0.clone(), s as i64, e as i64, t.2))
+        })
+        .collect();
+    want.sort();
+    let mut got = fired.take();
+    got.sort();
+    assert_eq!(got, want);
+}
+
 /// Brute force: every window start `s = offset (mod slide)` with `s <= t <
 /// s + size`, latest first, in `i128`; `None` when one leaves the range.
 fn brute_force(t: i64, size: i64, slide: i64, offset: i64) -> Option<Vec<TimeWindow>> {
