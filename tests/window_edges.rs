@@ -213,12 +213,15 @@ fn library_job<R: Clone + Send + 'static>(
     Ok(out.take())
 }
 
+/// A firing's key and window bounds.
+type Fired = (String, i64, i64);
+
 /// The three window operators: shared panes (`reduce`), per-window state
 /// (`process`), and a custom trigger.
 fn each_operator(
     recs: &[T],
     assigner: impl Fn() -> WindowAssigner<T>,
-) -> Vec<(&'static str, floe::Result<Vec<(String, i64, i64)>>)> {
+) -> Vec<(&'static str, floe::Result<Vec<Fired>>)> {
     let line = |k: &String, w: &TimeWindow| (k.clone(), w.start, w.end);
     vec![
         (
