@@ -56,6 +56,48 @@ pub enum Error {
     /// User code returned an error.
     #[error("{0}")]
     User(String),
+    /// A window's aggregate has no result for one key and window (a checked
+    /// sum left the `i64` range). The same input fails the same way again,
+    /// so restarting the job cannot help.
+    #[error("key {key}, window [{}, {}): {reason}", window.start, window.end)]
+    Aggregate {
+        /// The key, rendered as JSON (`"k1"`, `42`, `["a",1]`).
+        key: String,
+        /// The window whose result failed.
+        window: crate::window::TimeWindow,
+        /// Why the aggregate failed.
+        reason: crate::window::AggregateError,
+    },
+    /// A record's timestamp has a window that does not fit in the timestamp
+    /// range: it would start at or before `i64::MIN` (Flink's "no timestamp"
+    /// marker) or end after `i64::MAX` (the final watermark). Flink fails the
+    /// job for `i64::MIN`; floe does so for every such timestamp instead of
+    /// assigning a window that does not contain the record.
+    #[error(
+        "timestamp {timestamp} cannot be windowed: its window would start at or before \
+         i64::MIN or end after i64::MAX"
+    )]
+    TimestampOutOfRange {
+        /// The record's timestamp.
+        timestamp: i64,
+    },
+    /// A window assigner puts a record in more windows than allowed (sliding
+    /// windows put it in up to `ceil(size / slide)`); refused when the job is
+    /// built. The limit is `WindowedStream::max_windows_per_record`.
+    #[error(
+        "invalid configuration: sliding windows of {size} ms every {slide} ms put each record \
+         in up to {windows} windows, more than the limit of {limit} windows per record"
+    )]
+    TooManyWindows {
+        /// Window length (ms).
+        size: i64,
+        /// Distance between window starts (ms).
+        slide: i64,
+        /// Windows per record: `ceil(size / slide)`.
+        windows: u64,
+        /// The limit in force.
+        limit: u64,
+    },
 }
 
 impl Error {
@@ -72,6 +114,8 @@ impl Error {
     /// - a checkpoint that cannot be restored (corrupt, another format
     ///   version, incompatible with the job, not found);
     /// - an output another job holds ([`Error::OutputInUse`]);
+    /// - a window sum that overflows, a timestamp no window can hold, too
+    ///   many windows per record (the same input fails the same way);
     /// - a runtime error marked [`floe_actors::Error::NonRetriable`].
     ///
     /// A full disk (or quota, or file size limit) stays retriable: space may
@@ -81,7 +125,12 @@ impl Error {
         use std::io::ErrorKind as K;
         match self {
             Error::Runtime(e) => e.is_retriable(),
-            Error::Config(_) | Error::BadRecord { .. } | Error::OutputInUse { .. } => false,
+            Error::Config(_)
+            | Error::BadRecord { .. }
+            | Error::OutputInUse { .. }
+            | Error::Aggregate { .. }
+            | Error::TimestampOutOfRange { .. }
+            | Error::TooManyWindows { .. } => false,
             Error::Io { source, .. } => !matches!(
                 source.kind(),
                 K::PermissionDenied
@@ -114,6 +163,19 @@ impl Error {
         if retriable { e } else { e.non_retriable() }
     }
 
+    /// The failure of `key`'s aggregate in `window`.
+    pub fn aggregate<K: serde::Serialize>(
+        key: &K,
+        window: crate::window::TimeWindow,
+        reason: crate::window::AggregateError,
+    ) -> Self {
+        Error::Aggregate {
+            key: describe_key(key),
+            window,
+            reason,
+        }
+    }
+
     /// An I/O error with the file it concerns.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -122,6 +184,13 @@ impl Error {
             source,
         }
     }
+}
+
+/// A key as it appears in error messages: its JSON form, which every
+/// serializable key has and which keeps strings quoted. Only used on the
+/// failure path.
+pub fn describe_key<K: serde::Serialize>(key: &K) -> String {
+    serde_json::to_string(key).unwrap_or_else(|_| "<a key without a JSON form>".to_string())
 }
 
 /// floe's result type.

@@ -20,8 +20,8 @@ use std::time::Duration;
 pub(crate) struct EnvInner {
     pub config: Config,
     pub nodes: Vec<Node>,
-    /// Problems found while the graph was built, reported by `execute`.
-    pub errors: Vec<String>,
+    /// Problems found while the graph was built; `execute` reports the first.
+    pub errors: Vec<Error>,
 }
 
 /// Where a job is assembled and from where it runs.
@@ -312,11 +312,11 @@ impl StreamExecutionEnvironment {
         let mut inner = self.inner.borrow_mut();
         let config = inner.config.clone();
         config.validate()?;
-        if let Some(e) = inner.errors.first() {
-            let e = e.clone();
+        if !inner.errors.is_empty() {
+            let e = inner.errors.swap_remove(0);
             inner.nodes.clear();
             inner.errors.clear();
-            return Err(Error::Config(e));
+            return Err(e);
         }
         let mut nodes = std::mem::take(&mut inner.nodes);
         for n in &mut nodes {

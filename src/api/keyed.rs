@@ -136,7 +136,9 @@ where
                 .inner
                 .borrow_mut()
                 .errors
-                .push(format!("{what} needs counts of at least 1"));
+                .push(crate::Error::Config(format!(
+                    "{what} needs counts of at least 1"
+                )));
         }
     }
 

@@ -21,6 +21,7 @@ pub struct WindowedStream<T, K> {
     trigger: Option<Arc<dyn Trigger<T>>>,
     evictor: Option<Arc<dyn Evictor<T>>>,
     clock: ClockFn,
+    max_windows_per_record: u64,
 }
 
 impl<T, K> Clone for WindowedStream<T, K> {
@@ -32,6 +33,7 @@ impl<T, K> Clone for WindowedStream<T, K> {
             trigger: self.trigger.clone(),
             evictor: self.evictor.clone(),
             clock: self.clock.clone(),
+            max_windows_per_record: self.max_windows_per_record,
         }
     }
 }
@@ -58,7 +60,19 @@ where
             trigger: None,
             evictor: None,
             clock: system_clock(),
+            max_windows_per_record: crate::window::assigner::DEFAULT_MAX_WINDOWS_PER_RECORD,
         }
+    }
+
+    /// The most windows a record may belong to (default
+    /// [`DEFAULT_MAX_WINDOWS_PER_RECORD`](crate::window::assigner::DEFAULT_MAX_WINDOWS_PER_RECORD),
+    /// 1000). Sliding windows put each record in up to `ceil(size / slide)`
+    /// windows, each updated per record; an assigner above the limit fails
+    /// `execute` with [`Error::TooManyWindows`](crate::Error::TooManyWindows)
+    /// before anything runs.
+    pub fn max_windows_per_record(mut self, limit: u64) -> Self {
+        self.max_windows_per_record = limit;
+        self
     }
 
     /// Replaces the default trigger (event time for time windows, never for
@@ -105,28 +119,33 @@ where
         let (key, spec) = (self.key.clone(), self.spec.clone());
         let agg = Arc::new(agg);
         let wf: WindowFunction<K, R, OUT> = Arc::new(window_fn);
-        if let Err(e) = spec.assigner.validate() {
-            // Reported by `execute`, before anything runs.
-            self.stream
-                .env()
-                .inner
-                .borrow_mut()
-                .errors
-                .push(e.to_string());
-        }
+        let valid = spec.assigner.validate().and_then(|()| {
+            spec.assigner
+                .check_windows_per_record(self.max_windows_per_record)
+        });
+        let valid = match valid {
+            Ok(()) => true,
+            Err(e) => {
+                // Reported by `execute`, before anything runs.
+                self.stream.env().inner.borrow_mut().errors.push(e);
+                false
+            }
+        };
         let late = spec.late_tag.clone();
         let global = matches!(spec.assigner, WindowAssigner::Global);
         let processing = spec.assigner.is_processing_time();
         let custom = self.trigger.is_some() || self.evictor.is_some() || global || processing;
         if custom && spec.assigner.is_merging() {
-            self.stream.env().inner.borrow_mut().errors.push(
-                "custom triggers and evictors are not supported on session windows yet".into(),
-            );
+            self.stream
+                .env()
+                .inner
+                .borrow_mut()
+                .errors
+                .push(crate::Error::Config(
+                    "custom triggers and evictors are not supported on session windows yet".into(),
+                ));
         }
-        let sliced = !custom
-            && spec.panes
-            && !spec.assigner.is_merging()
-            && spec.assigner.validate().is_ok();
+        let sliced = !custom && spec.panes && !spec.assigner.is_merging() && valid;
         let out = if custom {
             let trigger: Arc<dyn Trigger<T>> = match &self.trigger {
                 Some(t) => t.clone(),

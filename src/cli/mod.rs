@@ -86,6 +86,10 @@ pub struct WindowArgs {
     /// Allowed lateness of windows (ms).
     #[arg(long, default_value_t = 0)]
     pub allowed_lateness: i64,
+    /// Refuse a `--window` that puts a record in more windows than this
+    /// (sliding windows: `ceil(SIZE / SLIDE)`).
+    #[arg(long, default_value_t = floe::window::assigner::DEFAULT_MAX_WINDOWS_PER_RECORD)]
+    pub max_windows_per_record: u64,
     /// Watermark emission: periodic (default) or per-record (deterministic).
     #[arg(long, value_enum, default_value = "periodic")]
     pub watermarks: window::Watermarks,

@@ -4,6 +4,11 @@
 //! per-record watermarks are exact), keyed by `key` and windowed at the job's
 //! parallelism. Each firing writes `key,window_start,window_end,value`; late
 //! records are written unchanged to `--late-output`.
+//!
+//! Sums are exact: accumulated in `i128`, a window whose sum leaves `i64`
+//! fails the job naming its key and window. A line whose timestamp has no
+//! window inside the `i64` range is a bad record, checked at parsing so that
+//! every window variant (`--state`) sees the same records.
 
 use super::WindowArgs;
 use super::output::Output;
@@ -40,31 +45,39 @@ pub enum Agg {
     Max,
 }
 
-impl AggregateFunction<Event, i64, i64> for Agg {
-    fn create_accumulator(&self) -> i64 {
+/// The accumulator is an `i128` (serialized like the `i64` it replaced), so
+/// a sum is exact whatever the order of records and panes; only its result
+/// is checked against the `i64` range.
+impl AggregateFunction<Event, i128, i64> for Agg {
+    fn create_accumulator(&self) -> i128 {
         match self {
             Agg::Sum | Agg::Count => 0,
-            Agg::Min => i64::MAX,
-            Agg::Max => i64::MIN,
+            Agg::Min => i64::MAX.into(),
+            Agg::Max => i64::MIN.into(),
         }
     }
-    fn add(&self, e: &Event, acc: &mut i64) {
+    #[inline]
+    fn add(&self, e: &Event, acc: &mut i128) {
         *acc = match self {
-            Agg::Sum => acc.wrapping_add(e.value),
+            Agg::Sum => acc.saturating_add(e.value.into()),
             Agg::Count => *acc + 1,
-            Agg::Min => (*acc).min(e.value),
-            Agg::Max => (*acc).max(e.value),
+            Agg::Min => (*acc).min(e.value.into()),
+            Agg::Max => (*acc).max(e.value.into()),
         };
     }
-    fn get_result(&self, acc: &i64) -> i64 {
-        *acc
+    /// Clamped; the window operators call `try_get_result`.
+    fn get_result(&self, acc: &i128) -> i64 {
+        (*acc).clamp(i64::MIN.into(), i64::MAX.into()) as i64
     }
-    fn merge(&self, a: i64, b: i64) -> i64 {
+    fn merge(&self, a: i128, b: i128) -> i128 {
         match self {
-            Agg::Sum | Agg::Count => a.wrapping_add(b),
+            Agg::Sum | Agg::Count => a.saturating_add(b),
             Agg::Min => a.min(b),
             Agg::Max => a.max(b),
         }
+    }
+    fn try_get_result(&self, acc: &i128) -> Result<i64, floe::window::AggregateError> {
+        floe::window::function::checked_sum(*acc)
     }
 }
 
@@ -86,8 +99,9 @@ pub enum OnBadRecord {
     Skip,
 }
 
-/// Parses `tumbling:SIZE`, `sliding:SIZE,SLIDE` or `session:GAP`.
-pub fn parse_window(spec: &str) -> floe::Result<WindowAssigner<Event>> {
+/// Parses `tumbling:SIZE`, `sliding:SIZE,SLIDE` or `session:GAP`, refusing
+/// more than `max_windows` windows per record.
+pub fn parse_window(spec: &str, max_windows: u64) -> floe::Result<WindowAssigner<Event>> {
     let bad = || {
         Error::Config(format!(
             "invalid --window '{spec}': expected tumbling:SIZE, sliding:SIZE,SLIDE or session:GAP (milliseconds > 0)"
@@ -109,6 +123,14 @@ pub fn parse_window(spec: &str) -> floe::Result<WindowAssigner<Event>> {
         _ => return Err(bad()),
     };
     assigner.validate()?;
+    if let Err(Error::TooManyWindows { windows, .. }) =
+        assigner.check_windows_per_record(max_windows)
+    {
+        return Err(Error::Config(format!(
+            "--window '{spec}' puts each record in up to {windows} windows, more than \
+             --max-windows-per-record {max_windows}"
+        )));
+    }
     Ok(assigner)
 }
 
@@ -143,7 +165,8 @@ fn parse_line(line: String, number: u64) -> floe::Result<Event> {
 
 /// Parses lines; counts and skips bad ones, or fails naming the line. Its
 /// line number is checkpointed, so a restored run names the same lines.
-/// A line that is not valid UTF-8 is a bad record like a malformed one.
+/// A line that is not valid UTF-8 is a bad record like a malformed one; a
+/// timestamp the windows cannot hold is a bad record too.
 #[derive(Clone)]
 struct Parse {
     /// The input file, named in the error of a line that is not UTF-8.
@@ -151,6 +174,20 @@ struct Parse {
     line: u64,
     skip: bool,
     bad: Arc<AtomicU64>,
+    assigner: WindowAssigner<Event>,
+}
+
+impl Parse {
+    fn event(&self, text: String) -> floe::Result<Event> {
+        let e = parse_line(text, self.line)?;
+        self.assigner
+            .try_assign(&e, e.ts, |_| {})
+            .map_err(|reason| Error::BadRecord {
+                line: self.line,
+                message: reason.to_string(),
+            })?;
+        Ok(e)
+    }
 }
 
 impl floe::operators::Operator<Vec<u8>, Event> for Parse {
@@ -162,7 +199,7 @@ impl floe::operators::Operator<Vec<u8>, Event> for Parse {
         for r in batch {
             self.line += 1;
             let parsed = match String::from_utf8(r.value) {
-                Ok(text) => parse_line(text, self.line),
+                Ok(text) => self.event(text),
                 Err(_) => Err(Error::BadRecord {
                     line: self.line,
                     message: format!("not valid UTF-8 in '{}'", self.input),
@@ -207,7 +244,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         ("--output", args.output.as_deref()),
         ("--late-output", args.late_output.as_deref()),
     ])?;
-    let assigner = parse_window(&args.window)?;
+    let assigner = parse_window(&args.window, args.max_windows_per_record)?;
     if args.out_of_orderness < 0 || args.allowed_lateness < 0 {
         return Err(Error::Config(
             "--out-of-orderness and --allowed-lateness must not be negative".into(),
@@ -238,6 +275,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         line: 0,
         skip: args.on_bad_record == OnBadRecord::Skip,
         bad: bad.clone(),
+        assigner: assigner.clone(),
     };
     let events = env
         .read_text_file_bytes(&args.input)
@@ -252,6 +290,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let fired = match backend {
         None => keyed
             .window(assigner)
+            .max_windows_per_record(args.max_windows_per_record)
             .allowed_lateness(args.allowed_lateness)
             .side_output_late_data(&late_tag)
             .aggregate_with(

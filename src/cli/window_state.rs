@@ -13,6 +13,10 @@
 //!
 //! Timers of windows absorbed by a merge are left registered: a timer acts
 //! only on the windows whose times equal it, so a stale one does nothing.
+//!
+//! Windows come from the same assigner (`try_assign`) and results from the
+//! same checked aggregate (`try_get_result`) as in the built-in operator, so
+//! an out-of-range timestamp or an overflowing sum fails the same way.
 
 use super::window::{Agg, Event};
 use floe::operators::keyed::KeyedProcessFunction;
@@ -26,8 +30,8 @@ use floe::{OutputTag, Timestamp};
 pub struct Pane {
     /// The window's end (exclusive).
     end: Timestamp,
-    /// The aggregate of its records so far.
-    acc: i64,
+    /// The aggregate of its records so far (see `Agg`).
+    acc: i128,
 }
 
 /// The windowing of `floe run window` as a keyed process function.
@@ -64,12 +68,14 @@ impl StateWindows {
         (end - 1).saturating_add(self.lateness)
     }
 
-    fn line(&self, key: &str, (start, pane): Fired) -> String {
-        format!(
-            "{key},{start},{},{}",
-            pane.end,
-            self.agg.get_result(&pane.acc)
-        )
+    /// The output line of a firing, or the aggregate's failure naming the
+    /// key and the window.
+    fn line(&self, key: &String, (start, pane): Fired) -> floe::Result<String> {
+        let result = self
+            .agg
+            .try_get_result(&pane.acc)
+            .map_err(|e| floe::Error::aggregate(key, TimeWindow::new(start, pane.end), e))?;
+        Ok(format!("{key},{start},{},{result}", pane.end))
     }
 
     /// Adds `e` to each of its (non-merging) windows that is not past its
@@ -161,7 +167,7 @@ impl KeyedProcessFunction<String, Event, String> for StateWindows {
     ) -> floe::Result<()> {
         let wm = ctx.current_watermark();
         let mut windows = Vec::new();
-        self.assigner.assign(&e, e.ts, |w| windows.push(w));
+        self.assigner.try_assign(&e, e.ts, |w| windows.push(w))?;
         let (mut fired, mut timers) = (Vec::new(), Vec::new());
         let live = if self.assigner.is_merging() {
             match windows.first() {
@@ -179,7 +185,7 @@ impl KeyedProcessFunction<String, Event, String> for StateWindows {
         if !fired.is_empty() {
             let key = ctx.current_key().cloned().unwrap_or_default();
             for f in fired {
-                ctx.collect(self.line(&key, f));
+                ctx.collect(self.line(&key, f)?);
             }
         }
         if !live && e.ts.saturating_add(self.lateness) <= wm {
@@ -208,7 +214,7 @@ impl KeyedProcessFunction<String, Event, String> for StateWindows {
         }
         let key = ctx.current_key().clone();
         for f in fired {
-            ctx.collect(self.line(&key, f));
+            ctx.collect(self.line(&key, f)?);
         }
         Ok(())
     }

@@ -5,6 +5,17 @@
 //! work); a sliding window of size `s` and slide `l` assigns every window whose
 //! start is `start(t, l) - k*l > t - s`; a session window starts as `[t, t+gap)`
 //! and merges with every window it intersects (touching windows merge too).
+//!
+//! Every window a record is assigned lies inside the timestamp range: it
+//! starts after `i64::MIN` and ends at or before `i64::MAX`. A timestamp
+//! whose window would not (`i64::MIN` itself, Flink's "no timestamp" marker,
+//! or one within a window length of either end) is refused by
+//! [`WindowAssigner::try_assign`] rather than given a clamped window that does
+//! not contain it. Window bounds are computed in `i128` for that check.
+//!
+//! A sliding assigner puts each record in up to `ceil(size / slide)` windows;
+//! [`WindowAssigner::check_windows_per_record`] refuses more than a limit
+//! ([`DEFAULT_MAX_WINDOWS_PER_RECORD`] unless raised) when the job is built.
 
 use floe_actors::element::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -44,13 +55,36 @@ impl TimeWindow {
     }
 }
 
-/// The start of the window of `size` (shifted by `offset`) containing `ts`.
+/// The start of the window of `size` (shifted by `offset`) containing `ts`,
+/// clamped to `i64::MIN` when it lies before it.
 #[inline]
 pub fn window_start(ts: Timestamp, offset: i64, size: i64) -> Timestamp {
-    // In i128 so that timestamps near the ends of the range cannot overflow.
-    let rem = (i128::from(ts) - i128::from(offset)).rem_euclid(i128::from(size));
-    (i128::from(ts) - rem).max(i128::from(i64::MIN)) as i64
+    start_exact(ts, offset, size).max(i128::from(i64::MIN)) as i64
 }
+
+/// The start of the window of `size` (shifted by `offset`) containing `ts`,
+/// exactly: it may lie before `i64::MIN`.
+#[inline]
+fn start_exact(ts: Timestamp, offset: i64, size: i64) -> i128 {
+    // The remainder in i64 when `ts - offset` fits (the common case: no
+    // 128-bit division per record).
+    let rem = match ts.checked_sub(offset) {
+        Some(d) => i128::from(d.rem_euclid(size)),
+        None => (i128::from(ts) - i128::from(offset)).rem_euclid(i128::from(size)),
+    };
+    i128::from(ts) - rem
+}
+
+/// True when `[start, end)` lies inside the timestamp range (see the module
+/// documentation).
+#[inline]
+fn in_range(start: i128, end: i128) -> bool {
+    start > i128::from(i64::MIN) && end <= i128::from(i64::MAX)
+}
+
+/// How many windows a record may belong to unless the limit is raised
+/// (`WindowedStream::max_windows_per_record`, `--max-windows-per-record`).
+pub const DEFAULT_MAX_WINDOWS_PER_RECORD: u64 = 1000;
 
 /// Session gap of a record, for dynamic session windows.
 pub type GapFn<T> = Arc<dyn Fn(&T) -> i64 + Send + Sync>;
@@ -228,31 +262,98 @@ impl<T> WindowAssigner<T> {
         Ok(())
     }
 
+    /// The most windows one record can belong to: `ceil(size / slide)` for
+    /// sliding windows, 1 for the others. For valid parameters only.
+    pub fn windows_per_record(&self) -> u64 {
+        match self {
+            WindowAssigner::Sliding { size, slide, .. } if *size > 0 && *slide > 0 => {
+                size.unsigned_abs().div_ceil(slide.unsigned_abs())
+            }
+            WindowAssigner::ProcessingTime(inner) => inner.windows_per_record(),
+            _ => 1,
+        }
+    }
+
+    /// Refuses an assigner that puts a record in more than `limit` windows
+    /// (`sliding(i64::MAX, 1)` would make every record take forever).
+    pub fn check_windows_per_record(&self, limit: u64) -> crate::Result<()> {
+        let windows = self.windows_per_record();
+        if windows <= limit {
+            return Ok(());
+        }
+        let (size, slide) = match self {
+            WindowAssigner::Sliding { size, slide, .. } => (*size, *slide),
+            WindowAssigner::ProcessingTime(inner) => match **inner {
+                WindowAssigner::Sliding { size, slide, .. } => (size, slide),
+                _ => (0, 0),
+            },
+            _ => (0, 0),
+        };
+        Err(crate::Error::TooManyWindows {
+            size,
+            slide,
+            windows,
+            limit,
+        })
+    }
+
     /// True for session windows, whose windows merge.
     pub fn is_merging(&self) -> bool {
         matches!(self, WindowAssigner::Session { .. })
     }
 
-    /// Calls `f` with every window `value` (at `ts`) belongs to.
+    /// Calls `f` with every window `value` (at `ts`) belongs to; a timestamp
+    /// whose windows do not fit in the timestamp range gets none (see
+    /// [`try_assign`](Self::try_assign)).
     #[inline]
-    pub fn assign(&self, value: &T, ts: Timestamp, mut f: impl FnMut(TimeWindow)) {
+    pub fn assign(&self, value: &T, ts: Timestamp, f: impl FnMut(TimeWindow)) {
+        let _ = self.try_assign(value, ts, f);
+    }
+
+    /// Calls `f` with every window `value` (at `ts`) belongs to, latest start
+    /// first; fails with [`Error::TimestampOutOfRange`](crate::Error::TimestampOutOfRange),
+    /// calling `f` for none, when one of them would start at or before
+    /// `i64::MIN` or end after `i64::MAX`. The window operators use this one.
+    #[inline]
+    pub fn try_assign(
+        &self,
+        value: &T,
+        ts: Timestamp,
+        mut f: impl FnMut(TimeWindow),
+    ) -> crate::Result<()> {
+        let out_of_range = || crate::Error::TimestampOutOfRange { timestamp: ts };
         match self {
             WindowAssigner::Tumbling { size, offset } => {
-                let start = window_start(ts, *offset, *size);
-                f(TimeWindow::new(start, start.saturating_add(*size)));
+                let start = start_exact(ts, *offset, *size);
+                let end = start + i128::from(*size);
+                if !in_range(start, end) {
+                    return Err(out_of_range());
+                }
+                f(TimeWindow::new(start as i64, end as i64));
             }
             WindowAssigner::Sliding {
                 size,
                 slide,
                 offset,
             } => {
-                let mut start = window_start(ts, *offset, *slide);
-                while start > ts.saturating_sub(*size) {
-                    f(TimeWindow::new(start, start.saturating_add(*size)));
-                    start = start.saturating_sub(*slide);
-                    if start == i64::MIN {
-                        break;
-                    }
+                // The latest window starts at `last`, `rem` before `ts`; the
+                // windows are `last - k*slide` for k in 0..=k_max, those that
+                // still contain `ts` (none when `ts` falls in a gap).
+                let last = start_exact(ts, *offset, *slide);
+                let rem = (i128::from(ts) - last) as i64;
+                let reach = *size - 1 - rem;
+                if reach < 0 {
+                    return Ok(());
+                }
+                let k_max = reach / *slide;
+                let earliest = last - i128::from(k_max) * i128::from(*slide);
+                if !in_range(earliest, last + i128::from(*size)) {
+                    return Err(out_of_range());
+                }
+                let last = last as i64;
+                for k in 0..=k_max {
+                    let start = last - k * *slide;
+                    f(TimeWindow::new(start, start + *size));
                 }
             }
             WindowAssigner::Session { gap } => {
@@ -260,11 +361,16 @@ impl<T> WindowAssigner<T> {
                     SessionGap::Static(g) => *g,
                     SessionGap::Dynamic(gf) => gf(value),
                 };
+                if g > 0 && !in_range(i128::from(ts), i128::from(ts) + i128::from(g)) {
+                    return Err(out_of_range());
+                }
+                // A gap <= 0 is the operator's to report.
                 f(TimeWindow::new(ts, ts.saturating_add(g)));
             }
             WindowAssigner::Global => f(TimeWindow::new(i64::MIN, i64::MAX)),
-            WindowAssigner::ProcessingTime(inner) => inner.assign(value, ts, f),
+            WindowAssigner::ProcessingTime(inner) => inner.try_assign(value, ts, f)?,
         }
+        Ok(())
     }
 }
 

@@ -15,6 +15,86 @@ pub trait AggregateFunction<IN, ACC, OUT>: Send + Sync + 'static {
     fn get_result(&self, acc: &ACC) -> OUT;
     /// Merges two accumulators (session windows).
     fn merge(&self, a: ACC, b: ACC) -> ACC;
+    /// The result of an accumulator, or why there is none. The window
+    /// operators call this one: a failure ends the job with
+    /// [`Error::Aggregate`](crate::Error::Aggregate) naming the key and the
+    /// window. The default is `get_result`, which cannot fail; an aggregate
+    /// whose result may not exist (a checked sum, see [`Sum`]) overrides it.
+    fn try_get_result(&self, acc: &ACC) -> Result<OUT, AggregateError> {
+        Ok(self.get_result(acc))
+    }
+}
+
+/// Why an aggregate has no result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AggregateError {
+    /// The exact sum is outside the `i64` range.
+    #[error("the sum {sum} overflows i64")]
+    Overflow {
+        /// The exact sum.
+        sum: i128,
+    },
+}
+
+/// The checked sum of an `i64` field: the default way to sum in a window.
+///
+/// The accumulator is an `i128`, so adding and merging never overflow (it
+/// would take 2^64 records) and the result does not depend on the order in
+/// which records, panes or sessions are combined; a window whose exact sum is
+/// outside `i64` fails with [`AggregateError::Overflow`] instead of wrapping.
+///
+/// # Examples
+/// ```
+/// use floe::window::{AggregateFunction, AggregateError, Sum};
+///
+/// let sum = Sum::of(|v: &i64| *v);
+/// let mut acc = sum.create_accumulator();
+/// sum.add(&i64::MAX, &mut acc);
+/// assert_eq!(sum.try_get_result(&acc), Ok(i64::MAX));
+/// sum.add(&1, &mut acc);
+/// assert!(matches!(sum.try_get_result(&acc), Err(AggregateError::Overflow { .. })));
+/// ```
+pub struct Sum<F> {
+    field: F,
+}
+
+impl<F> Sum<F> {
+    /// Sums `field(record)`.
+    pub fn of(field: F) -> Self {
+        Sum { field }
+    }
+}
+
+impl<T, F> AggregateFunction<T, i128, i64> for Sum<F>
+where
+    F: Fn(&T) -> i64 + Send + Sync + 'static,
+{
+    fn create_accumulator(&self) -> i128 {
+        0
+    }
+    #[inline]
+    fn add(&self, value: &T, acc: &mut i128) {
+        // Saturating: past 2^64 records it stays out of range, still reported.
+        *acc = acc.saturating_add(i128::from((self.field)(value)));
+    }
+    /// The sum, clamped to the `i64` range; the operators use
+    /// `try_get_result`, which reports the overflow instead.
+    fn get_result(&self, acc: &i128) -> i64 {
+        (*acc).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+    }
+    fn merge(&self, a: i128, b: i128) -> i128 {
+        a.saturating_add(b)
+    }
+    fn try_get_result(&self, acc: &i128) -> Result<i64, AggregateError> {
+        checked_sum(*acc)
+    }
+}
+
+/// `sum` as an `i64`, or the overflow.
+#[inline]
+pub fn checked_sum(sum: i128) -> Result<i64, AggregateError> {
+    i64::try_from(sum).map_err(|_| AggregateError::Overflow { sum })
 }
 
 /// Turns a window's aggregate into output records, with the key and the window.

@@ -15,7 +15,7 @@ pub mod trigger;
 pub mod triggered;
 
 pub use assigner::{TimeWindow, WindowAssigner};
-pub use function::{AggregateFunction, WindowFunction};
+pub use function::{AggregateError, AggregateFunction, Sum, WindowFunction};
 pub use trigger::{
     ContinuousEventTimeTrigger, CountEvictor, CountTrigger, EventTimeTrigger, Evictor,
     NeverTrigger, ProcessingTimeTrigger, PurgingTrigger, TimeEvictor, Trigger, TriggerContext,

@@ -182,15 +182,21 @@ where
         }
     }
 
-    fn fire_if_present(&mut self, key: &K, w: TimeWindow, out: &mut Output<'_, OUT>) {
+    fn fire_if_present(&mut self, key: &K, w: TimeWindow, out: &mut Output<'_, OUT>) -> Result<()>
+    where
+        K: serde::Serialize,
+    {
         let result = self
             .state
             .get(key)
             .and_then(|ws| ws.iter().find(|(x, _)| *x == w))
-            .map(|(_, acc)| self.agg.get_result(acc));
-        if let Some(r) = result {
-            self.emit(key, w, r, out);
+            .map(|(_, acc)| self.agg.try_get_result(acc));
+        match result {
+            Some(Ok(r)) => self.emit(key, w, r, out),
+            Some(Err(e)) => return Err(Error::aggregate(key, w, e)),
+            None => {}
         }
+        Ok(())
     }
 
     fn purge(&mut self, key: &K, w: TimeWindow) {
@@ -202,14 +208,19 @@ where
         }
     }
 
-    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<bool> {
+    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<bool>
+    where
+        K: serde::Serialize,
+    {
         let key = self.key.with_key(value, K::clone);
         if self.spec.assigner.is_merging() {
             return self.merging_element(key, value, ts, out);
         }
         let mut windows = std::mem::take(&mut self.windows);
         windows.clear();
-        self.spec.assigner.assign(value, ts, |w| windows.push(w));
+        self.spec
+            .assigner
+            .try_assign(value, ts, |w| windows.push(w))?;
         let mut live = false;
         for &w in &windows {
             if self.is_late(&w) {
@@ -234,7 +245,10 @@ where
             }
             if w.max_timestamp() <= self.watermark {
                 // Late but allowed: fire again with the updated result.
-                self.fire_if_present(&key, w, out);
+                if let Err(e) = self.fire_if_present(&key, w, out) {
+                    self.windows = windows;
+                    return Err(e);
+                }
             }
         }
         self.windows = windows;
@@ -247,9 +261,14 @@ where
         value: &T,
         ts: Timestamp,
         out: &mut Output<'_, OUT>,
-    ) -> Result<bool> {
+    ) -> Result<bool>
+    where
+        K: serde::Serialize,
+    {
         let mut own = None;
-        self.spec.assigner.assign(value, ts, |w| own = Some(w));
+        self.spec
+            .assigner
+            .try_assign(value, ts, |w| own = Some(w))?;
         let Some(mut merged) = own else {
             return Ok(false);
         };
@@ -291,7 +310,7 @@ where
             self.register(&key, merged);
         }
         if merged.max_timestamp() <= self.watermark {
-            self.fire_if_present(&key, merged, out);
+            self.fire_if_present(&key, merged, out)?;
         }
         Ok(true)
     }
@@ -390,7 +409,7 @@ where
             let (t, due) = entry.remove_entry();
             for (key, w) in due {
                 if t == w.max_timestamp() {
-                    self.fire_if_present(&key, w, out);
+                    self.fire_if_present(&key, w, out)?;
                 }
                 if t == w.max_timestamp().saturating_add(self.spec.allowed_lateness) {
                     self.purge(&key, w);

@@ -109,11 +109,27 @@ where
         self.spec.is_late(w, self.watermark)
     }
 
-    /// The smallest window end above `t` (ends are aligned like starts + size).
+    /// The smallest window end above `t` (ends are aligned like starts +
+    /// size); `None` past the last end inside the timestamp range.
     #[inline]
-    fn end_after(&self, t: Timestamp) -> Timestamp {
+    fn end_after(&self, t: Timestamp) -> Option<Timestamp> {
         let end_offset = (self.offset + self.size).rem_euclid(self.slide);
-        window_start(t, end_offset, self.slide).saturating_add(self.slide)
+        window_start(t, end_offset, self.slide).checked_add(self.slide)
+    }
+
+    /// The next window end to fire for a pane starting at `p`: the first
+    /// window containing it, but not one that fired already.
+    #[inline]
+    fn first_end_for(&self, p: Timestamp) -> Option<Timestamp> {
+        // A pane exists only for records whose windows all fit in range, so
+        // its first window end exists.
+        let first = self.end_after(p.saturating_add(self.pane - 1))?;
+        if self.watermark == MIN_WATERMARK {
+            Some(first)
+        } else {
+            // Windows ending at or before the watermark have fired already.
+            Some(first.max(self.end_after(self.watermark.saturating_add(1))?))
+        }
     }
 
     /// The end of the last window containing the pane starting at `p`.
@@ -122,12 +138,19 @@ where
         window_start(p, self.offset, self.slide).saturating_add(self.size)
     }
 
-    fn emit(&mut self, key: &K, w: TimeWindow, acc: &ACC, out: &mut Output<'_, OUT>) {
-        let r = self.agg.get_result(acc);
+    fn emit(&mut self, key: &K, w: TimeWindow, acc: &ACC, out: &mut Output<'_, OUT>) -> Result<()>
+    where
+        K: serde::Serialize,
+    {
+        let r = self
+            .agg
+            .try_get_result(acc)
+            .map_err(|e| Error::aggregate(key, w, e))?;
         (self.window_fn)(key, &w, r, &mut self.fired);
         for v in self.fired.drain(..) {
             out.emit(Record::with_timestamp(v, w.max_timestamp()));
         }
+        Ok(())
     }
 
     /// Merges `key`'s accumulators of the panes inside `w`.
@@ -150,14 +173,19 @@ where
         merged
     }
 
-    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
+    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<bool>
+    where
+        K: serde::Serialize,
+    {
         let mut windows = std::mem::take(&mut self.windows);
         windows.clear();
-        self.spec.assigner.assign(value, ts, |w| windows.push(w));
+        self.spec
+            .assigner
+            .try_assign(value, ts, |w| windows.push(w))?;
         windows.retain(|w| !self.is_late(w));
         if windows.is_empty() {
             self.windows = windows;
-            return false;
+            return Ok(false);
         }
         let key = self.key.with_key(value, K::clone);
         let p = window_start(ts, self.offset, self.pane);
@@ -167,14 +195,9 @@ where
             found => {
                 let at = found.map_or(0, |i| i + 1);
                 self.panes.insert(at, (p, FxHashMap::default()));
-                let first_end = self.end_after(p.saturating_add(self.pane - 1));
-                // Windows ending at or before the watermark have fired already.
-                let candidate = if self.watermark == MIN_WATERMARK {
-                    first_end
-                } else {
-                    first_end.max(self.end_after(self.watermark.saturating_add(1)))
-                };
-                self.next_end = Some(self.next_end.map_or(candidate, |e| e.min(candidate)));
+                if let Some(candidate) = self.first_end_for(p) {
+                    self.next_end = Some(self.next_end.map_or(candidate, |e| e.min(candidate)));
+                }
                 at
             }
         };
@@ -189,14 +212,20 @@ where
                 && let Some(acc) = self.merged_for(&key, &w)
             {
                 // Late but allowed: fire again with the updated result.
-                self.emit(&key, w, &acc, out);
+                if let Err(e) = self.emit(&key, w, &acc, out) {
+                    self.windows = windows;
+                    return Err(e);
+                }
             }
         }
         self.windows = windows;
-        true
+        Ok(true)
     }
 
-    fn advance(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) {
+    fn advance(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()>
+    where
+        K: serde::Serialize,
+    {
         while let Some(end) = self.next_end {
             if end - 1 > watermark {
                 break;
@@ -208,10 +237,11 @@ where
             if let [only] = inside[..] {
                 // One pane (tumbling windows): its accumulators are the results.
                 let pane = std::mem::take(&mut self.panes[only].1);
-                for (k, acc) in &pane {
-                    self.emit(k, w, acc, out);
-                }
+                let emitted = pane
+                    .iter()
+                    .try_for_each(|(k, acc)| self.emit(k, w, acc, out));
                 self.panes[only].1 = pane;
+                emitted?;
             } else {
                 let mut merged: FxHashMap<K, ACC> = FxHashMap::default();
                 for &i in &inside {
@@ -228,20 +258,25 @@ where
                     }
                 }
                 for (k, acc) in &merged {
-                    self.emit(k, w, acc, out);
+                    self.emit(k, w, acc, out)?;
                 }
             }
             self.fired_upto = end;
             self.drop_panes(watermark);
-            self.next_end = self.panes.front().map(|(p, _)| {
-                end.saturating_add(self.slide)
-                    .max(self.end_after(p.saturating_add(self.pane - 1)))
-            });
+            // No next end past the last one inside the timestamp range: the
+            // panes left are only kept for their allowed lateness.
+            self.next_end = match (self.panes.front(), end.checked_add(self.slide)) {
+                (Some((p, _)), Some(next)) => self
+                    .end_after(p.saturating_add(self.pane - 1))
+                    .map(|first| next.max(first)),
+                _ => None,
+            };
         }
         self.drop_panes(watermark);
         if self.panes.is_empty() {
             self.next_end = None;
         }
+        Ok(())
     }
 
     /// Drops the panes whose last window has fired and is past its lateness.
@@ -271,16 +306,12 @@ where
     fn recompute_progress(&mut self) {
         if self.watermark > MIN_WATERMARK {
             let w1 = self.watermark.saturating_add(1);
-            self.fired_upto = self.end_after(w1).saturating_sub(self.slide);
+            // Past the last end in range, every window has fired.
+            self.fired_upto = self
+                .end_after(w1)
+                .map_or(Timestamp::MAX, |e| e.saturating_sub(self.slide));
         }
-        self.next_end = self.panes.front().map(|(p, _)| {
-            let first = self.end_after(p.saturating_add(self.pane - 1));
-            if self.watermark == MIN_WATERMARK {
-                first
-            } else {
-                first.max(self.end_after(self.watermark.saturating_add(1)))
-            }
-        });
+        self.next_end = self.panes.front().and_then(|(p, _)| self.first_end_for(*p));
         self.drop_panes(self.watermark);
     }
 }
@@ -341,7 +372,7 @@ where
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;
-            if !self.element(&r.value, ts, out) {
+            if !self.element(&r.value, ts, out)? {
                 self.spec
                     .route_late(r.value, ts, self.watermark, &mut self.late, out);
             }
@@ -354,7 +385,6 @@ where
             return Ok(());
         }
         self.watermark = watermark;
-        self.advance(watermark, out);
-        Ok(())
+        self.advance(watermark, out)
     }
 }

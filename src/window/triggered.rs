@@ -11,9 +11,9 @@ use super::assigner::{TimeWindow, WindowAssigner};
 use super::function::{AggregateFunction, WindowFunction};
 use super::operator::WindowSpec;
 use super::trigger::{Evictor, TimerRequest, Trigger, TriggerContext, TriggerResult, TriggerState};
-use crate::Result;
 use crate::operators::keyed::KeyFn;
 use crate::operators::{Operator, Output};
+use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -102,7 +102,7 @@ impl<T, K, ACC, R, OUT, A> TriggeredWindowOp<T, K, ACC, R, OUT, A> {
 impl<T, K, ACC, R, OUT, A> TriggeredWindowOp<T, K, ACC, R, OUT, A>
 where
     T: Clone + 'static,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + serde::Serialize,
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
 {
@@ -144,7 +144,7 @@ where
         w: TimeWindow,
         out: &mut Output<'_, OUT>,
         f: impl FnOnce(&dyn Trigger<T>, &mut TriggerContext<'_>) -> TriggerResult,
-    ) {
+    ) -> Result<()> {
         let now = (self.clock)();
         let watermark = self.watermark;
         let trigger = self.trigger.clone();
@@ -153,7 +153,7 @@ where
             .get_mut(key)
             .and_then(|es| es.iter_mut().find(|e| e.window == w))
         else {
-            return;
+            return Ok(());
         };
         let mut ctx = TriggerContext {
             watermark,
@@ -163,19 +163,25 @@ where
         };
         let result = f(&*trigger, &mut ctx);
         self.apply_requests(key, w);
-        self.handle(key, w, result, out);
+        self.handle(key, w, result, out)
     }
 
-    fn handle(&mut self, key: &K, w: TimeWindow, result: TriggerResult, out: &mut Output<'_, OUT>) {
+    fn handle(
+        &mut self,
+        key: &K,
+        w: TimeWindow,
+        result: TriggerResult,
+        out: &mut Output<'_, OUT>,
+    ) -> Result<()> {
         if result == TriggerResult::Continue {
-            return;
+            return Ok(());
         }
         let Some(entry) = self
             .state
             .get_mut(key)
             .and_then(|es| es.iter_mut().find(|e| e.window == w))
         else {
-            return;
+            return Ok(());
         };
         if result.fires() && !entry.records.is_empty() {
             if let Some(ev) = &self.evictor {
@@ -188,7 +194,10 @@ where
             if let Some(ev) = &self.evictor {
                 ev.evict_after(&mut entry.records, &w);
             }
-            let r = self.agg.get_result(&acc);
+            let r = self
+                .agg
+                .try_get_result(&acc)
+                .map_err(|e| Error::aggregate(key, w, e))?;
             (self.window_fn)(key, &w, r, &mut self.fired);
             for v in self.fired.drain(..) {
                 out.emit(Record::with_timestamp(v, w.max_timestamp()));
@@ -197,6 +206,7 @@ where
         if result.purges() {
             entry.records.clear();
         }
+        Ok(())
     }
 
     fn remove(&mut self, key: &K, w: TimeWindow) {
@@ -208,10 +218,12 @@ where
         }
     }
 
-    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> bool {
+    fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<bool> {
         let key = self.key.with_key(value, K::clone);
         let mut windows = Vec::new();
-        self.spec.assigner.assign(value, ts, |w| windows.push(w));
+        self.spec
+            .assigner
+            .try_assign(value, ts, |w| windows.push(w))?;
         let mut live = false;
         for w in windows {
             if self.is_late(&w) {
@@ -241,12 +253,12 @@ where
                 });
                 self.apply_requests(&key, w);
             }
-            self.with_trigger(&key, w, out, |t, ctx| t.on_element(value, ts, &w, ctx));
+            self.with_trigger(&key, w, out, |t, ctx| t.on_element(value, ts, &w, ctx))?;
         }
-        live
+        Ok(live)
     }
 
-    fn fire_processing_timers(&mut self, out: &mut Output<'_, OUT>) {
+    fn fire_processing_timers(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
         let now = (self.clock)();
         while let Some(entry) = self.processing_timers.first_entry() {
             if *entry.key() > now {
@@ -254,12 +266,13 @@ where
             }
             let (t, due) = entry.remove_entry();
             for (key, w) in due {
-                self.with_trigger(&key, w, out, |g, ctx| g.on_processing_time(t, &w, ctx));
+                self.with_trigger(&key, w, out, |g, ctx| g.on_processing_time(t, &w, ctx))?;
                 if self.processing() && self.cleanup_time(&w) == Some(t) {
                     self.remove(&key, w);
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -347,14 +360,14 @@ where
     }
 
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
-        self.fire_processing_timers(out);
+        self.fire_processing_timers(out)?;
         for r in batch {
             let ts = match (r.timestamp, self.global()) {
                 _ if self.processing() => (self.clock)(),
                 (None, true) => MIN_WATERMARK,
                 (ts, _) => WindowSpec::<T>::event_time(ts)?,
             };
-            if !self.element(&r.value, ts, out) {
+            if !self.element(&r.value, ts, out)? {
                 self.spec
                     .route_late(r.value, ts, self.watermark, &mut self.late, out);
             }
@@ -363,8 +376,7 @@ where
     }
 
     fn on_processing_time(&mut self, _now_ms: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
-        self.fire_processing_timers(out);
-        Ok(())
+        self.fire_processing_timers(out)
     }
 
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()> {
@@ -378,13 +390,12 @@ where
             }
             let (t, due) = entry.remove_entry();
             for (key, w) in due {
-                self.with_trigger(&key, w, out, |g, ctx| g.on_event_time(t, &w, ctx));
+                self.with_trigger(&key, w, out, |g, ctx| g.on_event_time(t, &w, ctx))?;
                 if !self.processing() && self.cleanup_time(&w) == Some(t) {
                     self.remove(&key, w);
                 }
             }
         }
-        self.fire_processing_timers(out);
-        Ok(())
+        self.fire_processing_timers(out)
     }
 }

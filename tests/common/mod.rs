@@ -17,6 +17,11 @@
 //!    firing timer) and then purges every window with cleanup time `<= W`.
 //!
 //! At the end of input the watermark advances to `i64::MAX`.
+//!
+//! Window bounds are computed in `i128`: a record is windowable only when
+//! every window it belongs to starts after `i64::MIN` and ends at or before
+//! `i64::MAX` ([`windowable`]); sums are exact (`i128`), and a window whose
+//! sum leaves `i64` is an overflow ([`overflowing`]).
 
 #![allow(dead_code)]
 
@@ -127,12 +132,15 @@ impl Spec {
     }
 }
 
-/// `[start, end)` windows of a record for the non-merging assigners, in
-/// Flink's order (latest start first).
-pub fn assign(spec: &Spec, ts: i64, value: i64) -> Vec<(i64, i64)> {
+/// `[start, end)` windows of a record, exactly (bounds may lie outside
+/// `i64`), in Flink's order (latest start first); for sessions the record's
+/// own window.
+pub fn assign_exact(spec: &Spec, ts: i64, value: i64) -> Vec<(i128, i128)> {
+    let t = i128::from(ts);
     match *spec {
         Spec::Tumbling { size, offset } => {
-            let start = ts - (ts - offset).rem_euclid(size);
+            let (size, offset) = (i128::from(size), i128::from(offset));
+            let start = t - (t - offset).rem_euclid(size);
             vec![(start, start + size)]
         }
         Spec::Sliding {
@@ -140,17 +148,38 @@ pub fn assign(spec: &Spec, ts: i64, value: i64) -> Vec<(i64, i64)> {
             slide,
             offset,
         } => {
+            let (size, slide, offset) = (i128::from(size), i128::from(slide), i128::from(offset));
             let mut out = Vec::new();
-            let mut s = ts - (ts - offset).rem_euclid(slide);
-            while s > ts - size {
+            let mut s = t - (t - offset).rem_euclid(slide);
+            while s > t - size {
                 out.push((s, s + size));
                 s -= slide;
             }
             out
         }
-        Spec::Session { gap } => vec![(ts, ts + gap)],
-        Spec::DynamicSession { gap } => vec![(ts, ts + gap(value))],
+        Spec::Session { gap } => vec![(t, t + i128::from(gap))],
+        Spec::DynamicSession { gap } => vec![(t, t + i128::from(gap(value)))],
     }
+}
+
+/// True when every window of the record lies inside the timestamp range:
+/// starts after `i64::MIN`, ends at or before `i64::MAX`.
+pub fn windowable(spec: &Spec, ts: i64, value: i64) -> bool {
+    assign_exact(spec, ts, value)
+        .iter()
+        .all(|&(s, e)| s > i128::from(i64::MIN) && e <= i128::from(i64::MAX))
+}
+
+/// `[start, end)` windows of a windowable record (see [`assign_exact`]).
+pub fn assign(spec: &Spec, ts: i64, value: i64) -> Vec<(i64, i64)> {
+    assign_exact(spec, ts, value)
+        .into_iter()
+        .map(|(s, e)| {
+            let fit =
+                |v: i128| i64::try_from(v).expect("the model only windows windowable records");
+            (fit(s), fit(e))
+        })
+        .collect()
 }
 
 /// One firing: the key, the window and the indices of the records in it.
@@ -339,30 +368,51 @@ impl Agg {
         }
     }
 
-    /// The aggregate of `values` (non-empty), as Flink computes it on i64
-    /// (sums wrap).
-    pub fn of(self, values: impl Iterator<Item = i64>) -> i64 {
+    /// The exact aggregate of `values` (non-empty); only a sum can leave
+    /// the `i64` range.
+    pub fn exact(self, values: impl Iterator<Item = i64>) -> i128 {
         match self {
-            Agg::Sum => values.fold(0i64, |a, v| a.wrapping_add(v)),
-            Agg::Count => values.count() as i64,
-            Agg::Min => values.min().expect("a firing has records"),
-            Agg::Max => values.max().expect("a firing has records"),
+            Agg::Sum => values.map(i128::from).sum(),
+            Agg::Count => values.count() as i128,
+            Agg::Min => values.min().expect("a firing has records").into(),
+            Agg::Max => values.max().expect("a firing has records").into(),
         }
+    }
+
+    /// The aggregate of `values` (non-empty), or `None` when it overflows
+    /// `i64` (the CLI fails the job then).
+    pub fn of(self, values: impl Iterator<Item = i64>) -> Option<i64> {
+        i64::try_from(self.exact(values)).ok()
     }
 }
 
-/// The sorted `key,start,end,aggregate` lines the CLI should write.
+/// The sorted `key,start,end,aggregate` lines the CLI should write, leaving
+/// out the firings whose aggregate overflows (see [`overflowing`]).
 pub fn expected_lines(recs: &[Rec], outcome: &Outcome, agg: Agg) -> Vec<String> {
     let mut v: Vec<String> = outcome
         .firings
         .iter()
-        .map(|f| {
-            let a = agg.of(f.members.iter().map(|&i| recs[i].value));
-            format!("{},{},{},{}", f.key, f.start, f.end, a)
+        .filter_map(|f| {
+            let a = agg.of(f.members.iter().map(|&i| recs[i].value))?;
+            Some(format!("{},{},{},{}", f.key, f.start, f.end, a))
         })
         .collect();
     v.sort();
     v
+}
+
+/// The (key, start, end) of every firing whose aggregate overflows `i64`.
+pub fn overflowing(
+    recs: &[Rec],
+    outcome: &Outcome,
+    agg: Agg,
+) -> std::collections::BTreeSet<(String, i64, i64)> {
+    outcome
+        .firings
+        .iter()
+        .filter(|f| agg.of(f.members.iter().map(|&i| recs[i].value)).is_none())
+        .map(|f| (f.key.clone(), f.start, f.end))
+        .collect()
 }
 
 /// The sorted late lines.
@@ -394,8 +444,10 @@ pub struct GenParams {
     pub pause: u64,
     /// Values are in `-values..=values` ...
     pub values: i64,
-    /// ... except this per mille, anywhere in i64 (sums wrap).
+    /// ... except this per mille, anywhere in i64 shifted right by
+    /// `huge_shift` (unshifted, sums of two may overflow).
     pub huge_permille: u64,
+    pub huge_shift: u32,
 }
 
 impl GenParams {
@@ -413,6 +465,7 @@ impl GenParams {
             pause: 0,
             values: 1000,
             huge_permille: 0,
+            huge_shift: 0,
         }
     }
 
@@ -434,6 +487,14 @@ impl GenParams {
 
     pub fn with_huge_values(mut self, permille: u64) -> Self {
         self.huge_permille = permille;
+        self.huge_shift = 0;
+        self
+    }
+
+    /// Values of up to `2^(63 - shift)` in magnitude, this per mille.
+    pub fn with_large_values(mut self, permille: u64, shift: u32) -> Self {
+        self.huge_permille = permille;
+        self.huge_shift = shift;
         self
     }
 
@@ -459,7 +520,7 @@ pub fn generate(seed: u64, p: &GenParams) -> Vec<Rec> {
                 ts = now - (p.very_late_by.0 + rng.below(p.very_late_by.1)) as i64;
             }
             let value = if p.huge_permille > 0 && rng.chance(p.huge_permille) {
-                rng.next() as i64
+                (rng.next() as i64) >> p.huge_shift
             } else {
                 rng.range(-p.values, p.values)
             };
