@@ -664,7 +664,7 @@ fn claim_output(path: &Path, lock_path: &Path) -> Result<Arc<OutputClaim>> {
         .create(true)
         .truncate(false)
         .open(lock_path)
-        .map_err(|e| Error::io("cannot create the output's lock file", lock_path, e))?;
+        .map_err(|e| lock_error(path, "create", lock_path, e))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -674,16 +674,23 @@ fn claim_output(path: &Path, lock_path: &Path) -> Result<Arc<OutputClaim>> {
             });
         }
         Err(std::fs::TryLockError::Error(e)) => {
-            return Err(Error::io(
-                "cannot lock the output's lock file",
-                lock_path,
-                e,
-            ));
+            return Err(lock_error(path, "lock", lock_path, e));
         }
     }
     let claim = Arc::new(OutputClaim { _lock: file });
     claims.insert(path.to_path_buf(), Arc::downgrade(&claim));
     Ok(claim)
+}
+
+/// An I/O error on the lock file of output `path`, naming both (the kind
+/// kept, so that it is classified like the error itself).
+fn lock_error(path: &Path, what: &str, lock_path: &Path, e: std::io::Error) -> Error {
+    let message = format!("cannot {what} its lock file '{}': {e}", lock_path.display());
+    Error::io(
+        "cannot write output",
+        path,
+        std::io::Error::new(e.kind(), message),
+    )
 }
 
 /// The process-wide state of the output at `path`.
