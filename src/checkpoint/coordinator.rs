@@ -14,7 +14,9 @@
 //!    `retained`, and sends notify-complete to every subtask, on which
 //!    two-phase-commit sinks commit.
 //! 4. **Savepoints** go the same way with aligned barriers, into a
-//!    self-contained directory instead of the store.
+//!    self-contained directory instead of the store. While one is pending
+//!    the periodic trigger waits (a newer barrier would cancel it in the
+//!    subtasks) and fires when the savepoint ends.
 //! 5. More failed checkpoints in a row than `tolerable_failures` fail the job.
 
 use super::format::{
@@ -196,6 +198,9 @@ pub struct CheckpointCoordinator {
     holding: HashSet<(VertexId, SubtaskIndex)>,
     /// Checkpoints aborted: files their late parts write are removed.
     aborted: HashSet<u64>,
+    /// A periodic trigger came while a savepoint was pending: it is taken
+    /// once no savepoint is.
+    periodic_queued: bool,
 }
 
 impl CheckpointCoordinator {
@@ -211,6 +216,21 @@ impl CheckpointCoordinator {
             savepoint_requested: false,
             holding: HashSet::new(),
             aborted: HashSet::new(),
+            periodic_queued: false,
+        }
+    }
+
+    /// A savepoint ended (completed or not): the periodic trigger queued
+    /// behind it goes now.
+    fn release_queued_periodic(&mut self, ctx: &mut Context<Self>) {
+        if self.periodic_queued
+            && !self
+                .pending
+                .values()
+                .any(|p| p.kind == SnapshotKind::Savepoint)
+        {
+            self.periodic_queued = false;
+            self.periodic(ctx);
         }
     }
 
@@ -222,6 +242,18 @@ impl CheckpointCoordinator {
     }
 
     fn periodic(&mut self, ctx: &mut Context<Self>) {
+        if self
+            .pending
+            .values()
+            .any(|p| p.kind == SnapshotKind::Savepoint)
+        {
+            // Queued behind the savepoint, as Flink does: a newer barrier
+            // would cancel it in the subtasks (an unaligned one on arrival,
+            // an abort of the newer one with it). The trigger is taken when
+            // the savepoint ends.
+            self.periodic_queued = true;
+            return;
+        }
         let periodic = self
             .pending
             .values()
@@ -407,6 +439,9 @@ impl CheckpointCoordinator {
                 if let (Some(tx), Some(path)) = (p.reply, path) {
                     let _ = tx.send(Ok(path));
                 }
+                if p.kind == SnapshotKind::Savepoint {
+                    self.release_queued_periodic(ctx);
+                }
             }
             Err(e) => {
                 let message = e.to_string();
@@ -565,6 +600,9 @@ impl CheckpointCoordinator {
             stats.record(record.clone());
         }
         publish_metrics(&self.setup.job, &record);
+        if p.kind == SnapshotKind::Savepoint {
+            self.release_queued_periodic(ctx);
+        }
         if let Some(tx) = p.reply {
             let _ = tx.send(Err(CheckpointError::Failed {
                 checkpoint: id,
