@@ -195,4 +195,11 @@ pub struct CheckpointLink {
     /// Aligned checkpoints waiting longer than this for their barriers
     /// continue unaligned (on subtasks that can encode their input).
     pub alignment_timeout: Option<std::time::Duration>,
+    /// Where a subtask reports that it reached its end, when the job ends
+    /// with a final checkpoint (periodic checkpoints on): the subtask then
+    /// stays, takes part in checkpoints triggered directly, and finishes
+    /// only once a checkpoint it took after its end completed, so what its
+    /// operators commit on completion is committed exactly then, never
+    /// before a checkpoint covers it. `None`: it finishes at its end.
+    pub final_checkpoint: Option<Recipient<crate::messages::SubtaskEnded>>,
 }

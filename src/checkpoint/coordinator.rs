@@ -30,7 +30,7 @@ use crate::testing::chaos::TraceEvent;
 use actix::prelude::*;
 use floe_actors::element::{Barrier, BarrierKind, now_ms};
 use floe_actors::ids::{CheckpointId, SubtaskIndex, VertexId};
-use floe_actors::messages::SubtaskFinished;
+use floe_actors::messages::{SubtaskEnded, SubtaskFinished};
 use floe_actors::snapshot::{
     AcknowledgeCheckpoint, BlobRef, BlobWriter, DeclineCheckpoint, NotifyCheckpoint,
     TriggerCheckpoint,
@@ -177,6 +177,8 @@ pub(crate) struct CoordinatorSetup {
 
 struct Pending {
     kind: SnapshotKind,
+    /// Sent again, directly, to a subtask that ends while awaited.
+    barrier: Barrier,
     trigger_ms: i64,
     started: Instant,
     awaiting: HashSet<(VertexId, SubtaskIndex)>,
@@ -191,6 +193,9 @@ pub struct CheckpointCoordinator {
     supervisor: Option<Recipient<FailJob>>,
     pending: BTreeMap<u64, Pending>,
     finished: HashSet<(VertexId, SubtaskIndex)>,
+    /// Subtasks that reached their end and wait for the final checkpoint:
+    /// triggered directly, as no barrier reaches them any more.
+    ended: HashSet<(VertexId, SubtaskIndex)>,
     last_completion: Option<Instant>,
     failures_in_row: u32,
     savepoint_requested: bool,
@@ -211,6 +216,7 @@ impl CheckpointCoordinator {
             setup,
             pending: BTreeMap::new(),
             finished: HashSet::new(),
+            ended: HashSet::new(),
             last_completion: None,
             failures_in_row: 0,
             savepoint_requested: false,
@@ -234,11 +240,22 @@ impl CheckpointCoordinator {
         }
     }
 
-    fn running_sources(&self) -> Vec<&TaskInfo> {
-        self.tasks
-            .iter()
-            .filter(|t| t.is_source && !self.finished.contains(&(t.vertex, t.subtask)))
-            .collect()
+    /// Every subtask still deployed ended: the final checkpoint is taken at
+    /// once (not at the next interval), so the job finishes promptly.
+    fn maybe_trigger_final(&mut self, ctx: &mut Context<Self>) {
+        let all_ended = !self.tasks.is_empty()
+            && !self.ended.is_empty()
+            && self.tasks.iter().all(|t| {
+                let key = (t.vertex, t.subtask);
+                self.ended.contains(&key) || self.finished.contains(&key)
+            });
+        let pending = self
+            .pending
+            .values()
+            .any(|p| p.kind == SnapshotKind::Checkpoint);
+        if all_ended && !pending && self.setup.config.interval.is_some() {
+            self.trigger(SnapshotKind::Checkpoint, None, ctx);
+        }
     }
 
     fn periodic(&mut self, ctx: &mut Context<Self>) {
@@ -280,7 +297,17 @@ impl CheckpointCoordinator {
         )>,
         ctx: &mut Context<Self>,
     ) -> Option<u64> {
-        let sources: Vec<TaskInfo> = self.running_sources().into_iter().cloned().collect();
+        // Running sources emit the barrier; subtasks that ended snapshot
+        // their final state when triggered directly.
+        let sources: Vec<TaskInfo> = self
+            .tasks
+            .iter()
+            .filter(|t| {
+                let key = (t.vertex, t.subtask);
+                (t.is_source || self.ended.contains(&key)) && !self.finished.contains(&key)
+            })
+            .cloned()
+            .collect();
         if sources.is_empty() {
             if let Some((_, tx)) = reply {
                 let _ = tx.send(Err(crate::Error::Config(
@@ -323,6 +350,11 @@ impl CheckpointCoordinator {
             id,
             Pending {
                 kind,
+                barrier: Barrier {
+                    checkpoint_id: CheckpointId(id),
+                    timestamp: trigger_ms,
+                    kind: barrier_kind,
+                },
                 trigger_ms,
                 started: Instant::now(),
                 awaiting,
@@ -442,6 +474,7 @@ impl CheckpointCoordinator {
                 if p.kind == SnapshotKind::Savepoint {
                     self.release_queued_periodic(ctx);
                 }
+                self.maybe_trigger_final(ctx);
             }
             Err(e) => {
                 let message = e.to_string();
@@ -612,6 +645,7 @@ impl CheckpointCoordinator {
             return;
         }
         if !counts {
+            self.maybe_trigger_final(ctx);
             return;
         }
         self.failures_in_row += 1;
@@ -764,6 +798,20 @@ impl Handler<SubtaskFinished> for CheckpointCoordinator {
     fn handle(&mut self, msg: SubtaskFinished, ctx: &mut Context<Self>) {
         let key = (msg.vertex, msg.subtask);
         self.finished.insert(key);
+        if self.ended.remove(&key) {
+            // It finished after a checkpoint covering its end completed:
+            // its state is final and committed; later checkpoints record
+            // it finished instead of waiting for it.
+            let ids: Vec<u64> = self
+                .pending
+                .iter_mut()
+                .filter_map(|(id, p)| p.awaiting.remove(&key).then_some(*id))
+                .collect();
+            for id in ids {
+                self.maybe_complete(id, ctx);
+            }
+            return;
+        }
         self.maybe_take_requested_savepoint(ctx);
         // A subtask that finishes while a checkpoint still waits for its
         // snapshot never takes one (its barriers came after its end of
@@ -786,6 +834,31 @@ impl Handler<SubtaskFinished> for CheckpointCoordinator {
                 ctx,
             );
         }
+    }
+}
+
+impl Handler<SubtaskEnded> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubtaskEnded, ctx: &mut Context<Self>) {
+        let key = (msg.vertex, msg.subtask);
+        if self.finished.contains(&key) {
+            return;
+        }
+        self.ended.insert(key);
+        // Checkpoints still awaiting it will get no barrier through its
+        // ended inputs (theirs came after the end of input): it takes them
+        // directly, with its final state, which is what its upstream
+        // subtasks snapshotted for them too (their final positions).
+        if let Some(t) = self.tasks.iter().find(|t| (t.vertex, t.subtask) == key) {
+            for p in self.pending.values() {
+                if p.awaiting.contains(&key) {
+                    t.trigger.do_send(TriggerCheckpoint { barrier: p.barrier });
+                }
+            }
+        }
+        self.maybe_take_requested_savepoint(ctx);
+        self.maybe_trigger_final(ctx);
     }
 }
 
@@ -839,7 +912,10 @@ impl CheckpointCoordinator {
         }
         let waiting = self.tasks.iter().any(|t| {
             let key = (t.vertex, t.subtask);
-            t.is_source && !self.finished.contains(&key) && !self.holding.contains(&key)
+            t.is_source
+                && !self.finished.contains(&key)
+                && !self.ended.contains(&key)
+                && !self.holding.contains(&key)
         });
         if waiting {
             return;
@@ -889,6 +965,7 @@ impl Handler<ReplaceTasks> for CheckpointCoordinator {
         for t in msg.tasks {
             let key = (t.vertex, t.subtask);
             self.finished.remove(&key);
+            self.ended.remove(&key);
             self.holding.remove(&key);
             match self.tasks.iter_mut().find(|x| (x.vertex, x.subtask) == key) {
                 Some(x) => *x = t,
