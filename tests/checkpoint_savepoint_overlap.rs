@@ -55,7 +55,9 @@ fn job(
     if let Some(path) = restore {
         env.restore_from(path);
     }
-    let words = env.from_generator(RECORDS, |i| (word(i), 1u64)).uid("words");
+    let words = env
+        .from_generator(RECORDS, |i| (word(i), 1u64))
+        .uid("words");
     let mut counts = words
         .key_by_field(|t: &(String, u64)| &t.0)
         .sum(|t: &mut (String, u64)| &mut t.1)

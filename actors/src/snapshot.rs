@@ -133,6 +133,10 @@ pub struct NotifyCheckpoint {
     pub checkpoint: CheckpointId,
     /// Completed (true) or aborted (false).
     pub completed: bool,
+    /// The job stops with this checkpoint (stop with a final checkpoint or
+    /// savepoint): once its chain was notified (sinks committed), the
+    /// subtask finishes, wherever its input is.
+    pub finish: bool,
 }
 
 /// A subtask's part of a checkpoint, persisted.

@@ -429,6 +429,9 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     /// Reports the subtask finished and stops it.
     fn finish(&mut self, ctx: &mut Context<Self>) {
+        if self.phase == Phase::Done {
+            return;
+        }
         self.phase = Phase::Done;
         self.end_metrics();
         self.setup.on_finished.do_send(SubtaskFinished {
@@ -1582,8 +1585,9 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
             .as_ref()
             .and_then(|cp| cp.final_snapshot)
             .is_some_and(|f| msg.completed && msg.checkpoint >= f);
-        if self.phase == Phase::Ended && covered {
-            // The final checkpoint completed and the chain committed.
+        if (self.phase == Phase::Ended && covered) || (msg.completed && msg.finish) {
+            // The final checkpoint completed (or the job stops with this
+            // one) and the chain committed.
             self.finish(ctx);
             return;
         }

@@ -182,6 +182,8 @@ struct Pending {
     trigger_ms: i64,
     started: Instant,
     awaiting: HashSet<(VertexId, SubtaskIndex)>,
+    /// The job stops with it: its notify-complete finishes every subtask.
+    stop: bool,
     acks: Vec<AcknowledgeCheckpoint>,
     reply: Option<futures::channel::oneshot::Sender<crate::Result<PathBuf>>>,
 }
@@ -206,7 +208,12 @@ pub struct CheckpointCoordinator {
     /// A periodic trigger came while a savepoint was pending: it is taken
     /// once no savepoint is.
     periodic_queued: bool,
+    /// The job is stopping with a final checkpoint: nothing else is
+    /// triggered; the reply waits for that checkpoint.
+    stopping: Option<StopReply>,
 }
+
+type StopReply = futures::channel::oneshot::Sender<crate::Result<Option<PathBuf>>>;
 
 impl CheckpointCoordinator {
     pub(crate) fn new(setup: CoordinatorSetup) -> Self {
@@ -223,6 +230,7 @@ impl CheckpointCoordinator {
             holding: HashSet::new(),
             aborted: HashSet::new(),
             periodic_queued: false,
+            stopping: None,
         }
     }
 
@@ -243,6 +251,9 @@ impl CheckpointCoordinator {
     /// Every subtask still deployed ended: the final checkpoint is taken at
     /// once (not at the next interval), so the job finishes promptly.
     fn maybe_trigger_final(&mut self, ctx: &mut Context<Self>) {
+        if self.is_stopping() {
+            return;
+        }
         let all_ended = !self.tasks.is_empty()
             && !self.ended.is_empty()
             && self.tasks.iter().all(|t| {
@@ -259,6 +270,9 @@ impl CheckpointCoordinator {
     }
 
     fn periodic(&mut self, ctx: &mut Context<Self>) {
+        if self.is_stopping() {
+            return;
+        }
         if self
             .pending
             .values()
@@ -358,6 +372,7 @@ impl CheckpointCoordinator {
                 trigger_ms,
                 started: Instant::now(),
                 awaiting,
+                stop: false,
                 acks: Vec::new(),
                 reply,
             },
@@ -466,7 +481,14 @@ impl CheckpointCoordinator {
                     t.notify.do_send(NotifyCheckpoint {
                         checkpoint: CheckpointId(id),
                         completed: true,
+                        finish: p.stop,
                     });
+                }
+                if p.stop
+                    && let Some(tx) = self.stopping.take()
+                {
+                    tracing::info!(job = %self.setup.job, checkpoint = id, "job stops after its final checkpoint");
+                    let _ = tx.send(Ok(path.clone()));
                 }
                 if let (Some(tx), Some(path)) = (p.reply, path) {
                     let _ = tx.send(Ok(path));
@@ -608,6 +630,7 @@ impl CheckpointCoordinator {
             t.notify.do_send(NotifyCheckpoint {
                 checkpoint: CheckpointId(id),
                 completed: false,
+                finish: false,
             });
         }
         // A checkpoint abandoned because a subtask reached its end is not a
@@ -633,6 +656,16 @@ impl CheckpointCoordinator {
             stats.record(record.clone());
         }
         publish_metrics(&self.setup.job, &record);
+        if p.stop
+            && let Some(tx) = self.stopping.take()
+        {
+            // The stop failed; the job runs on (the caller may cancel it).
+            let _ = tx.send(Err(CheckpointError::Failed {
+                checkpoint: id,
+                message: reason.clone(),
+            }
+            .into()));
+        }
         if p.kind == SnapshotKind::Savepoint {
             self.release_queued_periodic(ctx);
         }
@@ -970,6 +1003,65 @@ impl Handler<ReplaceTasks> for CheckpointCoordinator {
             match self.tasks.iter_mut().find(|x| (x.vertex, x.subtask) == key) {
                 Some(x) => *x = t,
                 None => self.tasks.push(t),
+            }
+        }
+    }
+}
+
+/// Stops the job with a final checkpoint, or a savepoint into `dir`: no
+/// other checkpoint is triggered from now on; once it completed, its
+/// notify-complete (two-phase-commit sinks commit) finishes every subtask.
+/// The reply: the savepoint's path (none for a checkpoint), or why the
+/// checkpoint failed (the job then runs on).
+pub(crate) struct StopWithCheckpoint {
+    pub savepoint_dir: Option<PathBuf>,
+    pub reply: StopReply,
+}
+
+impl Message for StopWithCheckpoint {
+    type Result = ();
+}
+
+impl CheckpointCoordinator {
+    fn is_stopping(&self) -> bool {
+        self.stopping.is_some()
+    }
+}
+
+impl Handler<StopWithCheckpoint> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: StopWithCheckpoint, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() {
+            let _ = msg.reply.send(Err(crate::Error::Config(
+                "the job is already stopping".into(),
+            )));
+            return;
+        }
+        if msg.savepoint_dir.is_none() && self.setup.store.is_none() {
+            let _ = msg.reply.send(Err(crate::Error::Config(
+                "stopping with a final checkpoint needs checkpointing".into(),
+            )));
+            return;
+        }
+        let id = match msg.savepoint_dir {
+            Some(dir) => {
+                // The stop's reply carries the path; the savepoint's own
+                // reply is not awaited.
+                let (reply, _) = futures::channel::oneshot::channel();
+                self.trigger(SnapshotKind::Savepoint, Some((dir, reply)), ctx)
+            }
+            None => self.trigger(SnapshotKind::Checkpoint, None, ctx),
+        };
+        match id.and_then(|id| self.pending.get_mut(&id)) {
+            Some(p) => {
+                p.stop = true;
+                self.stopping = Some(msg.reply);
+            }
+            None => {
+                let _ = msg.reply.send(Err(crate::Error::Config(
+                    "cannot stop with a final checkpoint: every subtask has finished, or the savepoint directory cannot be created".into(),
+                )));
             }
         }
     }
