@@ -170,3 +170,58 @@ fn sigint_stops_with_a_savepoint_and_resumes_exactly() {
     assert!(savepoint.starts_with(&sp) && savepoint.is_dir());
     resume_and_check(&out, &dir.path().join("ck2"), &savepoint);
 }
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, ck) = (dir.path().join("counts.txt"), dir.path().join("ck"));
+    // So slow a sink that the final checkpoint's barrier waits for seconds
+    // behind the queued batches: the second signal comes before it passes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(wordcount_args(
+            &out,
+            &ck,
+            &["--sink-rate", "200", "--status-interval", "20"],
+        ))
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("floe starts");
+    let kill = |pid: u32| {
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    let (events, seen) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.expect("stderr line");
+            if line.starts_with("status ") {
+                let _ = events.send("running");
+            } else if line.starts_with("stopping:") {
+                let _ = events.send("stopping");
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // Running (the handlers are installed before the first status line).
+    while seen.recv().expect("a status line") != "running" {}
+    kill(child.id());
+    while seen.recv().expect("the stopping line") != "stopping" {}
+    kill(child.id());
+    let status = child.wait().expect("floe exits");
+    let stderr = reader.join().expect("stderr reader");
+    assert_eq!(status.code(), Some(143), "stderr:\n{stderr}");
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("records=")),
+        "aborted before the final checkpoint completed, without a summary; stderr:\n{stderr}"
+    );
+}

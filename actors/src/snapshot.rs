@@ -122,6 +122,10 @@ pub trait BlobWriter: Send + Sync {
 pub struct TriggerCheckpoint {
     /// The barrier to inject.
     pub barrier: crate::element::Barrier,
+    /// The job stops with this checkpoint: a source emits nothing after
+    /// its barrier (it finishes on the checkpoint's notify-complete, and
+    /// goes on if the checkpoint is aborted).
+    pub stop: bool,
 }
 
 /// Sent by the coordinator to every subtask once checkpoint `checkpoint`

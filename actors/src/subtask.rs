@@ -226,6 +226,9 @@ pub struct SubtaskActor<IN: Send + 'static> {
     throttle: Option<Throttle>,
     /// A throttled step waits for a timer; no other step runs meanwhile.
     throttled: bool,
+    /// A source paused after the barrier of the checkpoint the job stops
+    /// with, until that checkpoint completes (finish) or is aborted.
+    paused: Option<CheckpointId>,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -289,6 +292,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 checkpointing,
                 throttle,
                 throttled: false,
+                paused: None,
                 setup,
                 head,
                 build_error,
@@ -447,6 +451,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let mut more = false;
         match self.head.as_mut() {
             None => return Ok(false),
+            Some(Head::Source(_)) if self.paused.is_some() => return Ok(false),
             Some(Head::Source(driver)) => {
                 while budget > 0 {
                     if self.writers.iter().any(|w| w.borrow().backpressured()) {
@@ -1531,6 +1536,10 @@ impl<IN: Send + 'static> Handler<TriggerCheckpoint> for SubtaskActor<IN> {
         }
         let id = msg.barrier.checkpoint_id;
         let ended = self.phase == Phase::Ended;
+        if msg.stop && source {
+            // Nothing after the barrier: the job stops with this checkpoint.
+            self.paused = Some(id);
+        }
         self.guard(ctx, |a, ctx| {
             if let Some(cp) = a.checkpointing.as_mut() {
                 cp.first_barrier = Some((id, Instant::now()));
@@ -1590,6 +1599,11 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
             // one) and the chain committed.
             self.finish(ctx);
             return;
+        }
+        if !msg.completed && self.paused.is_some_and(|p| p <= msg.checkpoint) {
+            // The stop's checkpoint was aborted: the source goes on.
+            self.paused = None;
+            self.schedule(ctx);
         }
         // A blocked channel may have been released.
         if self.has_ready_input() {

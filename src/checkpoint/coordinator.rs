@@ -211,6 +211,9 @@ pub struct CheckpointCoordinator {
     /// The job is stopping with a final checkpoint: nothing else is
     /// triggered; the reply waits for that checkpoint.
     stopping: Option<StopReply>,
+    /// The checkpoint being triggered is the stop's: sources pause after
+    /// its barrier.
+    stopping_next: bool,
 }
 
 type StopReply = futures::channel::oneshot::Sender<crate::Result<Option<PathBuf>>>;
@@ -231,6 +234,7 @@ impl CheckpointCoordinator {
             aborted: HashSet::new(),
             periodic_queued: false,
             stopping: None,
+            stopping_next: false,
         }
     }
 
@@ -384,7 +388,10 @@ impl CheckpointCoordinator {
             kind: barrier_kind,
         };
         for s in sources {
-            s.trigger.do_send(TriggerCheckpoint { barrier });
+            s.trigger.do_send(TriggerCheckpoint {
+                barrier,
+                stop: self.stopping_next,
+            });
         }
         self.trace(TraceEvent::CheckpointTriggered { id });
         let timeout = self.setup.config.timeout;
@@ -886,7 +893,10 @@ impl Handler<SubtaskEnded> for CheckpointCoordinator {
         if let Some(t) = self.tasks.iter().find(|t| (t.vertex, t.subtask) == key) {
             for p in self.pending.values() {
                 if p.awaiting.contains(&key) {
-                    t.trigger.do_send(TriggerCheckpoint { barrier: p.barrier });
+                    t.trigger.do_send(TriggerCheckpoint {
+                        barrier: p.barrier,
+                        stop: p.stop,
+                    });
                 }
             }
         }
@@ -1044,6 +1054,7 @@ impl Handler<StopWithCheckpoint> for CheckpointCoordinator {
             )));
             return;
         }
+        self.stopping_next = true;
         let id = match msg.savepoint_dir {
             Some(dir) => {
                 // The stop's reply carries the path; the savepoint's own
@@ -1053,6 +1064,7 @@ impl Handler<StopWithCheckpoint> for CheckpointCoordinator {
             }
             None => self.trigger(SnapshotKind::Checkpoint, None, ctx),
         };
+        self.stopping_next = false;
         match id.and_then(|id| self.pending.get_mut(&id)) {
             Some(p) => {
                 p.stop = true;
