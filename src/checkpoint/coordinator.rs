@@ -264,11 +264,9 @@ impl CheckpointCoordinator {
                 let key = (t.vertex, t.subtask);
                 self.ended.contains(&key) || self.finished.contains(&key)
             });
-        let pending = self
-            .pending
-            .values()
-            .any(|p| p.kind == SnapshotKind::Checkpoint);
-        if all_ended && !pending && self.setup.config.interval.is_some() {
+        // Not while a savepoint is pending either: the newer barrier would
+        // cancel it (see `periodic`); its end calls this again.
+        if all_ended && self.pending.is_empty() && self.setup.config.interval.is_some() {
             self.trigger(SnapshotKind::Checkpoint, None, ctx);
         }
     }
@@ -682,6 +680,7 @@ impl CheckpointCoordinator {
                 message: reason.clone(),
             }
             .into()));
+            self.maybe_trigger_final(ctx);
             return;
         }
         if !counts {
@@ -698,7 +697,9 @@ impl CheckpointCoordinator {
                 s.do_send(FailJob { error });
             }
             ctx.stop();
+            return;
         }
+        self.maybe_trigger_final(ctx);
     }
 }
 
