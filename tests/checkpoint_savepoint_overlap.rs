@@ -9,7 +9,8 @@
 //!
 //! The overlap is forced, not timed: the keyed sum is throttled, so the
 //! savepoint's barrier waits behind a full backlog of batches while the
-//! periodic trigger fires every millisecond.
+//! periodic trigger fires every millisecond. Through the library
+//! (`JobHandle::trigger_savepoint`) and the binary (`--savepoint-at-records`).
 
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
@@ -80,8 +81,7 @@ fn savepoint_completes_while_periodic_checkpoints_are_due() {
     }
     let savepoint = futures::executor::block_on(handle.trigger_savepoint(dir.path().join("sp")))
         .expect("the savepoint completes although periodic checkpoints were due");
-    let result = futures::executor::block_on(handle.wait()).expect("job finishes");
-    drop(result);
+    futures::executor::block_on(handle.wait()).expect("job finishes");
     assert_eq!(last_per_key(first.take()), oracle(), "the first run");
     let stats = handle.checkpoint_stats();
     assert!(
@@ -105,4 +105,82 @@ fn savepoint_completes_while_periodic_checkpoints_are_due() {
 
 fn last_per_key(updates: Vec<(String, u64)>) -> HashMap<String, u64> {
     updates.into_iter().collect()
+}
+
+/// `floe run wordcount` with `extra` flags; its stderr, or a panic with it.
+fn wordcount(output: &Path, extra: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "run",
+            "wordcount",
+            "--records",
+            "40000",
+            "--vocabulary",
+            "200",
+            "--seed",
+            "3",
+            "--parallelism",
+            "2",
+            "--batch-size",
+            "64",
+            "--output",
+            output.to_str().expect("UTF-8 path"),
+        ])
+        .args(extra)
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("floe runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "floe failed: {stderr}");
+    stderr
+}
+
+#[test]
+fn cli_savepoint_at_records_completes_under_unaligned_checkpoints_every_millisecond() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
+    let (sp, ck) = (dir.path().join("sp"), dir.path().join("ck"));
+    let first = dir.path().join("first.txt");
+    let stderr = wordcount(
+        &first,
+        &[
+            "--checkpoint-interval",
+            "1",
+            "--unaligned",
+            "--checkpoint-dir",
+            &s(&ck),
+            "--sink-rate",
+            "20000",
+            "--savepoint-at-records",
+            "8000",
+            "--savepoint-dir",
+            &s(&sp),
+        ],
+    );
+    let savepoint = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint="))
+        .unwrap_or_else(|| panic!("no savepoint= line: {stderr}"))
+        .to_string();
+    // The oracle: the generated words counted in a HashMap.
+    let generator = floe::text::WordGenerator::new(200, 3);
+    let mut oracle: HashMap<String, u64> = HashMap::new();
+    for i in 0..40_000 {
+        *oracle.entry(generator.word(i)).or_insert(0) += 1;
+    }
+    let read = |p: &Path| -> HashMap<String, u64> {
+        std::fs::read_to_string(p)
+            .expect("output")
+            .lines()
+            .map(|l| {
+                let (w, c) = l.rsplit_once(',').expect("word,count");
+                (w.to_string(), c.parse().expect("count"))
+            })
+            .collect()
+    };
+    assert_eq!(read(&first), oracle, "the run with the savepoint");
+    let restored = dir.path().join("restored.txt");
+    wordcount(&restored, &["--from-checkpoint", &savepoint]);
+    assert_eq!(read(&restored), oracle, "restored from the savepoint");
 }
