@@ -14,8 +14,9 @@
 //!    `SubtaskFinished` and stops — or, when the job ends with a final
 //!    checkpoint (FLIP-147), reports `SubtaskEnded` to the coordinator,
 //!    snapshots its final state when triggered directly, and stops once
-//!    such a checkpoint completed (its operators committed on it). A failure (error or panic, caught here) is
-//!    reported as `SubtaskFailed` naming the operator and subtask.
+//!    such a checkpoint completed (its operators committed on it). A
+//!    failure (error or panic, caught here) is reported as `SubtaskFailed`
+//!    naming the operator and subtask.
 //! 5. **Metrics.** Queue lengths and watermarks go to relaxed atomics per batch
 //!    or per watermark; time is accounted as busy, backpressured (a step stopped
 //!    on a full output queue, until the credit grant that frees it) or idle
