@@ -3,7 +3,8 @@
 //! Data (`Deliver`) carries stream elements in channel order; everything else is
 //! control: `ConnectChannel` and `GrantCredit` implement credit-based flow
 //! control, `Step` is a subtask's self-scheduled unit of work, `CancelSubtask`
-//! stops one, and `SubtaskFinished` / `SubtaskFailed` report to the supervisor.
+//! stops one, and `SubtaskFinished` / `SubtaskFailed` report to the supervisor
+//! (`SubtaskEnded` to the checkpoint coordinator).
 
 use crate::element::StreamElement;
 use crate::error::Error;
@@ -62,6 +63,19 @@ pub struct CancelSubtask;
 #[derive(Message, Clone, Copy, Debug)]
 #[rtype(result = "()")]
 pub struct SubtaskFinished {
+    /// The vertex (chain) of the subtask.
+    pub vertex: VertexId,
+    /// The subtask.
+    pub subtask: SubtaskIndex,
+}
+
+/// A subtask processed all its input and drained its outputs, and waits for
+/// a checkpoint that covers its end (the final checkpoint) before it
+/// finishes: sent to the checkpoint coordinator, which triggers it directly
+/// from now on (no barrier reaches it through its ended inputs).
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub struct SubtaskEnded {
     /// The vertex (chain) of the subtask.
     pub vertex: VertexId,
     /// The subtask.

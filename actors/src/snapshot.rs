@@ -122,6 +122,10 @@ pub trait BlobWriter: Send + Sync {
 pub struct TriggerCheckpoint {
     /// The barrier to inject.
     pub barrier: crate::element::Barrier,
+    /// The job stops with this checkpoint: a source emits nothing after
+    /// its barrier (it finishes on the checkpoint's notify-complete, and
+    /// goes on if the checkpoint is aborted).
+    pub stop: bool,
 }
 
 /// Sent by the coordinator to every subtask once checkpoint `checkpoint`
@@ -133,6 +137,10 @@ pub struct NotifyCheckpoint {
     pub checkpoint: CheckpointId,
     /// Completed (true) or aborted (false).
     pub completed: bool,
+    /// The job stops with this checkpoint (stop with a final checkpoint or
+    /// savepoint): once its chain was notified (sinks committed), the
+    /// subtask finishes, wherever its input is.
+    pub finish: bool,
 }
 
 /// A subtask's part of a checkpoint, persisted.
@@ -195,4 +203,11 @@ pub struct CheckpointLink {
     /// Aligned checkpoints waiting longer than this for their barriers
     /// continue unaligned (on subtasks that can encode their input).
     pub alignment_timeout: Option<std::time::Duration>,
+    /// Where a subtask reports that it reached its end, when the job ends
+    /// with a final checkpoint (periodic checkpoints on): the subtask then
+    /// stays, takes part in checkpoints triggered directly, and finishes
+    /// only once a checkpoint it took after its end completed, so what its
+    /// operators commit on completion is committed exactly then, never
+    /// before a checkpoint covers it. `None`: it finishes at its end.
+    pub final_checkpoint: Option<Recipient<crate::messages::SubtaskEnded>>,
 }

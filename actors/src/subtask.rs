@@ -11,8 +11,12 @@
 //!    channels (finished channels do not count); it never goes backwards.
 //! 4. **Lifecycle.** End-of-input on every channel (or an exhausted source)
 //!    flushes the chain; once every output is drained the subtask reports
-//!    `SubtaskFinished` and stops. A failure (error or panic, caught here) is
-//!    reported as `SubtaskFailed` naming the operator and subtask.
+//!    `SubtaskFinished` and stops — or, when the job ends with a final
+//!    checkpoint (FLIP-147), reports `SubtaskEnded` to the coordinator,
+//!    snapshots its final state when triggered directly, and stops once
+//!    such a checkpoint completed (its operators committed on it). A
+//!    failure (error or panic, caught here) is reported as `SubtaskFailed`
+//!    naming the operator and subtask.
 //! 5. **Metrics.** Queue lengths and watermarks go to relaxed atomics per batch
 //!    or per watermark; time is accounted as busy, backpressured (a step stopped
 //!    on a full output queue, until the credit grant that frees it) or idle
@@ -28,8 +32,8 @@ use crate::error::{Error, Result, panic_message};
 use crate::ids::CheckpointId;
 use crate::ids::{ChannelId, SubtaskIndex, VertexId};
 use crate::messages::{
-    CancelSubtask, ConnectChannel, Deliver, GrantCredit, InjectFailure, Step, SubtaskFailed,
-    SubtaskFinished,
+    CancelSubtask, ConnectChannel, Deliver, GrantCredit, InjectFailure, Step, SubtaskEnded,
+    SubtaskFailed, SubtaskFinished,
 };
 use crate::metrics::{QueueMetrics, WaitState};
 use crate::snapshot::{
@@ -137,6 +141,9 @@ struct Checkpointing {
     in_flight: usize,
     /// Aligned checkpoints whose barrier still waits in an output queue.
     held: Vec<HeldAck>,
+    /// The first checkpoint snapshotted after the subtask ended: its
+    /// completion (or a later one's) finishes the subtask.
+    final_snapshot: Option<CheckpointId>,
 }
 
 /// The ack of an aligned checkpoint whose barrier was queued behind output
@@ -191,6 +198,9 @@ struct InputChannel<T> {
 enum Phase {
     Running,
     Finishing,
+    /// Input processed and outputs drained; waiting for the final
+    /// checkpoint (see [`CheckpointLink::final_checkpoint`]).
+    Ended,
     Done,
 }
 
@@ -217,6 +227,9 @@ pub struct SubtaskActor<IN: Send + 'static> {
     throttle: Option<Throttle>,
     /// A throttled step waits for a timer; no other step runs meanwhile.
     throttled: bool,
+    /// A source paused after the barrier of the checkpoint the job stops
+    /// with, until that checkpoint completes (finish) or is aborted.
+    paused: Option<CheckpointId>,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -268,6 +281,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 capture: None,
                 in_flight: 0,
                 held: Vec::new(),
+                final_snapshot: None,
             });
             let throttle = setup.input_rate.map(|per_second| Throttle {
                 per_second,
@@ -279,6 +293,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 checkpointing,
                 throttle,
                 throttled: false,
+                paused: None,
                 setup,
                 head,
                 build_error,
@@ -305,7 +320,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     }
 
     fn schedule(&mut self, ctx: &mut Context<Self>) {
-        if !self.scheduled && !self.throttled && self.phase != Phase::Done {
+        if !self.scheduled && !self.throttled && !matches!(self.phase, Phase::Done | Phase::Ended) {
             self.scheduled = true;
             ctx.notify(Step);
         }
@@ -344,7 +359,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     /// is full), idle (a running subtask with nothing queued) or busy. Called
     /// once per step and per credit grant, never per record.
     fn update_wait(&mut self) {
-        let to = if self.phase == Phase::Done {
+        let to = if matches!(self.phase, Phase::Done | Phase::Ended) {
             WaitState::Busy
         } else if self.backpressured() {
             WaitState::Backpressured
@@ -398,14 +413,37 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             && snapshots_done
             && self.writers.iter().all(|w| w.borrow().drained())
         {
-            self.phase = Phase::Done;
-            self.end_metrics();
-            self.setup.on_finished.do_send(SubtaskFinished {
-                vertex: self.setup.vertex,
-                subtask: self.setup.index,
-            });
-            ctx.stop();
+            let ended_to = self
+                .checkpointing
+                .as_ref()
+                .and_then(|cp| cp.link.final_checkpoint.clone());
+            if let Some(coordinator) = ended_to {
+                // Stays for the final checkpoint: what its operators commit
+                // on completion must be covered by a checkpoint first.
+                self.phase = Phase::Ended;
+                self.end_metrics();
+                coordinator.do_send(SubtaskEnded {
+                    vertex: self.setup.vertex,
+                    subtask: self.setup.index,
+                });
+                return;
+            }
+            self.finish(ctx);
         }
+    }
+
+    /// Reports the subtask finished and stops it.
+    fn finish(&mut self, ctx: &mut Context<Self>) {
+        if self.phase == Phase::Done {
+            return;
+        }
+        self.phase = Phase::Done;
+        self.end_metrics();
+        self.setup.on_finished.do_send(SubtaskFinished {
+            vertex: self.setup.vertex,
+            subtask: self.setup.index,
+        });
+        ctx.stop();
     }
 
     /// One bounded unit of work. Returns whether more work is ready now.
@@ -414,6 +452,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let mut more = false;
         match self.head.as_mut() {
             None => return Ok(false),
+            Some(Head::Source(_)) if self.paused.is_some() => return Ok(false),
             Some(Head::Source(driver)) => {
                 while budget > 0 {
                     if self.writers.iter().any(|w| w.borrow().backpressured()) {
@@ -717,6 +756,11 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
     fn handle(&mut self, msg: Deliver<IN>, ctx: &mut Context<Self>) {
         if msg.channel.as_usize() >= self.inputs.len() {
             tracing::error!(channel = %msg.channel, "element for an unknown channel");
+            return;
+        }
+        if self.phase == Phase::Ended {
+            // Every input ended: only barriers sent after an end of input
+            // come now, and checkpoints reach this subtask directly.
             return;
         }
         let c = msg.channel.as_usize();
@@ -1482,15 +1526,27 @@ impl<IN: Send + 'static> Handler<TriggerCheckpoint> for SubtaskActor<IN> {
         // A source that is finishing (input exhausted, output still
         // draining) still takes part: its position is final, and its barrier
         // follows the end of input (or, unaligned, overtakes it).
+        // An ended subtask (waiting for the final checkpoint) is triggered
+        // directly and snapshots its final state.
         let source = matches!(self.head, Some(Head::Source(_)));
-        let live = self.phase == Phase::Running || (source && self.phase == Phase::Finishing);
+        let live = self.phase == Phase::Running
+            || self.phase == Phase::Ended
+            || (source && self.phase == Phase::Finishing);
         if !live || self.checkpointing.is_none() {
             return;
         }
         let id = msg.barrier.checkpoint_id;
+        let ended = self.phase == Phase::Ended;
+        if msg.stop && source {
+            // Nothing after the barrier: the job stops with this checkpoint.
+            self.paused = Some(id);
+        }
         self.guard(ctx, |a, ctx| {
             if let Some(cp) = a.checkpointing.as_mut() {
                 cp.first_barrier = Some((id, Instant::now()));
+                if ended {
+                    cp.final_snapshot.get_or_insert(id);
+                }
             }
             a.take_snapshot(msg.barrier, false, Vec::new())?;
             a.start_async_part(id, ctx);
@@ -1534,6 +1590,22 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
                 None => Ok(()),
             }
         });
+        let covered = self
+            .checkpointing
+            .as_ref()
+            .and_then(|cp| cp.final_snapshot)
+            .is_some_and(|f| msg.completed && msg.checkpoint >= f);
+        if (self.phase == Phase::Ended && covered) || (msg.completed && msg.finish) {
+            // The final checkpoint completed (or the job stops with this
+            // one) and the chain committed.
+            self.finish(ctx);
+            return;
+        }
+        if !msg.completed && self.paused.is_some_and(|p| p <= msg.checkpoint) {
+            // The stop's checkpoint was aborted: the source goes on.
+            self.paused = None;
+            self.schedule(ctx);
+        }
         // A blocked channel may have been released.
         if self.has_ready_input() {
             self.schedule(ctx);

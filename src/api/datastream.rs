@@ -88,6 +88,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 subtask: ctx.subtask.0 as usize,
                 parallelism: ctx.parallelism,
                 max_parallelism: ctx.config.max_parallelism,
+                final_checkpoint: ctx.config.checkpoint.interval.is_some(),
             };
             let mut op = make(&view);
             let info = ctx.info();
@@ -405,6 +406,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                     parallelism: ctx.parallelism,
                 },
             )
+            .commit_on_final_checkpoint(ctx.final_checkpoint)
         })
         .with_node(|n| n.transactional = true)
     }
@@ -460,6 +462,10 @@ pub struct NodeCtxView {
     pub parallelism: usize,
     /// Number of key groups.
     pub max_parallelism: u32,
+    /// Whether the job ends with a final checkpoint (periodic checkpoints
+    /// on): an operator that commits on checkpoint completion commits its
+    /// last output then, not at its end of input.
+    pub final_checkpoint: bool,
 }
 
 /// A restore failure, naming the operator and subtask.

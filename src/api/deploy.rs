@@ -487,6 +487,12 @@ pub(crate) fn deploy_attempt(
         decline: coordinator.clone().recipient(),
         writer: router,
         alignment_timeout: config.checkpoint.alignment_timeout,
+        // Periodic checkpoints on: the job ends with a final checkpoint.
+        final_checkpoint: config
+            .checkpoint
+            .interval
+            .is_some()
+            .then(|| coordinator.clone().recipient()),
     };
 
     let spawner = Spawner {

@@ -5,7 +5,7 @@
 
 use super::status::{JobGraphInfo, JobStatusSnapshot, StatusReporter};
 use crate::checkpoint::CheckpointStats;
-use crate::checkpoint::coordinator::{CheckpointCoordinator, TriggerSavepoint};
+use crate::checkpoint::coordinator::{CheckpointCoordinator, StopWithCheckpoint, TriggerSavepoint};
 use crate::{Error, Result};
 use actix::Addr;
 use floe_actors::messages::CancelJob;
@@ -175,6 +175,40 @@ impl JobHandle {
         rx.await.map_err(|_| {
             Error::Runtime(floe_actors::Error::Runtime(
                 "the job ended before the savepoint completed".into(),
+            ))
+        })?
+    }
+
+    /// Stops the job cleanly (Flink's stop-with-savepoint, without
+    /// draining): a final checkpoint — or, with `savepoint_dir`, a savepoint
+    /// into a new directory there — is taken, and once it completed every
+    /// subtask is notified (two-phase-commit sinks commit up to it) and
+    /// finishes where it is: no end of input is signalled, so windows are
+    /// not fired early. [`wait`](Self::wait) then returns the job's result
+    /// as for a job that finished, and a job restored from that checkpoint
+    /// (`Config::restore_from` on the checkpoint directory, or the
+    /// savepoint) goes on exactly from there.
+    ///
+    /// Returns the savepoint's path (`None` for a checkpoint). When the
+    /// checkpoint fails the job runs on and the error is returned: cancel it
+    /// or try again.
+    pub async fn stop_with_checkpoint(
+        &self,
+        savepoint_dir: Option<std::path::PathBuf>,
+    ) -> Result<Option<std::path::PathBuf>> {
+        let Some(coordinator) = self.control.coordinator() else {
+            return Err(Error::Config(
+                "the job has no checkpoint coordinator".into(),
+            ));
+        };
+        let (reply, rx) = futures::channel::oneshot::channel();
+        coordinator.do_send(StopWithCheckpoint {
+            savepoint_dir,
+            reply,
+        });
+        rx.await.map_err(|_| {
+            Error::Runtime(floe_actors::Error::Runtime(
+                "the job ended or restarted before its final checkpoint completed".into(),
             ))
         })?
     }

@@ -14,7 +14,9 @@
 //!    `retained`, and sends notify-complete to every subtask, on which
 //!    two-phase-commit sinks commit.
 //! 4. **Savepoints** go the same way with aligned barriers, into a
-//!    self-contained directory instead of the store.
+//!    self-contained directory instead of the store. While one is pending
+//!    the periodic trigger waits (a newer barrier would cancel it in the
+//!    subtasks) and fires when the savepoint ends.
 //! 5. More failed checkpoints in a row than `tolerable_failures` fail the job.
 
 use super::format::{
@@ -28,7 +30,7 @@ use crate::testing::chaos::TraceEvent;
 use actix::prelude::*;
 use floe_actors::element::{Barrier, BarrierKind, now_ms};
 use floe_actors::ids::{CheckpointId, SubtaskIndex, VertexId};
-use floe_actors::messages::SubtaskFinished;
+use floe_actors::messages::{SubtaskEnded, SubtaskFinished};
 use floe_actors::snapshot::{
     AcknowledgeCheckpoint, BlobRef, BlobWriter, DeclineCheckpoint, NotifyCheckpoint,
     TriggerCheckpoint,
@@ -175,9 +177,13 @@ pub(crate) struct CoordinatorSetup {
 
 struct Pending {
     kind: SnapshotKind,
+    /// Sent again, directly, to a subtask that ends while awaited.
+    barrier: Barrier,
     trigger_ms: i64,
     started: Instant,
     awaiting: HashSet<(VertexId, SubtaskIndex)>,
+    /// The job stops with it: its notify-complete finishes every subtask.
+    stop: bool,
     acks: Vec<AcknowledgeCheckpoint>,
     reply: Option<futures::channel::oneshot::Sender<crate::Result<PathBuf>>>,
 }
@@ -189,6 +195,9 @@ pub struct CheckpointCoordinator {
     supervisor: Option<Recipient<FailJob>>,
     pending: BTreeMap<u64, Pending>,
     finished: HashSet<(VertexId, SubtaskIndex)>,
+    /// Subtasks that reached their end and wait for the final checkpoint:
+    /// triggered directly, as no barrier reaches them any more.
+    ended: HashSet<(VertexId, SubtaskIndex)>,
     last_completion: Option<Instant>,
     failures_in_row: u32,
     savepoint_requested: bool,
@@ -196,7 +205,18 @@ pub struct CheckpointCoordinator {
     holding: HashSet<(VertexId, SubtaskIndex)>,
     /// Checkpoints aborted: files their late parts write are removed.
     aborted: HashSet<u64>,
+    /// A periodic trigger came while a savepoint was pending: it is taken
+    /// once no savepoint is.
+    periodic_queued: bool,
+    /// The job is stopping with a final checkpoint: nothing else is
+    /// triggered; the reply waits for that checkpoint.
+    stopping: Option<StopReply>,
+    /// The checkpoint being triggered is the stop's: sources pause after
+    /// its barrier.
+    stopping_next: bool,
 }
+
+type StopReply = futures::channel::oneshot::Sender<crate::Result<Option<PathBuf>>>;
 
 impl CheckpointCoordinator {
     pub(crate) fn new(setup: CoordinatorSetup) -> Self {
@@ -206,22 +226,67 @@ impl CheckpointCoordinator {
             setup,
             pending: BTreeMap::new(),
             finished: HashSet::new(),
+            ended: HashSet::new(),
             last_completion: None,
             failures_in_row: 0,
             savepoint_requested: false,
             holding: HashSet::new(),
             aborted: HashSet::new(),
+            periodic_queued: false,
+            stopping: None,
+            stopping_next: false,
         }
     }
 
-    fn running_sources(&self) -> Vec<&TaskInfo> {
-        self.tasks
-            .iter()
-            .filter(|t| t.is_source && !self.finished.contains(&(t.vertex, t.subtask)))
-            .collect()
+    /// A savepoint ended (completed or not): the periodic trigger queued
+    /// behind it goes now.
+    fn release_queued_periodic(&mut self, ctx: &mut Context<Self>) {
+        if self.periodic_queued
+            && !self
+                .pending
+                .values()
+                .any(|p| p.kind == SnapshotKind::Savepoint)
+        {
+            self.periodic_queued = false;
+            self.periodic(ctx);
+        }
+    }
+
+    /// Every subtask still deployed ended: the final checkpoint is taken at
+    /// once (not at the next interval), so the job finishes promptly.
+    fn maybe_trigger_final(&mut self, ctx: &mut Context<Self>) {
+        if self.is_stopping() {
+            return;
+        }
+        let all_ended = !self.tasks.is_empty()
+            && !self.ended.is_empty()
+            && self.tasks.iter().all(|t| {
+                let key = (t.vertex, t.subtask);
+                self.ended.contains(&key) || self.finished.contains(&key)
+            });
+        // Not while a savepoint is pending either: the newer barrier would
+        // cancel it (see `periodic`); its end calls this again.
+        if all_ended && self.pending.is_empty() && self.setup.config.interval.is_some() {
+            self.trigger(SnapshotKind::Checkpoint, None, ctx);
+        }
     }
 
     fn periodic(&mut self, ctx: &mut Context<Self>) {
+        if self.is_stopping() {
+            return;
+        }
+        if self
+            .pending
+            .values()
+            .any(|p| p.kind == SnapshotKind::Savepoint)
+        {
+            // Queued behind the savepoint, as Flink does: a newer barrier
+            // would cancel it in the subtasks (an unaligned one on arrival,
+            // an abort of the newer one with it). The trigger is taken when
+            // the savepoint ends.
+            self.periodic_queued = true;
+            return;
+        }
         let periodic = self
             .pending
             .values()
@@ -248,7 +313,17 @@ impl CheckpointCoordinator {
         )>,
         ctx: &mut Context<Self>,
     ) -> Option<u64> {
-        let sources: Vec<TaskInfo> = self.running_sources().into_iter().cloned().collect();
+        // Running sources emit the barrier; subtasks that ended snapshot
+        // their final state when triggered directly.
+        let sources: Vec<TaskInfo> = self
+            .tasks
+            .iter()
+            .filter(|t| {
+                let key = (t.vertex, t.subtask);
+                (t.is_source || self.ended.contains(&key)) && !self.finished.contains(&key)
+            })
+            .cloned()
+            .collect();
         if sources.is_empty() {
             if let Some((_, tx)) = reply {
                 let _ = tx.send(Err(crate::Error::Config(
@@ -291,9 +366,15 @@ impl CheckpointCoordinator {
             id,
             Pending {
                 kind,
+                barrier: Barrier {
+                    checkpoint_id: CheckpointId(id),
+                    timestamp: trigger_ms,
+                    kind: barrier_kind,
+                },
                 trigger_ms,
                 started: Instant::now(),
                 awaiting,
+                stop: false,
                 acks: Vec::new(),
                 reply,
             },
@@ -305,7 +386,10 @@ impl CheckpointCoordinator {
             kind: barrier_kind,
         };
         for s in sources {
-            s.trigger.do_send(TriggerCheckpoint { barrier });
+            s.trigger.do_send(TriggerCheckpoint {
+                barrier,
+                stop: self.stopping_next,
+            });
         }
         self.trace(TraceEvent::CheckpointTriggered { id });
         let timeout = self.setup.config.timeout;
@@ -402,11 +486,22 @@ impl CheckpointCoordinator {
                     t.notify.do_send(NotifyCheckpoint {
                         checkpoint: CheckpointId(id),
                         completed: true,
+                        finish: p.stop,
                     });
+                }
+                if p.stop
+                    && let Some(tx) = self.stopping.take()
+                {
+                    tracing::info!(job = %self.setup.job, checkpoint = id, "job stops after its final checkpoint");
+                    let _ = tx.send(Ok(path.clone()));
                 }
                 if let (Some(tx), Some(path)) = (p.reply, path) {
                     let _ = tx.send(Ok(path));
                 }
+                if p.kind == SnapshotKind::Savepoint {
+                    self.release_queued_periodic(ctx);
+                }
+                self.maybe_trigger_final(ctx);
             }
             Err(e) => {
                 let message = e.to_string();
@@ -540,6 +635,7 @@ impl CheckpointCoordinator {
             t.notify.do_send(NotifyCheckpoint {
                 checkpoint: CheckpointId(id),
                 completed: false,
+                finish: false,
             });
         }
         // A checkpoint abandoned because a subtask reached its end is not a
@@ -565,15 +661,30 @@ impl CheckpointCoordinator {
             stats.record(record.clone());
         }
         publish_metrics(&self.setup.job, &record);
+        if p.stop
+            && let Some(tx) = self.stopping.take()
+        {
+            // The stop failed; the job runs on (the caller may cancel it).
+            let _ = tx.send(Err(CheckpointError::Failed {
+                checkpoint: id,
+                message: reason.clone(),
+            }
+            .into()));
+        }
+        if p.kind == SnapshotKind::Savepoint {
+            self.release_queued_periodic(ctx);
+        }
         if let Some(tx) = p.reply {
             let _ = tx.send(Err(CheckpointError::Failed {
                 checkpoint: id,
                 message: reason.clone(),
             }
             .into()));
+            self.maybe_trigger_final(ctx);
             return;
         }
         if !counts {
+            self.maybe_trigger_final(ctx);
             return;
         }
         self.failures_in_row += 1;
@@ -586,7 +697,9 @@ impl CheckpointCoordinator {
                 s.do_send(FailJob { error });
             }
             ctx.stop();
+            return;
         }
+        self.maybe_trigger_final(ctx);
     }
 }
 
@@ -726,6 +839,20 @@ impl Handler<SubtaskFinished> for CheckpointCoordinator {
     fn handle(&mut self, msg: SubtaskFinished, ctx: &mut Context<Self>) {
         let key = (msg.vertex, msg.subtask);
         self.finished.insert(key);
+        if self.ended.remove(&key) {
+            // It finished after a checkpoint covering its end completed:
+            // its state is final and committed; later checkpoints record
+            // it finished instead of waiting for it.
+            let ids: Vec<u64> = self
+                .pending
+                .iter_mut()
+                .filter_map(|(id, p)| p.awaiting.remove(&key).then_some(*id))
+                .collect();
+            for id in ids {
+                self.maybe_complete(id, ctx);
+            }
+            return;
+        }
         self.maybe_take_requested_savepoint(ctx);
         // A subtask that finishes while a checkpoint still waits for its
         // snapshot never takes one (its barriers came after its end of
@@ -748,6 +875,34 @@ impl Handler<SubtaskFinished> for CheckpointCoordinator {
                 ctx,
             );
         }
+    }
+}
+
+impl Handler<SubtaskEnded> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubtaskEnded, ctx: &mut Context<Self>) {
+        let key = (msg.vertex, msg.subtask);
+        if self.finished.contains(&key) {
+            return;
+        }
+        self.ended.insert(key);
+        // Checkpoints still awaiting it will get no barrier through its
+        // ended inputs (theirs came after the end of input): it takes them
+        // directly, with its final state, which is what its upstream
+        // subtasks snapshotted for them too (their final positions).
+        if let Some(t) = self.tasks.iter().find(|t| (t.vertex, t.subtask) == key) {
+            for p in self.pending.values() {
+                if p.awaiting.contains(&key) {
+                    t.trigger.do_send(TriggerCheckpoint {
+                        barrier: p.barrier,
+                        stop: p.stop,
+                    });
+                }
+            }
+        }
+        self.maybe_take_requested_savepoint(ctx);
+        self.maybe_trigger_final(ctx);
     }
 }
 
@@ -801,7 +956,10 @@ impl CheckpointCoordinator {
         }
         let waiting = self.tasks.iter().any(|t| {
             let key = (t.vertex, t.subtask);
-            t.is_source && !self.finished.contains(&key) && !self.holding.contains(&key)
+            t.is_source
+                && !self.finished.contains(&key)
+                && !self.ended.contains(&key)
+                && !self.holding.contains(&key)
         });
         if waiting {
             return;
@@ -851,10 +1009,72 @@ impl Handler<ReplaceTasks> for CheckpointCoordinator {
         for t in msg.tasks {
             let key = (t.vertex, t.subtask);
             self.finished.remove(&key);
+            self.ended.remove(&key);
             self.holding.remove(&key);
             match self.tasks.iter_mut().find(|x| (x.vertex, x.subtask) == key) {
                 Some(x) => *x = t,
                 None => self.tasks.push(t),
+            }
+        }
+    }
+}
+
+/// Stops the job with a final checkpoint, or a savepoint into `dir`: no
+/// other checkpoint is triggered from now on; once it completed, its
+/// notify-complete (two-phase-commit sinks commit) finishes every subtask.
+/// The reply: the savepoint's path (none for a checkpoint), or why the
+/// checkpoint failed (the job then runs on).
+pub(crate) struct StopWithCheckpoint {
+    pub savepoint_dir: Option<PathBuf>,
+    pub reply: StopReply,
+}
+
+impl Message for StopWithCheckpoint {
+    type Result = ();
+}
+
+impl CheckpointCoordinator {
+    fn is_stopping(&self) -> bool {
+        self.stopping.is_some()
+    }
+}
+
+impl Handler<StopWithCheckpoint> for CheckpointCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: StopWithCheckpoint, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() {
+            let _ = msg.reply.send(Err(crate::Error::Config(
+                "the job is already stopping".into(),
+            )));
+            return;
+        }
+        if msg.savepoint_dir.is_none() && self.setup.store.is_none() {
+            let _ = msg.reply.send(Err(crate::Error::Config(
+                "stopping with a final checkpoint needs checkpointing".into(),
+            )));
+            return;
+        }
+        self.stopping_next = true;
+        let id = match msg.savepoint_dir {
+            Some(dir) => {
+                // The stop's reply carries the path; the savepoint's own
+                // reply is not awaited.
+                let (reply, _) = futures::channel::oneshot::channel();
+                self.trigger(SnapshotKind::Savepoint, Some((dir, reply)), ctx)
+            }
+            None => self.trigger(SnapshotKind::Checkpoint, None, ctx),
+        };
+        self.stopping_next = false;
+        match id.and_then(|id| self.pending.get_mut(&id)) {
+            Some(p) => {
+                p.stop = true;
+                self.stopping = Some(msg.reply);
+            }
+            None => {
+                let _ = msg.reply.send(Err(crate::Error::Config(
+                    "cannot stop with a final checkpoint: every subtask has finished, or the savepoint directory cannot be created".into(),
+                )));
             }
         }
     }

@@ -8,6 +8,7 @@ mod observe;
 mod output;
 mod pipelines;
 mod progress;
+mod signal;
 mod state_args;
 mod window;
 mod window_state;
@@ -271,14 +272,16 @@ pub fn main() -> i32 {
             command: CheckpointsCommand::Verify { dir },
         } => checkpoints::verify(&dir),
     };
-    match result {
+    let code = match result {
         Ok(()) => 0,
         Err(e) => {
             let msg = e.to_string().replace('\n', " ");
             eprintln!("error: {msg}");
             1
         }
-    }
+    };
+    // Stopped by SIGINT / SIGTERM: 130 / 143, as a shell expects.
+    signal::exit_code().unwrap_or(code)
 }
 
 /// Logs through `FLOE_LOG`, else `RUST_LOG`, else errors only.

@@ -157,6 +157,7 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     let prometheus = args.observe.install(&env, "pipelines")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
+    let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.savepoint_dir.clone())?;
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let waited = {
         let _progress = super::progress::Progress::start_with(

@@ -259,6 +259,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     let prometheus = args.observe.install(&env, "wordcount")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
+    let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.savepoint_dir.clone())?;
     let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
     let result = {
         let _progress =

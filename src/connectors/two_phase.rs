@@ -20,9 +20,14 @@
 //!    every former subtask, kept in union list state — are handed to
 //!    [`TwoPhaseCommitSink::recover`] by subtask 0 only, before any record, so
 //!    that exactly one subtask commits them and cleans up what was begun after n.
-//! 4. At the end of a bounded input everything is committed, like Flink's final
-//!    checkpoint: the input is complete, so nothing will be replayed for this
-//!    subtask unless another subtask fails before the job finishes.
+//! 4. At the end of a bounded input the last transaction is pre-committed.
+//!    With periodic checkpoints on, it is committed like every other one:
+//!    when a checkpoint taken after the end (the subtask's final checkpoint,
+//!    as Flink does since 1.14, FLIP-147) completes — so committed output is
+//!    never taken back: a failure before then restores a checkpoint that
+//!    does not cover it (it was never visible), one after it restores a
+//!    checkpoint that holds it as pre-committed. Without checkpoints it is
+//!    committed at once.
 
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
@@ -100,6 +105,10 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
     }
 }
 
+/// The pending key of the transaction pre-committed at the end of input,
+/// until a checkpoint takes it.
+const AFTER_END: u64 = u64::MAX;
+
 /// Runs a [`TwoPhaseCommitSink`] as the last operator of a chain.
 pub struct TwoPhaseCommitSinkOp<S, T>
 where
@@ -112,6 +121,11 @@ where
     current: Option<S::Txn>,
     /// Pre-committed transactions by the checkpoint that pre-committed them.
     pending: BTreeMap<u64, Vec<S::Txn>>,
+    /// The job ends with a final checkpoint: the last transaction waits
+    /// for it instead of being committed at the end of input.
+    final_checkpoint: bool,
+    /// The input ended: no transaction is begun any more.
+    ended: bool,
     _type: PhantomData<fn(T)>,
 }
 
@@ -127,8 +141,18 @@ where
             opened: false,
             current: None,
             pending: BTreeMap::new(),
+            final_checkpoint: false,
+            ended: false,
             _type: PhantomData,
         }
+    }
+
+    /// `true`: the job ends with a final checkpoint (periodic checkpoints
+    /// on), so the transaction pre-committed at the end of input is
+    /// committed when a checkpoint taken after it completes, not at once.
+    pub fn commit_on_final_checkpoint(mut self, yes: bool) -> Self {
+        self.final_checkpoint = yes;
+        self
     }
 
     /// The transactions pre-committed and not yet committed, by checkpoint.
@@ -187,17 +211,24 @@ where
         self.sink.write(txn, batch)
     }
 
-    /// The input is complete: pre-commits the current transaction and commits
-    /// it after every pending one, as Flink's final checkpoint would;
+    /// The input is complete: pre-commits the current transaction. With a
+    /// final checkpoint to come (see
+    /// [`commit_on_final_checkpoint`](Self::commit_on_final_checkpoint)) it
+    /// stays pending until that checkpoint completes; otherwise it is
+    /// committed at once, after every pending one.
     /// [`Operator::on_end_of_input`] without an output.
     pub fn finish(&mut self) -> Result<()> {
         // Opened even without records, so an empty input yields empty output.
         self.ensure_open()?;
+        self.ended = true;
         if let Some(mut txn) = self.current.take() {
             self.sink.pre_commit(&mut txn)?;
-            self.pending.entry(u64::MAX).or_default().push(txn);
+            self.pending.entry(AFTER_END).or_default().push(txn);
         }
-        self.commit_up_to(u64::MAX)
+        if self.final_checkpoint {
+            return Ok(());
+        }
+        self.commit_up_to(AFTER_END)
     }
 
     fn restore(&mut self, state: RestoredState) -> Result<()> {
@@ -245,17 +276,27 @@ where
     }
 
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
-        // A transaction is begun even if nothing was written yet, so every
-        // running subtask has one pending per checkpoint: recovery relies on it
-        // to tell commits before the checkpoint from commits after it.
-        self.ensure_current()?;
-        let mut txn = self
-            .current
-            .take()
-            .expect("current transaction was just begun");
-        self.sink.pre_commit(&mut txn)?;
-        self.pending.entry(ctx.checkpoint).or_default().push(txn);
-        self.current = Some(self.sink.begin()?);
+        if self.ended {
+            // The final checkpoint: the last transaction, pre-committed at
+            // the end of input, belongs to it (its completion commits it);
+            // nothing new is begun.
+            if let Some(last) = self.pending.remove(&AFTER_END) {
+                self.pending.entry(ctx.checkpoint).or_default().extend(last);
+            }
+        } else {
+            // A transaction is begun even if nothing was written yet, so
+            // every running subtask has one pending per checkpoint: recovery
+            // relies on it to tell commits before the checkpoint from
+            // commits after it.
+            self.ensure_current()?;
+            let mut txn = self
+                .current
+                .take()
+                .expect("current transaction was just begun");
+            self.sink.pre_commit(&mut txn)?;
+            self.pending.entry(ctx.checkpoint).or_default().push(txn);
+            self.current = Some(self.sink.begin()?);
+        }
         let union_list = self
             .pending
             .iter()

@@ -586,6 +586,7 @@ impl<T> Default for ExactlyOnceCollector<T> {
                 committed: HashSet::new(),
                 initialized: false,
                 scratch_reset: 0,
+                taken_back: 0,
             })),
         }
     }
@@ -601,6 +602,8 @@ struct Collected<T> {
     initialized: bool,
     /// The last restart from the beginning whose reset was done.
     scratch_reset: u64,
+    /// Committed records removed again (by a recovery or a reset).
+    taken_back: usize,
 }
 
 impl<T> Collected<T> {
@@ -616,6 +619,14 @@ impl<T: Clone> ExactlyOnceCollector<T> {
     /// An empty collector.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How many committed records a recovery or a restart from the
+    /// beginning removed again, over the collector's life: what a reader of
+    /// the committed output saw disappear. Committed output is never taken
+    /// back, so a job should leave this at 0.
+    pub fn taken_back(&self) -> usize {
+        self.inner.lock().map(|c| c.taken_back).unwrap_or(0)
     }
 
     /// The committed records, in commit order.
@@ -657,6 +668,7 @@ impl<T: Clone + Send + 'static> TwoPhaseCommitSink<T> for ExactlyOnceCollector<T
         let mut c = self.inner.lock().map_err(poisoned)?;
         if c.scratch_reset < restart {
             c.scratch_reset = restart;
+            c.taken_back += c.log.iter().map(|(_, r)| r.len()).sum::<usize>();
             c.log.clear();
             c.committed.clear();
         }
@@ -705,6 +717,7 @@ impl<T: Clone + Send + 'static> TwoPhaseCommitSink<T> for ExactlyOnceCollector<T
             && c.log[first..].iter().any(|(t, _)| !keep.contains(t))
         {
             let tail = c.log.split_off(first);
+            c.taken_back += tail.iter().map(|(_, r)| r.len()).sum::<usize>();
             for (t, records) in tail {
                 c.committed.remove(&t);
                 if keep.contains(&t) {
