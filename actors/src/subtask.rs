@@ -757,6 +757,14 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
             } else if let Err(e) = self.record_arrival(c, &element) {
                 self.fail(e, ctx);
                 return;
+            } else if matches!(element, StreamElement::EndOfInput) {
+                // Recorded: the checkpoint need not wait for the data ahead
+                // of the end to be processed.
+                let cp = self.checkpointing.as_mut().expect("checked");
+                let actions = cp.barriers.on_end_of_input_arrival(c);
+                if !actions.is_empty() {
+                    self.guard(ctx, |a, ctx| a.apply(actions, ctx));
+                }
             }
         }
         let ch = &mut self.inputs[c];
@@ -924,6 +932,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         // its barrier n (a barrier n already queued there overtakes too).
         let mut input_state = Vec::new();
         let mut overtaking = Vec::new();
+        let mut ending = Vec::new();
         if actions.iter().any(|a| {
             matches!(
                 a,
@@ -953,12 +962,21 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     && let Some(StreamElement::Barrier(b)) = queue.remove(pos)
                 {
                     overtaking.push((ch, b));
+                } else if queue.iter().any(|e| matches!(e, StreamElement::EndOfInput)) {
+                    // Its whole rest is recorded: no barrier n will come.
+                    ending.push(ch);
                 }
             }
         }
         self.apply_with(actions, input_state, ctx)?;
         for (ch, b) in overtaking {
             self.on_barrier(ch, b, ctx)?;
+        }
+        for ch in ending {
+            if let Some(cp) = self.checkpointing.as_mut() {
+                let actions = cp.barriers.on_end_of_input_arrival(ch);
+                self.apply(actions, ctx)?;
+            }
         }
         Ok(())
     }

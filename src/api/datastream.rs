@@ -330,6 +330,48 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.with_node(|n| n.in_type = super::graph::serde_ops::<I>())
     }
 
+    /// Lets unaligned checkpoints record this stream's in-flight records as
+    /// channel state: the records are encoded with serde (postcard) when a
+    /// barrier overtakes them in an output or input queue, and re-injected
+    /// on restore. Without it, a channel whose record type the runtime
+    /// cannot encode keeps its barriers in place (handled as aligned).
+    /// Keyed and window inputs and the text file source have it already.
+    ///
+    /// # Examples
+    /// ```
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let doubled = env
+    ///     .from_collection(vec![1u64, 2, 3])
+    ///     .map(|x| x * 2)
+    ///     .with_channel_state()
+    ///     .rebalance()
+    ///     .collect();
+    /// env.execute().unwrap();
+    /// let mut out = doubled.take();
+    /// out.sort();
+    /// assert_eq!(out, vec![2, 4, 6]);
+    /// ```
+    pub fn with_channel_state(self) -> Self
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        {
+            let mut inner = self.env.inner.borrow_mut();
+            for r in &self.refs {
+                let node = &mut inner.nodes[r.node];
+                match r.port {
+                    Port::Main => node.out_type = super::graph::serde_ops::<T>(),
+                    Port::Side(tag) => {
+                        if let Some(side) = node.side_types.iter_mut().find(|(t, _)| *t == tag) {
+                            side.1 = super::graph::serde_ops::<T>();
+                        }
+                    }
+                }
+            }
+        }
+        self
+    }
+
     fn with_node(self, f: impl FnOnce(&mut Node)) -> Self {
         if let Some(r) = self.refs.first() {
             f(&mut self.env.inner.borrow_mut().nodes[r.node]);

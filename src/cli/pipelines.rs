@@ -113,14 +113,17 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
         .name("Pipeline Source")
         .uid("pipeline-source")
         .disable_chaining()
+        .with_channel_state()
         .try_map(|l: String| parse(&l))
         .name("Parse")
         .uid("parse")
         .disable_chaining()
+        .with_channel_state()
         .filter(|e: &Event| keep(e.value))
         .name("Filter")
         .uid("filter")
-        .disable_chaining();
+        .disable_chaining()
+        .with_channel_state();
     let enriched = match args.state.backend()? {
         None => enriched.map(|e: Event| enrich(e.id, e.key, e.value)),
         Some(kind) => {
@@ -146,7 +149,8 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     }
     .name("Enrich")
     .uid("enrich")
-    .disable_chaining();
+    .disable_chaining()
+    .with_channel_state();
     let sink = match (output, &args.output) {
         (Some(tx), _) => enriched.add_two_phase_sink(tx),
         (None, Some(path)) => enriched.write_as_text(path),
