@@ -324,16 +324,25 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         self.writers.iter().any(|w| w.borrow().backpressured())
     }
 
+    /// Whether the chain holds output of an input it already took (a
+    /// flat_map suspended in the middle of a record): it goes on before
+    /// any new input element, and no snapshot cuts through it.
+    fn chain_pending(&self) -> bool {
+        matches!(&self.head, Some(Head::Inputs(chain)) if chain.has_pending())
+    }
+
     /// Whether an unblocked channel holds an element (a channel blocked by
-    /// barrier alignment does not count: stepping cannot consume it).
+    /// barrier alignment does not count: stepping cannot consume it), or the
+    /// chain has pending output to resume.
     fn has_ready_input(&self) -> bool {
-        self.inputs.iter().enumerate().any(|(c, ch)| {
-            !ch.queue.is_empty()
-                && !self
-                    .checkpointing
-                    .as_ref()
-                    .is_some_and(|cp| cp.barriers.is_blocked(c))
-        })
+        self.chain_pending()
+            || self.inputs.iter().enumerate().any(|(c, ch)| {
+                !ch.queue.is_empty()
+                    && !self
+                        .checkpointing
+                        .as_ref()
+                        .is_some_and(|cp| cp.barriers.is_blocked(c))
+            })
     }
 
     fn has_input_work(&self) -> bool {
@@ -442,6 +451,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             }
             Some(Head::Inputs(_)) => {
                 while budget > 0 && !self.backpressured() {
+                    if let Some(Head::Inputs(chain)) = self.head.as_mut()
+                        && chain.has_pending()
+                    {
+                        chain.resume()?;
+                        budget -= 1;
+                        continue;
+                    }
                     let Some(c) = self.next_ready_channel() else {
                         break;
                     };
@@ -724,7 +740,11 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
         if self.checkpointing.is_some() {
             if let StreamElement::Barrier(b) = &mut element {
                 let cp = self.checkpointing.as_ref().expect("checked");
-                let on_arrival = (b.kind == BarrierKind::Unaligned && self.codec.is_some())
+                // Not while the chain is in the middle of a record: the
+                // barrier then keeps its place, handled as an aligned one.
+                let on_arrival = (b.kind == BarrierKind::Unaligned
+                    && self.codec.is_some()
+                    && !self.chain_pending())
                     || cp.barriers.is_recording(c);
                 if on_arrival {
                     let b = *b;
@@ -992,6 +1012,10 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let Some(cp) = self.checkpointing.as_ref() else {
             return Ok(());
         };
+        if self.chain_pending() {
+            // A snapshot must not cut through a record: it stays queued.
+            return Ok(());
+        }
         if cp.barriers.pending() == Some(id) {
             // Alignment started elsewhere: its own timeout handles it.
             return self.on_alignment_timeout(id, ctx);
@@ -1013,10 +1037,11 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     /// An aligned checkpoint waited too long: it becomes unaligned.
     fn on_alignment_timeout(&mut self, id: CheckpointId, ctx: &mut Context<Self>) -> Result<()> {
+        let pending = self.chain_pending();
         let Some(cp) = self.checkpointing.as_mut() else {
             return Ok(());
         };
-        if cp.barriers.pending() != Some(id) || cp.capture.is_some() {
+        if cp.barriers.pending() != Some(id) || cp.capture.is_some() || pending {
             return Ok(());
         }
         let actions = cp.barriers.alignment_timeout();

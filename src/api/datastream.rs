@@ -9,7 +9,7 @@ use super::keyed::KeyedStream;
 use crate::connectors::collect::Collected;
 use crate::connectors::file_sink::FileSink;
 use crate::connectors::print::PrintSink;
-use crate::operators::basic::{FilterOp, FlatMapOp, MapOp, TryMapOp};
+use crate::operators::basic::{FilterOp, MapOp, SuspendingFlatMap, TryMapOp};
 use crate::operators::keyed::KeyFn;
 use crate::operators::node::OperatorNode;
 use crate::operators::process::{ProcessFunction, ProcessOp};
@@ -156,14 +156,19 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.transform("Filter", move |_| FilterOp(f.clone()))
     }
 
-    /// Replaces every record with the items `f` returns for it.
+    /// Replaces every record with the items `f` returns for it. The items
+    /// are taken from the iterator as the outputs have room: a record that
+    /// produces very many (a huge line split into words) is emitted batch by
+    /// batch under backpressure, not collected first, when `f` returns a
+    /// lazy iterator (such as [`tokenize`](crate::tokenize)'s).
     pub fn flat_map<U, I, F>(&self, f: F) -> DataStream<U>
     where
         U: Clone + Send + 'static,
-        I: IntoIterator<Item = U>,
+        I: IntoIterator<Item = U> + 'static,
+        I::IntoIter: Send,
         F: FnMut(T) -> I + Clone + Send + Sync + 'static,
     {
-        self.transform("Flat Map", move |_| FlatMapOp(f.clone()))
+        self.transform("Flat Map", move |_| SuspendingFlatMap::new(f.clone()))
     }
 
     /// Runs a process function (records with context and side outputs).
