@@ -331,6 +331,19 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         matches!(&self.head, Some(Head::Inputs(chain)) if chain.has_pending())
     }
 
+    /// Lets the chain emit all of its pending output now, whatever the
+    /// credit: a snapshot must not cut through a record. Only a barrier
+    /// that overtakes queued input (unaligned, alignment timeout) needs it;
+    /// any other element waits for the pending output in the step loop.
+    fn finish_pending(&mut self) -> Result<()> {
+        if let Some(Head::Inputs(chain)) = self.head.as_mut() {
+            while chain.has_pending() {
+                chain.resume()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether an unblocked channel holds an element (a channel blocked by
     /// barrier alignment does not count: stepping cannot consume it), or the
     /// chain has pending output to resume.
@@ -740,15 +753,14 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
         if self.checkpointing.is_some() {
             if let StreamElement::Barrier(b) = &mut element {
                 let cp = self.checkpointing.as_ref().expect("checked");
-                // Not while the chain is in the middle of a record: the
-                // barrier then keeps its place, handled as an aligned one.
-                let on_arrival = (b.kind == BarrierKind::Unaligned
-                    && self.codec.is_some()
-                    && !self.chain_pending())
+                let on_arrival = (b.kind == BarrierKind::Unaligned && self.codec.is_some())
                     || cp.barriers.is_recording(c);
                 if on_arrival {
                     let b = *b;
-                    self.guard(ctx, |a, ctx| a.on_barrier(c, b, ctx));
+                    self.guard(ctx, |a, ctx| {
+                        a.finish_pending()?;
+                        a.on_barrier(c, b, ctx)
+                    });
                     self.schedule(ctx);
                     return;
                 }
@@ -1012,10 +1024,6 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let Some(cp) = self.checkpointing.as_ref() else {
             return Ok(());
         };
-        if self.chain_pending() {
-            // A snapshot must not cut through a record: it stays queued.
-            return Ok(());
-        }
         if cp.barriers.pending() == Some(id) {
             // Alignment started elsewhere: its own timeout handles it.
             return self.on_alignment_timeout(id, ctx);
@@ -1030,6 +1038,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let Some(StreamElement::Barrier(mut b)) = queue.remove(pos) else {
             return Ok(());
         };
+        self.finish_pending()?;
         b.kind = BarrierKind::Unaligned;
         tracing::debug!(checkpoint = %id, subtask = %self.setup.index, "alignment timed out in the queue; the barrier overtakes");
         self.on_barrier_with(c, b, Some(pos), ctx)
@@ -1037,11 +1046,11 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     /// An aligned checkpoint waited too long: it becomes unaligned.
     fn on_alignment_timeout(&mut self, id: CheckpointId, ctx: &mut Context<Self>) -> Result<()> {
-        let pending = self.chain_pending();
+        self.finish_pending()?;
         let Some(cp) = self.checkpointing.as_mut() else {
             return Ok(());
         };
-        if cp.barriers.pending() != Some(id) || cp.capture.is_some() || pending {
+        if cp.barriers.pending() != Some(id) || cp.capture.is_some() {
             return Ok(());
         }
         let actions = cp.barriers.alignment_timeout();
