@@ -18,7 +18,7 @@
 //! let env = StreamExecutionEnvironment::new();
 //! let counts = env
 //!     .from_collection(vec!["to be or not to be".to_string()])
-//!     .flat_map(|line: String| floe::tokenize(&line))
+//!     .flat_map(|line: String| floe::tokenize(line))
 //!     .map(|w| (w, 1u64))
 //!     .key_by_field(|t| &t.0)
 //!     .sum(|t| &mut t.1)

@@ -1,16 +1,43 @@
 //! Text helpers shared by the word-count job, its tests and benches.
 
 /// The words of `line`: maximal runs of Unicode alphanumeric characters,
-/// lowercased.
+/// lowercased, yielded one at a time (nothing is collected, so a huge line
+/// costs one word at a time). `line` may be borrowed (`&str`) or owned (a
+/// `String`, which a flat_map closure can hand over).
 ///
 /// # Examples
 /// ```
-/// assert_eq!(floe::tokenize("Hello, World! ÄÖ-42"), vec!["hello", "world", "äö", "42"]);
+/// let words: Vec<String> = floe::tokenize("Hello, World! ÄÖ-42").collect();
+/// assert_eq!(words, vec!["hello", "world", "äö", "42"]);
 /// ```
-pub fn tokenize(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    for_each_word(line, |w| words.push(w));
-    words
+pub fn tokenize<S: AsRef<str>>(line: S) -> Words<S> {
+    Words { line, pos: 0 }
+}
+
+/// The iterator of [`tokenize`]: owns (or borrows) the line and a position.
+#[derive(Clone, Debug)]
+pub struct Words<S> {
+    line: S,
+    pos: usize,
+}
+
+impl<S: AsRef<str>> Iterator for Words<S> {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let rest = &self.line.as_ref()[self.pos..];
+        let mut start = None;
+        for (i, c) in rest.char_indices() {
+            if c.is_alphanumeric() {
+                start.get_or_insert(i);
+            } else if let Some(s) = start {
+                self.pos += i + c.len_utf8();
+                return Some(lowercase(&rest[s..i]));
+            }
+        }
+        self.pos += rest.len();
+        start.map(|s| lowercase(&rest[s..]))
+    }
 }
 
 /// Calls `f` with each word of `line` (see [`tokenize`]).

@@ -292,7 +292,7 @@ fn missing_input_file_names_the_path() {
     let env = env_with(2);
     let _ = env
         .read_text_file(&path)
-        .flat_map(|l: String| floe::tokenize(&l))
+        .flat_map(|l: String| floe::tokenize(l))
         .collect();
     let msg = run_err(&env);
     assert_names(&msg, &[path.to_str().unwrap()]);

@@ -43,6 +43,9 @@
 //! 4. While `is_recording(c)`, record every element that arrives on `c`, and
 //!    feed a barrier that arrives on `c` on arrival (whatever its kind): that is
 //!    what ends the recording of `c`.
+//!    End of input arriving on a recording channel (or already queued there
+//!    when the unaligned snapshot is taken) ends its recording too: feed it
+//!    to [`BarrierHandler::on_end_of_input_arrival`] once it is recorded.
 //! 5. Queued elements recorded as channel state are still processed normally
 //!    after the snapshot; the recording only copies them.
 //! 6. On `Cancelled(n)` drop channel state recorded for n, unblock, and report
@@ -210,6 +213,23 @@ impl BarrierHandler {
         let delivered = c.delivered;
         self.live -= 1;
         if self.pending.is_some() && !delivered {
+            self.awaited_one(&mut actions);
+        }
+        actions
+    }
+
+    /// End of input *arrived* on `channel` (queued, not yet dequeued) while
+    /// the channel records for the pending unaligned checkpoint: no barrier
+    /// of it will come there, and everything the channel still delivers is
+    /// recorded already, so the checkpoint stops awaiting it instead of
+    /// waiting until the queued data ahead of the end is processed. The
+    /// channel stays live until its end of input is dequeued
+    /// ([`on_end_of_input`](Self::on_end_of_input)). No-op unless
+    /// [`is_recording`](Self::is_recording).
+    pub fn on_end_of_input_arrival(&mut self, channel: usize) -> Vec<BarrierAction> {
+        let mut actions = Vec::new();
+        if self.is_recording(channel) {
+            self.channels[channel].delivered = true;
             self.awaited_one(&mut actions);
         }
         actions
@@ -405,6 +425,36 @@ mod tests {
 
     fn cancelled(id: u64) -> BarrierAction {
         Cancelled(CheckpointId(id))
+    }
+
+    #[test]
+    fn unaligned_end_of_input_arrival_ends_recording() {
+        let mut h = BarrierHandler::new(2);
+        assert_eq!(
+            h.on_barrier(0, unaligned(1)),
+            vec![snap(unaligned(1), true)]
+        );
+        assert!(h.is_recording(1));
+        // Channel 1's end of input is queued behind data: the checkpoint
+        // completes without waiting for that data to be processed.
+        assert_eq!(h.on_end_of_input_arrival(1), vec![done(1)]);
+        assert!(!h.is_recording(1));
+        // Dequeuing it later changes nothing for checkpoint 1 ...
+        assert_eq!(h.on_end_of_input(1), vec![]);
+        // ... and the next checkpoint awaits channel 0 only.
+        assert_eq!(
+            h.on_barrier(0, unaligned(2)),
+            vec![snap(unaligned(2), true), done(2)]
+        );
+    }
+
+    #[test]
+    fn end_of_input_arrival_does_not_touch_aligned() {
+        let mut h = BarrierHandler::new(2);
+        assert_eq!(h.on_barrier(0, aligned(1)), vec![]);
+        // Aligned: the queued data ahead of the end must be processed first.
+        assert_eq!(h.on_end_of_input_arrival(1), vec![]);
+        assert_eq!(h.on_end_of_input(1), vec![snap(aligned(1), false), done(1)]);
     }
 
     #[test]

@@ -32,6 +32,22 @@ pub trait ChainInput<T>: 'static {
         Ok(())
     }
 
+    /// Whether an element of the chain holds output of an input it already
+    /// took that it has not emitted yet (a flat_map suspended in the middle
+    /// of a record whose outputs would not fit the output queues). The
+    /// subtask then [`resume`](Self::resume)s it, while its outputs have
+    /// room, before it takes any new input element (records, watermarks,
+    /// barriers), so elements keep their order and a snapshot never cuts
+    /// through a record. Elements that forward must override this.
+    fn has_pending(&self) -> bool {
+        false
+    }
+    /// Emits a bounded part of the pending output (see
+    /// [`has_pending`](Self::has_pending)), the element furthest down the
+    /// chain first. Elements that forward must override this.
+    fn resume(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Checkpoint `barrier`: capture this element's state into `out`, pass the
     /// call on, and (record writers) emit the barrier on every channel before
     /// any later record; `unaligned` lets it overtake queued output, which is
@@ -92,6 +108,13 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
     fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
         (**self).restore_watermark(watermark)
     }
+    #[inline]
+    fn has_pending(&self) -> bool {
+        (**self).has_pending()
+    }
+    fn resume(&mut self) -> Result<()> {
+        (**self).resume()
+    }
 }
 
 /// Sends every element to several consumers: clones for all but the last, which
@@ -126,6 +149,15 @@ impl<T: Clone + 'static> ChainInput<T> for Fanout<T> {
 
     fn end_of_input(&mut self) -> Result<()> {
         self.outputs.iter_mut().try_for_each(|o| o.end_of_input())
+    }
+    fn has_pending(&self) -> bool {
+        self.outputs.iter().any(|o| o.has_pending())
+    }
+    fn resume(&mut self) -> Result<()> {
+        match self.outputs.iter_mut().find(|o| o.has_pending()) {
+            Some(o) => o.resume(),
+            None => Ok(()),
+        }
     }
 
     fn watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {

@@ -339,16 +339,38 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         self.writers.iter().any(|w| w.borrow().backpressured())
     }
 
+    /// Whether the chain holds output of an input it already took (a
+    /// flat_map suspended in the middle of a record): it goes on before
+    /// any new input element, and no snapshot cuts through it.
+    fn chain_pending(&self) -> bool {
+        matches!(&self.head, Some(Head::Inputs(chain)) if chain.has_pending())
+    }
+
+    /// Lets the chain emit all of its pending output now, whatever the
+    /// credit: a snapshot must not cut through a record. Only a barrier
+    /// that overtakes queued input (unaligned, alignment timeout) needs it;
+    /// any other element waits for the pending output in the step loop.
+    fn finish_pending(&mut self) -> Result<()> {
+        if let Some(Head::Inputs(chain)) = self.head.as_mut() {
+            while chain.has_pending() {
+                chain.resume()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether an unblocked channel holds an element (a channel blocked by
-    /// barrier alignment does not count: stepping cannot consume it).
+    /// barrier alignment does not count: stepping cannot consume it), or the
+    /// chain has pending output to resume.
     fn has_ready_input(&self) -> bool {
-        self.inputs.iter().enumerate().any(|(c, ch)| {
-            !ch.queue.is_empty()
-                && !self
-                    .checkpointing
-                    .as_ref()
-                    .is_some_and(|cp| cp.barriers.is_blocked(c))
-        })
+        self.chain_pending()
+            || self.inputs.iter().enumerate().any(|(c, ch)| {
+                !ch.queue.is_empty()
+                    && !self
+                        .checkpointing
+                        .as_ref()
+                        .is_some_and(|cp| cp.barriers.is_blocked(c))
+            })
     }
 
     fn has_input_work(&self) -> bool {
@@ -481,6 +503,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             }
             Some(Head::Inputs(_)) => {
                 while budget > 0 && !self.backpressured() {
+                    if let Some(Head::Inputs(chain)) = self.head.as_mut()
+                        && chain.has_pending()
+                    {
+                        chain.resume()?;
+                        budget -= 1;
+                        continue;
+                    }
                     let Some(c) = self.next_ready_channel() else {
                         break;
                     };
@@ -772,7 +801,10 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
                     || cp.barriers.is_recording(c);
                 if on_arrival {
                     let b = *b;
-                    self.guard(ctx, |a, ctx| a.on_barrier(c, b, ctx));
+                    self.guard(ctx, |a, ctx| {
+                        a.finish_pending()?;
+                        a.on_barrier(c, b, ctx)
+                    });
                     self.schedule(ctx);
                     return;
                 }
@@ -801,6 +833,14 @@ impl<IN: Send + 'static> Handler<Deliver<IN>> for SubtaskActor<IN> {
             } else if let Err(e) = self.record_arrival(c, &element) {
                 self.fail(e, ctx);
                 return;
+            } else if matches!(element, StreamElement::EndOfInput) {
+                // Recorded: the checkpoint need not wait for the data ahead
+                // of the end to be processed.
+                let cp = self.checkpointing.as_mut().expect("checked");
+                let actions = cp.barriers.on_end_of_input_arrival(c);
+                if !actions.is_empty() {
+                    self.guard(ctx, |a, ctx| a.apply(actions, ctx));
+                }
             }
         }
         let ch = &mut self.inputs[c];
@@ -968,6 +1008,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         // its barrier n (a barrier n already queued there overtakes too).
         let mut input_state = Vec::new();
         let mut overtaking = Vec::new();
+        let mut ending = Vec::new();
         if actions.iter().any(|a| {
             matches!(
                 a,
@@ -997,12 +1038,21 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     && let Some(StreamElement::Barrier(b)) = queue.remove(pos)
                 {
                     overtaking.push((ch, b));
+                } else if queue.iter().any(|e| matches!(e, StreamElement::EndOfInput)) {
+                    // Its whole rest is recorded: no barrier n will come.
+                    ending.push(ch);
                 }
             }
         }
         self.apply_with(actions, input_state, ctx)?;
         for (ch, b) in overtaking {
             self.on_barrier(ch, b, ctx)?;
+        }
+        for ch in ending {
+            if let Some(cp) = self.checkpointing.as_mut() {
+                let actions = cp.barriers.on_end_of_input_arrival(ch);
+                self.apply(actions, ctx)?;
+            }
         }
         Ok(())
     }
@@ -1032,6 +1082,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let Some(StreamElement::Barrier(mut b)) = queue.remove(pos) else {
             return Ok(());
         };
+        self.finish_pending()?;
         b.kind = BarrierKind::Unaligned;
         tracing::debug!(checkpoint = %id, subtask = %self.setup.index, "alignment timed out in the queue; the barrier overtakes");
         self.on_barrier_with(c, b, Some(pos), ctx)
@@ -1039,6 +1090,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     /// An aligned checkpoint waited too long: it becomes unaligned.
     fn on_alignment_timeout(&mut self, id: CheckpointId, ctx: &mut Context<Self>) -> Result<()> {
+        self.finish_pending()?;
         let Some(cp) = self.checkpointing.as_mut() else {
             return Ok(());
         };

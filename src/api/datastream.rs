@@ -9,7 +9,7 @@ use super::keyed::KeyedStream;
 use crate::connectors::collect::Collected;
 use crate::connectors::file_sink::FileSink;
 use crate::connectors::print::PrintSink;
-use crate::operators::basic::{FilterOp, FlatMapOp, MapOp, TryMapOp};
+use crate::operators::basic::{FilterOp, MapOp, SuspendingFlatMap, TryMapOp};
 use crate::operators::keyed::KeyFn;
 use crate::operators::node::OperatorNode;
 use crate::operators::process::{ProcessFunction, ProcessOp};
@@ -157,14 +157,19 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.transform("Filter", move |_| FilterOp(f.clone()))
     }
 
-    /// Replaces every record with the items `f` returns for it.
+    /// Replaces every record with the items `f` returns for it. The items
+    /// are taken from the iterator as the outputs have room: a record that
+    /// produces very many (a huge line split into words) is emitted batch by
+    /// batch under backpressure, not collected first, when `f` returns a
+    /// lazy iterator (such as [`tokenize`](crate::tokenize)'s).
     pub fn flat_map<U, I, F>(&self, f: F) -> DataStream<U>
     where
         U: Clone + Send + 'static,
-        I: IntoIterator<Item = U>,
+        I: IntoIterator<Item = U> + 'static,
+        I::IntoIter: Send,
         F: FnMut(T) -> I + Clone + Send + Sync + 'static,
     {
-        self.transform("Flat Map", move |_| FlatMapOp(f.clone()))
+        self.transform("Flat Map", move |_| SuspendingFlatMap::new(f.clone()))
     }
 
     /// Runs a process function (records with context and side outputs).
@@ -329,6 +334,48 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         I: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static,
     {
         self.with_node(|n| n.in_type = super::graph::serde_ops::<I>())
+    }
+
+    /// Lets unaligned checkpoints record this stream's in-flight records as
+    /// channel state: the records are encoded with serde (postcard) when a
+    /// barrier overtakes them in an output or input queue, and re-injected
+    /// on restore. Without it, a channel whose record type the runtime
+    /// cannot encode keeps its barriers in place (handled as aligned).
+    /// Keyed and window inputs and the text file source have it already.
+    ///
+    /// # Examples
+    /// ```
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let doubled = env
+    ///     .from_collection(vec![1u64, 2, 3])
+    ///     .map(|x| x * 2)
+    ///     .with_channel_state()
+    ///     .rebalance()
+    ///     .collect();
+    /// env.execute().unwrap();
+    /// let mut out = doubled.take();
+    /// out.sort();
+    /// assert_eq!(out, vec![2, 4, 6]);
+    /// ```
+    pub fn with_channel_state(self) -> Self
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        {
+            let mut inner = self.env.inner.borrow_mut();
+            for r in &self.refs {
+                let node = &mut inner.nodes[r.node];
+                match r.port {
+                    Port::Main => node.out_type = super::graph::serde_ops::<T>(),
+                    Port::Side(tag) => {
+                        if let Some(side) = node.side_types.iter_mut().find(|(t, _)| *t == tag) {
+                            side.1 = super::graph::serde_ops::<T>();
+                        }
+                    }
+                }
+            }
+        }
+        self
     }
 
     fn with_node(self, f: impl FnOnce(&mut Node)) -> Self {

@@ -288,12 +288,14 @@ impl StreamExecutionEnvironment {
         })
     }
 
-    /// The lines of a text file, read by one source subtask.
+    /// The lines of a text file, read by one source subtask. The lines can
+    /// be recorded as channel state, so unaligned checkpoints overtake them.
     pub fn read_text_file(&self, path: impl Into<PathBuf>) -> DataStream<String> {
         let path: PathBuf = path.into();
         self.source_node("Text File Source", Some(1), move |_| {
             Ok(Box::new(TextFileSource::open(&path)?) as Box<dyn SourceFunction<String>>)
         })
+        .with_channel_state()
     }
 
     /// The lines of a file as bytes, undecoded, read by one source subtask:
@@ -324,6 +326,7 @@ impl StreamExecutionEnvironment {
                 n.parallelism = config.parallelism;
             }
         }
+        super::graph::share_channel_codecs(&mut nodes);
         Ok((Plan::new(nodes, &config)?, config))
     }
 

@@ -223,6 +223,34 @@ where
     })
 }
 
+/// Gives every operator whose input type has no channel-state codec the
+/// codec of a producer that has one (`DataStream::with_channel_state`), so
+/// its subtask can record input channel state. An edge connects equal
+/// record types (connected streams map their inputs into one type first),
+/// so the producer's type operations fit the consumer's input.
+pub(crate) fn share_channel_codecs(nodes: &mut [Node]) {
+    for i in 0..nodes.len() {
+        if nodes[i].in_type.has_codec() {
+            continue;
+        }
+        let found = nodes[i].inputs.iter().find_map(|e| {
+            let from = &nodes[e.from];
+            let ops = match e.port {
+                Port::Main => Some(&from.out_type),
+                Port::Side(tag) => from
+                    .side_types
+                    .iter()
+                    .find(|(t, _)| *t == tag)
+                    .map(|s| &s.1),
+            };
+            ops.filter(|o| o.has_codec()).cloned()
+        });
+        if let Some(ops) = found {
+            nodes[i].in_type = ops;
+        }
+    }
+}
+
 fn downcast<X: 'static>(b: Box<dyn Any>, what: &str) -> X {
     *b.downcast::<X>()
         .unwrap_or_else(|_| panic!("stream graph type mismatch in {what}"))

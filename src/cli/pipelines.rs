@@ -112,14 +112,17 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
         .name("Pipeline Source")
         .uid("pipeline-source")
         .disable_chaining()
+        .with_channel_state()
         .try_map(|l: String| parse(&l))
         .name("Parse")
         .uid("parse")
         .disable_chaining()
+        .with_channel_state()
         .filter(|e: &Event| keep(e.value))
         .name("Filter")
         .uid("filter")
-        .disable_chaining();
+        .disable_chaining()
+        .with_channel_state();
     let enriched = match args.state.backend()? {
         None => enriched.map(|e: Event| enrich(e.id, e.key, e.value)),
         Some(kind) => {
@@ -145,7 +148,8 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     }
     .name("Enrich")
     .uid("enrich")
-    .disable_chaining();
+    .disable_chaining()
+    .with_channel_state();
     let sink = output
         .sink(&enriched)?
         .name("Sink")

@@ -306,9 +306,11 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
             )
             .name("Window"),
     }
-    .uid("window");
+    .uid("window")
+    .with_channel_state();
     let late = fired
         .get_side_output(&late_tag)
+        .with_channel_state()
         .map(|e: Event| e.line)
         .name("Late Records")
         .set_parallelism(1);

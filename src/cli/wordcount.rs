@@ -15,7 +15,7 @@ use floe::operators::process::ProcessContext;
 use floe::operators::sink::SinkFunction;
 use floe::operators::{RestoredState, SnapshotContext, StateCapture, keyed_snapshot};
 use floe::state::ValueStateDescriptor;
-use floe::text::{WordGenerator, for_each_word};
+use floe::text::WordGenerator;
 use floe::{Record, StreamExecutionEnvironment};
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
@@ -202,11 +202,8 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         Some(path) => {
             let lines = env.read_text_file(path).uid("lines");
             let words = lines
-                .flat_map(|line: String| {
-                    let mut out = Vec::new();
-                    for_each_word(&line, |w| out.push((w, 1u64)));
-                    out
-                })
+                // Lazily: a huge line is split as the outputs have room.
+                .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))
                 .name("Tokenize")
                 .uid("tokenize");
             (words, "Text File Source", None)

@@ -234,6 +234,11 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         if !batch.is_empty() {
             self.info.metrics.add_out(batch.len());
             self.next.process(batch)?;
+            // A source's position is snapshotted between steps: what its
+            // chain holds back must be out by then.
+            while self.next.has_pending() {
+                self.next.resume()?;
+            }
             if !self.info.faults.is_empty() {
                 let emitted = self
                     .info

@@ -18,6 +18,11 @@ use std::path::{Path, PathBuf};
 /// text file; it is not part of the first line.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// Lines at least this long are emitted in the read buffer itself, not
+/// copied out of it (the next line gets a fresh buffer), so one huge line
+/// costs its size once.
+const LARGE_LINE: usize = 1 << 20;
+
 /// Reads a file line by line, keeping the position of the next line.
 struct LineReader {
     path: PathBuf,
@@ -72,6 +77,22 @@ impl LineReader {
             }
         }
         Ok(Some(&self.buf[start..end]))
+    }
+
+    /// The next line as owned bytes: copied out of the read buffer, or,
+    /// for a line of at least [`LARGE_LINE`] bytes, the buffer itself.
+    fn next_line_owned(&mut self) -> Result<Option<Vec<u8>>> {
+        let (at, len) = match self.next_line()? {
+            None => return Ok(None),
+            Some(line) if line.len() < LARGE_LINE => return Ok(Some(line.to_vec())),
+            Some(line) => (line.as_ptr() as usize, line.len()),
+        };
+        let start = at - self.buf.as_ptr() as usize;
+        let end = start + len;
+        let mut bytes = std::mem::take(&mut self.buf);
+        bytes.truncate(end);
+        bytes.drain(..start);
+        Ok(Some(bytes))
     }
 
     fn snapshot_state(&self) -> Result<Vec<Vec<u8>>> {
@@ -135,11 +156,11 @@ impl TextFileSource {
 impl SourceFunction<String> for TextFileSource {
     fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<String>>) -> Result<SourcePoll> {
         for _ in 0..max {
-            let Some(bytes) = self.lines.next_line()? else {
+            let Some(bytes) = self.lines.next_line_owned()? else {
                 return Ok(SourcePoll::Finished);
             };
-            match std::str::from_utf8(bytes) {
-                Ok(text) => out.push(Record::new(text.to_owned())),
+            match String::from_utf8(bytes) {
+                Ok(text) => out.push(Record::new(text)),
                 Err(_) => {
                     return Err(Error::io(
                         "input file is not valid UTF-8",
@@ -183,10 +204,10 @@ impl ByteLineSource {
 impl SourceFunction<Vec<u8>> for ByteLineSource {
     fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<Vec<u8>>>) -> Result<SourcePoll> {
         for _ in 0..max {
-            let Some(bytes) = self.lines.next_line()? else {
+            let Some(bytes) = self.lines.next_line_owned()? else {
                 return Ok(SourcePoll::Finished);
             };
-            out.push(Record::new(bytes.to_vec()));
+            out.push(Record::new(bytes));
         }
         Ok(SourcePoll::Ready)
     }

@@ -23,6 +23,22 @@ pub trait Operator<IN, OUT>: Send + 'static {
     /// Processes one batch, writing results to `out`.
     fn process_batch(&mut self, batch: Batch<IN>, out: &mut Output<'_, OUT>) -> Result<()>;
 
+    /// Whether the operator holds output of an earlier batch it has not
+    /// emitted yet (see [`resume`](Self::resume)).
+    fn has_pending(&self) -> bool {
+        false
+    }
+
+    /// Emits more of the output held back by `process_batch` (a bounded
+    /// amount). An operator that emits many records per input record (a
+    /// flat_map) may stop in the middle of one and return; the runtime
+    /// calls `resume` while [`has_pending`](Self::has_pending) is true and
+    /// its outputs have room, before any new input, so memory stays bounded
+    /// by the channels' credits however much one record produces.
+    fn resume(&mut self, _out: &mut Output<'_, OUT>) -> Result<()> {
+        Ok(())
+    }
+
     /// Event time advanced; the watermark itself is forwarded after this returns.
     fn on_watermark(&mut self, _watermark: Timestamp, _out: &mut Output<'_, OUT>) -> Result<()> {
         Ok(())

@@ -297,6 +297,18 @@ where
         Ok(())
     }
 
+    fn has_pending(&self) -> bool {
+        self.op.has_pending() || self.next.has_pending()
+    }
+
+    fn resume(&mut self) -> floe_actors::Result<()> {
+        // What this operator emitted earlier goes on first.
+        if self.next.has_pending() {
+            return self.next.resume();
+        }
+        self.run(|op, out| op.resume(out))
+    }
+
     fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
         self.run(|op, out| op.on_watermark(watermark, out))?;
         if !self.op.forwards_watermarks() && watermark != floe_actors::element::MAX_WATERMARK {
