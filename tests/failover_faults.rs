@@ -101,9 +101,7 @@ fn faults_at_a_record_count_and_during_a_snapshot_keep_the_output_exact() {
     ];
     // The snapshot fault fires while the sources hold (short of 3,000
     // records into either subtask); the record-count one after.
-    let (stats, lines) = run(faults, dir.path(), |handle, _| {
-        wait_for_restarts(handle, 1)
-    });
+    let (stats, lines) = run(faults, dir.path(), |handle, _| wait_for_restarts(handle, 1));
     assert_eq!(stats.restarts, 2, "both faults fired once: {stats:?}");
     assert!(
         lines == oracle(),
@@ -148,9 +146,7 @@ fn faults_while_writing_a_checkpoint_and_while_restoring_keep_the_output_exact()
             at: FaultPoint::AsyncWrite(6),
         },
     ];
-    let (stats, lines) = run(faults, dir.path(), |handle, _| {
-        wait_for_restarts(handle, 2)
-    });
+    let (stats, lines) = run(faults, dir.path(), |handle, _| wait_for_restarts(handle, 2));
     assert_eq!(stats.restarts, 3, "every fault fired once: {stats:?}");
     assert!(
         stats.restored_checkpoints.iter().all(|&c| c != 6),
