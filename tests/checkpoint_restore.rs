@@ -2,11 +2,14 @@
 //! cancelled, and a new job restored from the checkpoint directory finishes
 //! with the counts a plain HashMap computes over the whole input.
 
+mod gated;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
+use gated::{Gate, gated_generator, wait_for_new_checkpoints};
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 const RECORDS: u64 = 60_000;
 const WORDS: u64 = 37;
@@ -23,11 +26,12 @@ fn oracle() -> HashMap<String, u64> {
     m
 }
 
-/// The counting job; `rate` limits the source so checkpoints happen mid-run.
+/// The counting job; with a `gate` its sources hold at half of their
+/// input, so checkpoints happen mid-run however fast the machine.
 fn job(
     parallelism: usize,
     dir: &Path,
-    rate: Option<f64>,
+    gate: Option<&Arc<Gate>>,
     restore: bool,
 ) -> (
     StreamExecutionEnvironment,
@@ -44,8 +48,8 @@ fn job(
     if restore {
         env.restore_from(dir);
     }
-    let words = match rate {
-        Some(r) => env.from_generator_rate_limited(RECORDS, r, |i| (word(i), 1u64)),
+    let words = match gate {
+        Some(g) => gated_generator(&env, g, RECORDS, &[0.5], |i| (word(i), 1u64)),
         None => env.from_generator(RECORDS, |i| (word(i), 1u64)),
     }
     .uid("words");
@@ -61,14 +65,16 @@ fn last_per_key(updates: Vec<(String, u64)>) -> HashMap<String, u64> {
     updates.into_iter().collect()
 }
 
-fn run_until_checkpoints(parallelism: usize, dir: &Path, n: u64) -> u64 {
-    let (env, _) = job(parallelism, dir, Some(40_000.0), false);
+/// Runs the job until its sources hold at the gate and `n` checkpoints
+/// completed after that, then cancels it; returns the checkpoints
+/// completed and the records emitted before the gate (what the newest
+/// checkpoint holds).
+fn run_until_checkpoints(parallelism: usize, dir: &Path, n: u64) -> (u64, u64) {
+    let gate = Gate::new();
+    let (env, _) = job(parallelism, dir, Some(&gate), false);
     let handle = env.execute_async().expect("job starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while handle.checkpoint_stats().completed < n {
-        assert!(Instant::now() < deadline, "no checkpoint completed in time");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    gate.wait_held(parallelism);
+    wait_for_new_checkpoints(&handle, n);
     // The status snapshot carries the same history.
     let status = handle.status_snapshot();
     assert!(status.checkpoints.completed >= n);
@@ -83,21 +89,27 @@ fn run_until_checkpoints(parallelism: usize, dir: &Path, n: u64) -> u64 {
     );
     handle.cancel();
     let _ = futures::executor::block_on(handle.wait());
-    handle.checkpoint_stats().completed
+    (handle.checkpoint_stats().completed, gate.emitted())
 }
 
 #[test]
 fn restore_after_cancel_gives_the_uninterrupted_counts() {
     for (before, after) in [(2, 2), (2, 3), (2, 1)] {
         let dir = tempfile::tempdir().unwrap();
-        let completed = run_until_checkpoints(before, dir.path(), 2);
+        let (completed, emitted) = run_until_checkpoints(before, dir.path(), 2);
         assert!(completed >= 2);
+        assert!(
+            emitted > 0 && emitted < RECORDS,
+            "{emitted} before the gate"
+        );
         let (env, counts) = job(after, dir.path(), None, true);
         let result = env.execute().expect("restored job finishes");
-        // The restored job resumed: it read only what followed the checkpoint.
+        // The restored job resumed where the checkpoint was taken: it read
+        // only what followed the gate.
         let replayed = result.operator("Keyed Sum").unwrap().records_in;
-        assert!(
-            replayed > 0 && replayed < RECORDS,
+        assert_eq!(
+            replayed,
+            RECORDS - emitted,
             "restored job processed {replayed} of {RECORDS} records"
         );
         let got = last_per_key(counts.take());

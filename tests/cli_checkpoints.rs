@@ -232,6 +232,11 @@ fn unaligned_under_backpressure_is_exact_and_stores_channel_state() {
             "2000",
             "--credits",
             "1",
+            // At least one checkpoint, however slow the machine; the slow
+            // sink keeps data in flight for 1.5 s, whose first checkpoint
+            // stores it.
+            "--finish-after-checkpoints",
+            "1",
         ],
     );
     assert_counts(&out, &oracle, "unaligned under backpressure");
@@ -296,6 +301,8 @@ fn alignment_timeout_promotes_barriers_waiting_in_output_queues() {
         "1",
         "--retain-checkpoints",
         "100",
+        "--finish-after-checkpoints",
+        "1",
     ];
     for (what, timeout, failures) in [
         ("no timeout", None, None),
@@ -341,8 +348,9 @@ fn list_shows_exactly_the_retained_checkpoints() {
     let ck = dir.path().join("ck");
     let records = 3_000;
     let retain = 3u64;
-    // Unaligned checkpoints under a slow sink complete every interval, so a
-    // 1.5 s run completes many more than `retain`.
+    // The sources hold at their end until more than `retain` checkpoints
+    // completed, however fast or slow the machine.
+    let more = (retain + 2).to_string();
     let stderr = wordcount(
         records,
         2,
@@ -361,6 +369,8 @@ fn list_shows_exactly_the_retained_checkpoints() {
             s(&ck),
             "--retain-checkpoints",
             &retain.to_string(),
+            "--finish-after-checkpoints",
+            &more,
         ],
     );
     let completed = summary_field(&stderr, "checkpoints");
@@ -457,9 +467,13 @@ fn corrupt_checkpoints_are_reported_and_refused() {
             s(&ck),
             "--retain-checkpoints",
             "5",
+            // The sources hold at their end until two checkpoints
+            // completed: however fast the run, the directory has some.
+            "--finish-after-checkpoints",
+            "2",
         ],
     );
-    assert!(summary_field(&stderr, "checkpoints") >= 1, "{stderr}");
+    assert!(summary_field(&stderr, "checkpoints") >= 2, "{stderr}");
 
     // Intact: verify passes and names every checkpoint ok.
     let out = floe(&["checkpoints", "verify", s(&ck)]);

@@ -3,10 +3,12 @@
 //! the job from its latest checkpoint; the committed output of a
 //! two-phase-commit sink stays exactly the output of a run without faults.
 
+mod gated;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::transactional_file::TransactionalFileSink;
 use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
+use gated::{Gate, gated_generator, wait_until};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -28,9 +30,16 @@ fn oracle() -> BTreeMap<String, usize> {
     out
 }
 
+/// Runs the keyed count with `faults` and a restart strategy of five
+/// attempts, its generator gated (see `gated`): each attempt's sources hold
+/// after 5% of their slice until `drive` opens the gate, so the faults a
+/// test wants first fire while the sources hold (checkpoints go on), and
+/// the others only after: their order does not depend on the machine's
+/// speed.
 fn run(
     faults: Vec<Fault>,
     dir: &std::path::Path,
+    drive: impl FnOnce(&floe::JobHandle, &Gate),
 ) -> (floe::api::FailoverStats, BTreeMap<String, usize>) {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(2);
@@ -51,18 +60,28 @@ fn run(
     };
     env.set_config(config);
     let out = dir.join("out.txt");
-    env.from_generator_rate_limited(RECORDS, 40_000.0, |i| (floe::text::mix64(i) % KEYS, 1u64))
-        .key_by(|t: &(u64, u64)| t.0)
-        .sum(|t: &mut (u64, u64)| &mut t.1)
-        .map(|(k, c): (u64, u64)| format!("{k},{c}"))
-        .add_two_phase_sink(TransactionalFileSink::new(&out).unwrap());
+    let gate = Gate::new();
+    gated_generator(&env, &gate, RECORDS, &[0.05], |i| {
+        (floe::text::mix64(i) % KEYS, 1u64)
+    })
+    .key_by(|t: &(u64, u64)| t.0)
+    .sum(|t: &mut (u64, u64)| &mut t.1)
+    .map(|(k, c): (u64, u64)| format!("{k},{c}"))
+    .add_two_phase_sink(TransactionalFileSink::new(&out).unwrap());
     let handle = env.execute_async().unwrap();
+    drive(&handle, &gate);
+    gate.open();
     futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
     let mut lines = BTreeMap::new();
     for l in std::fs::read_to_string(&out).unwrap().lines() {
         *lines.entry(l.to_string()).or_insert(0) += 1;
     }
     (handle.failover_stats(), lines)
+}
+
+/// Waits until the job restarted `n` times.
+fn wait_for_restarts(handle: &floe::JobHandle, n: u64) {
+    wait_until("restarts", || handle.failover_stats().restarts >= n);
 }
 
 #[test]
@@ -80,7 +99,9 @@ fn faults_at_a_record_count_and_during_a_snapshot_keep_the_output_exact() {
             at: FaultPoint::Checkpoint(3),
         },
     ];
-    let (stats, lines) = run(faults, dir.path());
+    // The snapshot fault fires while the sources hold (short of 3,000
+    // records into either subtask); the record-count one after.
+    let (stats, lines) = run(faults, dir.path(), |handle, _| wait_for_restarts(handle, 1));
     assert_eq!(stats.restarts, 2, "both faults fired once: {stats:?}");
     assert!(
         lines == oracle(),
@@ -91,7 +112,10 @@ fn faults_at_a_record_count_and_during_a_snapshot_keep_the_output_exact() {
 #[test]
 fn without_faults_the_output_is_the_oracle() {
     let dir = tempfile::tempdir().unwrap();
-    let (stats, lines) = run(Vec::new(), dir.path());
+    let (stats, lines) = run(Vec::new(), dir.path(), |handle, gate| {
+        gate.wait_held(2);
+        gated::wait_for_new_checkpoints(handle, 2);
+    });
     assert_eq!(stats.restarts, 0);
     assert!(lines == oracle());
 }
@@ -100,27 +124,29 @@ fn without_faults_the_output_is_the_oracle() {
 fn faults_while_writing_a_checkpoint_and_while_restoring_keep_the_output_exact() {
     let dir = tempfile::tempdir().unwrap();
     let faults = vec![
-        // First failure: a restart that restores a checkpoint...
+        // Once the sources read on: a failure at a record count.
         Fault {
             operator: "Keyed Sum".into(),
             subtask: 0,
             at: FaultPoint::Records(3_000),
         },
-        // ...which fails while restoring: restored again.
+        // The restart of the next fault fails while restoring: restored
+        // again.
         Fault {
             operator: "Keyed Sum".into(),
             subtask: 1,
             at: FaultPoint::Restore,
         },
-        // A checkpoint whose asynchronous part fails is declined, never
-        // used, and (no failed checkpoint tolerated) restarts the job.
+        // First, while the sources hold: a checkpoint whose asynchronous
+        // part fails is declined, never used, and (no failed checkpoint
+        // tolerated) restarts the job.
         Fault {
             operator: "Keyed Sum".into(),
             subtask: 0,
             at: FaultPoint::AsyncWrite(6),
         },
     ];
-    let (stats, lines) = run(faults, dir.path());
+    let (stats, lines) = run(faults, dir.path(), |handle, _| wait_for_restarts(handle, 2));
     assert_eq!(stats.restarts, 3, "every fault fired once: {stats:?}");
     assert!(
         stats.restored_checkpoints.iter().all(|&c| c != 6),

@@ -202,6 +202,9 @@ fn checkpoint_history_matches_the_store_and_the_summary() {
         "20",
         "--retain-checkpoints",
         "1000",
+        // However fast the run, it completes a checkpoint.
+        "--finish-after-checkpoints",
+        "1",
         "--sink-rate",
         "1000000",
         "--checkpoint-dir",

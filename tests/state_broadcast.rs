@@ -8,6 +8,7 @@
 //! event checked after the restore must match the oracle, none twice. Keyed state read in `process_broadcast_element`
 //! is a typed error; the non-keyed variant gets every rule in every subtask.
 
+mod gated;
 use floe::StreamExecutionEnvironment;
 use floe::operators::broadcast::{
     BroadcastContext, BroadcastProcessFunction, BroadcastStates, KeyedBroadcastProcessFunction,
@@ -15,11 +16,11 @@ use floe::operators::broadcast::{
 };
 use floe::operators::process::OnTimerContext;
 use floe::state::{ListStateDescriptor, MapStateDescriptor, StateError, ValueStateDescriptor};
+use gated::{Gate, gated_generator, wait_until};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 /// (user, kind, amount)
 type Event = (String, u32, i64);
@@ -168,11 +169,11 @@ fn env_for(parallelism: usize, restore: Option<&Path>) -> StreamExecutionEnviron
 fn build(
     env: &StreamExecutionEnvironment,
     function: Check,
-    rate: Option<f64>,
+    gate: Option<&Arc<Gate>>,
 ) -> floe::connectors::collect::Collected<Out> {
     let rules = env.from_collection(rules()).uid("rules").broadcast_state();
-    let events = match rate {
-        Some(r) => env.from_generator_rate_limited(EVENTS, r, event),
+    let events = match gate {
+        Some(g) => gated_generator(env, g, EVENTS, &[0.25], event),
         None => env.from_generator(EVENTS, event),
     };
     events
@@ -200,22 +201,21 @@ fn rules_broadcast_to_keyed_events_match_the_oracle() {
     }
 }
 
-/// Runs the job at parallelism 2 with throttled events; once every subtask
-/// has every rule and some events went through, takes a savepoint into
+/// Runs the job at parallelism 2 with events that hold at a quarter of
+/// their input; once every subtask has every rule and the events hold
+/// (the job is running, however fast the machine), takes a savepoint into
 /// `dir` and cancels. Returns it and the events processed by then.
 fn savepoint_midway(dir: &Path) -> (PathBuf, u64) {
     let env = env_for(2, None);
     let check = Check::new(false);
     let (rules_seen, events_seen) = (check.rules_seen.clone(), check.events_seen.clone());
-    build(&env, check, Some(10_000.0));
+    let gate = Gate::new();
+    build(&env, check, Some(&gate));
     let handle = env.execute_async().expect("job starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while rules_seen.load(Ordering::Relaxed) < 2 * rules().len() as u64
-        || events_seen.load(Ordering::Relaxed) < 200
-    {
-        assert!(Instant::now() < deadline, "the job made no progress");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    gate.wait_held(2);
+    wait_until("every rule in every subtask", || {
+        rules_seen.load(Ordering::Relaxed) >= 2 * rules().len() as u64
+    });
     // A savepoint the runtime declines is taken again.
     let mut attempts = 0;
     let path = loop {

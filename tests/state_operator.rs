@@ -12,13 +12,12 @@
 //! entries it kept itself. Restoring with another element type is a typed
 //! `SchemaMismatch` naming operator and state.
 
+mod gated;
 use floe::StreamExecutionEnvironment;
 use floe::operators::process::{OpenContext, ProcessContext, ProcessFunction};
 use floe::state::{ListStateDescriptor, StateError};
+use gated::{Gate, gated_generator};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 const N: u64 = 20_000;
 
@@ -47,8 +46,6 @@ struct Keep {
     tags: ListStateDescriptor<(usize, u64)>,
     seen: ListStateDescriptor<u64>,
     report: Report,
-    /// Records processed, over all subtasks.
-    processed: Arc<AtomicU64>,
 }
 
 impl Keep {
@@ -58,7 +55,6 @@ impl Keep {
             tags: ListStateDescriptor::new("tags"),
             seen: ListStateDescriptor::new("seen"),
             report: Report::default(),
-            processed: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -93,7 +89,6 @@ impl ProcessFunction<u64, Report> for Keep {
         if x.is_multiple_of(10) {
             ctx.union_list_state(&self.seen)?.add(x);
         }
-        self.processed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -104,25 +99,21 @@ impl ProcessFunction<u64, Report> for Keep {
     }
 }
 
-/// Runs the job at parallelism 2 on a throttled source, takes a savepoint
-/// into `dir` once some records went through, and cancels the job.
+/// Runs the job at parallelism 2 on a source that holds at a quarter of
+/// its input, takes a savepoint into `dir` there (the job is running, with
+/// records through, however fast the machine), and cancels the job.
 fn savepoint_midway(dir: &Path) -> PathBuf {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(2);
     env.set_batch_size(16);
-    let keep = Keep::new();
-    let processed = keep.processed.clone();
-    env.from_generator_rate_limited(N, 10_000.0, |i| i)
+    let gate = Gate::new();
+    gated_generator(&env, &gate, N, &[0.25], |i| i)
         .uid("numbers")
-        .process(keep)
+        .process(Keep::new())
         .uid("keep")
         .collect();
     let handle = env.execute_async().expect("job starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while processed.load(Ordering::Relaxed) < 200 {
-        assert!(Instant::now() < deadline, "no records went through");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    gate.wait_held(2);
     // A savepoint the runtime declines is taken again.
     let mut attempts = 0;
     let path = loop {

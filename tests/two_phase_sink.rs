@@ -18,6 +18,7 @@
 //!   checkpoints, a job cancelled mid-run and restored (at another parallelism,
 //!   and from an older checkpoint) writes every record exactly once.
 
+mod gated;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::transactional_file::{FileTransaction, TransactionalFileSink};
 use floe::connectors::two_phase::{TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
@@ -25,8 +26,10 @@ use floe::operators::sink::SinkContext;
 use floe::operators::{Operator, RestoredState, SnapshotContext};
 use floe::{Record, StreamExecutionEnvironment};
 use floe_actors::ids::SubtaskIndex;
+use gated::{Gate, gated_generator, wait_until};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
 
@@ -612,12 +615,13 @@ fn record(i: u64) -> String {
     format!("r{i}-{}", floe::text::mix64(i) % 97)
 }
 
-/// Generator → rebalance → transactional file sink, checkpointing every 30 ms.
+/// Generator → rebalance → transactional file sink, checkpointing every 30 ms;
+/// with a gate, the generator holds at each of `stops` (see `gated`).
 fn checkpointed_job(
     parallelism: usize,
     checkpoints: &Path,
     out: &Path,
-    rate: Option<f64>,
+    gate: Option<(&Arc<Gate>, &[f64])>,
     restore: Option<&Path>,
 ) -> StreamExecutionEnvironment {
     let env = StreamExecutionEnvironment::new();
@@ -631,8 +635,8 @@ fn checkpointed_job(
     if let Some(from) = restore {
         env.restore_from(from);
     }
-    let records = match rate {
-        Some(r) => env.from_generator_rate_limited(RECORDS, r, record),
+    let records = match gate {
+        Some((gate, stops)) => gated_generator(&env, gate, RECORDS, stops, record),
         None => env.from_generator(RECORDS, record),
     }
     .uid("records");
@@ -643,17 +647,25 @@ fn checkpointed_job(
     env
 }
 
-/// Runs the rate-limited job until `n` checkpoints completed, then cancels it.
-fn run_until_checkpoints(parallelism: usize, checkpoints: &Path, out: &Path, n: u64) {
-    let env = checkpointed_job(parallelism, checkpoints, out, Some(30_000.0), None);
-    let handle = env.execute_async().expect("job starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while handle.checkpoint_stats().completed < n {
-        assert!(Instant::now() < deadline, "no checkpoint completed in time");
-        std::thread::sleep(Duration::from_millis(5));
+/// Complete lines of the committed output (a commit may be appending).
+fn committed_lines(out: &Path) -> u64 {
+    match std::fs::read(out) {
+        Ok(bytes) => bytes.iter().filter(|&&b| b == b'\n').count() as u64,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => panic!("cannot read {}: {e}", out.display()),
     }
-    handle.cancel();
-    let _ = futures::executor::block_on(handle.wait());
+}
+
+/// Once every source subtask holds at the gate's current stop, waits until
+/// the records emitted before it are committed (checkpoints go on while the
+/// sources hold); returns how many.
+fn commit_up_to_the_stop(gate: &Gate, parallelism: usize, out: &Path) -> u64 {
+    gate.wait_held(parallelism);
+    let emitted = gate.emitted();
+    wait_until("the records before the stop committed", || {
+        committed_lines(out) == emitted
+    });
+    emitted
 }
 
 fn expected_records() -> Vec<String> {
@@ -665,18 +677,29 @@ fn job_restored_after_cancel_writes_every_record_once() {
     for (before, after) in [(2, 2), (2, 3), (3, 1)] {
         let dir = tempfile::tempdir().unwrap();
         let (checkpoints, out) = (dir.path().join("chk"), dir.path().join("out.txt"));
-        run_until_checkpoints(before, &checkpoints, &out, 3);
-        let committed = read_lines(&out).len() as u64;
+        // Cancelled while its sources hold at half of their input, once
+        // that half is committed.
+        let gate = Gate::new();
+        let env = checkpointed_job(before, &checkpoints, &out, Some((&gate, &[0.5])), None);
+        let handle = env.execute_async().expect("job starts");
+        let emitted = commit_up_to_the_stop(&gate, before, &out);
+        handle.cancel();
+        let _ = futures::executor::block_on(handle.wait());
         assert!(
-            committed < RECORDS,
-            "cancelled job committed {committed} records"
+            emitted > 0 && emitted < RECORDS,
+            "{emitted} before the stop"
         );
-        assert!(committed > 0, "no output committed before the cancel");
+        let committed = read_lines(&out).len() as u64;
+        assert_eq!(committed, emitted, "the cancelled job's committed output");
         let env = checkpointed_job(after, &checkpoints, &out, None, Some(&checkpoints));
         let result = env.execute().expect("restored job finishes");
         // It resumed from the checkpoint rather than starting over.
         let replayed = result.operator("TransactionalFileSink").unwrap().records_in;
-        assert!(replayed < RECORDS, "restored job wrote {replayed} records");
+        assert_eq!(
+            replayed,
+            RECORDS - emitted,
+            "records the restored job wrote"
+        );
         assert_eq!(
             sorted(read_lines(&out)),
             expected_records(),
@@ -685,25 +708,46 @@ fn job_restored_after_cancel_writes_every_record_once() {
     }
 }
 
+/// Copies the directory `from` (one checkpoint's files) to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 #[test]
 fn job_restored_from_an_older_checkpoint_drops_later_output() {
     let dir = tempfile::tempdir().unwrap();
     let (checkpoints, out) = (dir.path().join("chk"), dir.path().join("out.txt"));
-    run_until_checkpoints(2, &checkpoints, &out, 4);
-    // The oldest retained checkpoint: output was committed after it.
-    let mut ids: Vec<u64> = std::fs::read_dir(&checkpoints)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            name.strip_prefix("chk-")?.parse().ok()
-        })
-        .collect();
-    ids.sort();
-    let oldest = checkpoints.join(format!("chk-{}", ids[0]));
-    let env = checkpointed_job(2, &dir.path().join("chk2"), &out, None, Some(&oldest));
+    let gate = Gate::new();
+    let env = checkpointed_job(2, &checkpoints, &out, Some((&gate, &[0.25, 0.5])), None);
+    let handle = env.execute_async().expect("job starts");
+    // The older checkpoint: the first quarter committed. Kept aside, as
+    // later checkpoints may retire it from the directory.
+    let first = commit_up_to_the_stop(&gate, 2, &out);
+    let id = handle
+        .checkpoint_stats()
+        .last_completed
+        .expect("a checkpoint committed the output");
+    let older = dir.path().join("older").join(format!("chk-{id}"));
+    copy_dir(&checkpoints.join(format!("chk-{id}")), &older);
+    // Output committed after it: the second quarter.
+    gate.pass();
+    let second = commit_up_to_the_stop(&gate, 2, &out);
+    assert!(first > 0 && second > first, "{first} then {second} records");
+    handle.cancel();
+    let _ = futures::executor::block_on(handle.wait());
+    let env = checkpointed_job(2, &dir.path().join("chk2"), &out, None, Some(&older));
     let result = env.execute().expect("restored job finishes");
     let replayed = result.operator("TransactionalFileSink").unwrap().records_in;
-    assert!(replayed < RECORDS, "restored job wrote {replayed} records");
+    assert_eq!(replayed, RECORDS - first, "records the restored job wrote");
     assert_eq!(sorted(read_lines(&out)), expected_records());
     // Later checkpoints had committed output, which recovery cut.
     let log = std::fs::read_to_string(dir.path().join(".out.txt.floe-commits")).unwrap();

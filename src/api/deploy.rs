@@ -298,8 +298,12 @@ pub(crate) struct Shared {
     pub status: Arc<Mutex<JobStatus>>,
     pub metrics: Arc<JobMetrics>,
     pub stats: Arc<Mutex<CheckpointStats>>,
-    /// Injected failures still to come; sources do not finish meanwhile.
+    /// Reasons the sources still hold at their end, not finishing: each
+    /// injected failure still to come, and the wait for
+    /// `finish_after_checkpoints` completed checkpoints.
     pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// Injected failures still to come (each also counted in `hold`).
+    pub kills: Option<Arc<std::sync::atomic::AtomicU32>>,
     /// Restart counts.
     pub failover: Arc<Mutex<super::manager::FailoverStats>>,
     /// Per configured fault: whether it fired (once per job).
@@ -356,11 +360,13 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
     let config = Arc::new(config);
     let plan = Arc::new(plan);
     let injected = config.fault_injection.random_failures;
+    let held = injected + u32::from(config.checkpoint.finish_after_checkpoints > 0);
     let shared = Shared {
         status: Arc::new(Mutex::new(JobStatus::Created)),
         metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
-        hold: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
+        hold: (held > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(held))),
+        kills: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),

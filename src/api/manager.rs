@@ -11,6 +11,8 @@
 //!    when no checkpoint completed yet.
 //! 3. Injected failures (tests, demos) kill a seeded choice of subtask after
 //!    each new completed checkpoint; sources hold at their end meanwhile.
+//!    With `finish_after_checkpoints` they also hold until that many
+//!    checkpoints completed.
 
 use super::deploy::{Attempt, Plan, Shared};
 use super::events::{JobEvent, RestartEvent};
@@ -63,19 +65,29 @@ impl Manager {
         let mut attempt = first;
         let mut failed_at: Option<Instant> = None;
         let mut rng = self.config.fault_injection.seed ^ 0x9e37_79b9_7f4a_7c15;
+        let job_ended = Arc::new(AtomicBool::new(false));
+        let wanted = self.config.checkpoint.finish_after_checkpoints;
+        if let (true, Some(hold)) = (wanted > 0, &self.shared.hold) {
+            actix::spawn(release_after_checkpoints(
+                self.shared.stats.clone(),
+                hold.clone(),
+                job_ended.clone(),
+                wanted,
+            ));
+        }
         let result = loop {
             self.control
                 .set_current(attempt.supervisor.clone(), attempt.coordinator.clone());
             let ended = Arc::new(AtomicBool::new(false));
-            if let Some(hold) = &self.shared.hold
-                && hold.load(Ordering::Acquire) > 0
+            if let (Some(kills), Some(hold)) = (&self.shared.kills, &self.shared.hold)
+                && kills.load(Ordering::Acquire) > 0
             {
                 rng = crate::text::mix64(rng);
                 actix::spawn(inject_failures(
                     self.shared.stats.clone(),
                     self.shared.failover.clone(),
                     attempt.fail.clone(),
-                    hold.clone(),
+                    (kills.clone(), hold.clone()),
                     ended.clone(),
                     rng,
                     self.config
@@ -99,13 +111,13 @@ impl Manager {
                     .send(crate::checkpoint::coordinator::StopCoordinator)
                     .await;
             }
-            if let (Err(e), Some(hold)) = (&outcome, &self.shared.hold)
+            if let (Err(e), Some(kills), Some(hold)) =
+                (&outcome, &self.shared.kills, &self.shared.hold)
                 && e.to_string().contains("injected failure")
             {
                 // A kill of restart-all took effect; the sources stay held
                 // until the last one has.
-                let _ =
-                    hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+                release(kills, hold);
             }
             if let (Some(f), Some(active)) = (failed_at, attempt.activity.get()) {
                 let ms = active.saturating_duration_since(f).as_millis() as u64;
@@ -208,6 +220,7 @@ impl Manager {
                 Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),
             }
         };
+        job_ended.store(true, Ordering::Release);
         let result = result.map(|mut o| {
             o.elapsed = started.elapsed();
             o.operators = self.shared.metrics.operator_summaries();
@@ -256,7 +269,10 @@ async fn inject_failures(
             >,
         >,
     >,
-    remaining: Arc<std::sync::atomic::AtomicU32>,
+    (remaining, hold): (
+        Arc<std::sync::atomic::AtomicU32>,
+        Arc<std::sync::atomic::AtomicU32>,
+    ),
     ended: Arc<AtomicBool>,
     mut seed: u64,
     interval: Duration,
@@ -302,6 +318,36 @@ async fn inject_failures(
             // failed with it.
             return;
         }
-        let _ = remaining.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+        release(&remaining, &hold);
     }
+}
+
+/// One injected failure took effect: one kill fewer to come, one reason
+/// fewer for the sources to hold.
+fn release(kills: &std::sync::atomic::AtomicU32, hold: &std::sync::atomic::AtomicU32) {
+    if kills
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
+        .is_ok()
+    {
+        let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+    }
+}
+
+/// Lets the sources finish (drops the hold `finish_after_checkpoints` put
+/// on them) once `wanted` checkpoints completed, over every attempt; gives
+/// up when the job ended without them.
+async fn release_after_checkpoints(
+    stats: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
+    hold: Arc<std::sync::atomic::AtomicU32>,
+    job_ended: Arc<AtomicBool>,
+    wanted: u64,
+) {
+    let completed = || stats.lock().map(|s| s.completed).unwrap_or(0);
+    while completed() < wanted {
+        if job_ended.load(Ordering::Acquire) {
+            return;
+        }
+        actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
 }

@@ -57,6 +57,11 @@ pub struct CheckpointConfig {
     pub savepoint_at_records: Option<u64>,
     /// Where savepoints go.
     pub savepoint_dir: Option<PathBuf>,
+    /// Sources do not finish before this many checkpoints completed (0, the
+    /// default: no hold). A short job then takes its checkpoints by
+    /// construction, however fast the machine runs it (tests, demos); a job
+    /// whose checkpoints cannot complete never finishes.
+    pub finish_after_checkpoints: u64,
     /// Test switch: exactly-once barriers are not aligned (the job is then
     /// NOT exactly-once). Exists so tests can show alignment matters.
     pub debug_disable_alignment: bool,
@@ -78,6 +83,7 @@ impl Default for CheckpointConfig {
             dir: None,
             savepoint_at_records: None,
             savepoint_dir: None,
+            finish_after_checkpoints: 0,
             debug_disable_alignment: false,
         }
     }
@@ -106,6 +112,9 @@ impl CheckpointConfig {
         }
         if self.savepoint_at_records.is_some() && self.savepoint_dir.is_none() {
             return bad("a savepoint at a record count needs a savepoint directory");
+        }
+        if self.finish_after_checkpoints > 0 && !self.enabled() {
+            return bad("holding the sources for checkpoints needs a checkpoint interval");
         }
         if self.unaligned && self.mode == CheckpointingMode::AtLeastOnce {
             return bad("unaligned checkpoints need exactly-once mode");

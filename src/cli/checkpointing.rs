@@ -83,6 +83,10 @@ pub struct CheckpointArgs {
     /// checkpoint.
     #[arg(long, value_name = "K")]
     pub inject_failures: Option<u32>,
+    /// Sources do not finish before N checkpoints completed: a short job
+    /// takes its checkpoints however fast it runs (tests, demos).
+    #[arg(long, value_name = "N")]
+    pub finish_after_checkpoints: Option<u64>,
     /// Debug switch: exactly-once barriers are not aligned (the job is then
     /// NOT exactly-once; tests use it to show alignment matters).
     #[arg(long, hide = true)]
@@ -114,7 +118,8 @@ impl CheckpointArgs {
             && (self.checkpoint_mode.is_some()
                 || self.unaligned
                 || self.alignment_timeout.is_some()
-                || self.retain_checkpoints.is_some())
+                || self.retain_checkpoints.is_some()
+                || self.finish_after_checkpoints.is_some())
         {
             return bad("checkpoint options need --checkpoint-interval");
         }
@@ -170,6 +175,7 @@ impl CheckpointArgs {
             dir: self.checkpoint_dir.clone(),
             savepoint_at_records: self.savepoint_at_records,
             savepoint_dir: self.savepoint_dir.clone(),
+            finish_after_checkpoints: self.finish_after_checkpoints.unwrap_or(0),
             debug_disable_alignment: self.debug_disable_alignment,
             ..defaults
         });

@@ -45,8 +45,9 @@
 //! clock or other threads, rate-limited sources and throttled sinks (they
 //! wait on wall-clock timers), random failures (`random_failures`, timed by
 //! the wall clock: [`Config::validate`](crate::Config::validate) refuses
-//! them, use [`FaultInjection::faults`]), alignment timeouts and a minimum
-//! pause between checkpoints (refused too).
+//! them, use [`FaultInjection::faults`]), alignment timeouts, the sources'
+//! hold of `finish_after_checkpoints` and a minimum pause between
+//! checkpoints (refused too).
 
 use crate::Config;
 use crate::connectors::two_phase::TwoPhaseCommitSink;
@@ -160,6 +161,11 @@ impl DeterministicMode {
         if config.fault_injection.random_failures > 0 {
             return bad(
                 "random failures are timed by the wall clock; list them in fault_injection.faults",
+            );
+        }
+        if config.checkpoint.finish_after_checkpoints > 0 {
+            return bad(
+                "holding the sources for checkpoints waits on the wall clock; leave finish_after_checkpoints 0",
             );
         }
         if config.checkpoint.alignment_timeout.is_some() {
@@ -864,6 +870,9 @@ mod tests {
         let e = config.validate().unwrap_err().to_string();
         assert!(e.contains("random failures"), "{e}");
         config.fault_injection.random_failures = 0;
+        config.checkpoint.finish_after_checkpoints = 1;
+        assert!(config.validate().is_err());
+        config.checkpoint.finish_after_checkpoints = 0;
         config.checkpoint.alignment_timeout = Some(Duration::from_millis(5));
         assert!(config.validate().is_err());
         config.checkpoint.alignment_timeout = None;

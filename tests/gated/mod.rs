@@ -1,0 +1,165 @@
+//! A generator source with a gate, for tests that cancel a running job
+//! after some checkpoints: each source subtask emits its slice of
+//! `0..count` up to a stop, then holds (running, not finished) until the
+//! test lets it on. So the job is still running when the test cancels it, and its
+//! checkpoints taken after every subtask reached a stop hold exactly the
+//! records emitted before it, however fast or slow the machine: no rate
+//! limit racing the checkpoint timer.
+//!
+//! Its state is the generator's (`from_generator`), so a job restored from
+//! its checkpoints reads on with a plain generator of the same uid.
+
+#![allow(dead_code)]
+
+use floe::connectors::generator::GeneratorSource;
+use floe::connectors::{SourceContext, SourceFunction, SourcePoll};
+use floe::{Record, StreamExecutionEnvironment};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the sources of one job share with the test: the stop they may
+/// read up to, and how far they got.
+#[derive(Default)]
+pub struct Gate {
+    /// Index of the stop the sources may read up to (past the last: open).
+    stop: AtomicUsize,
+    /// Per stop: source subtasks holding there.
+    held: Mutex<Vec<usize>>,
+    /// Records emitted so far, over all subtasks.
+    emitted: AtomicU64,
+}
+
+impl Gate {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Lets every source read on to its next stop (past the last: to its
+    /// end).
+    pub fn pass(&self) {
+        self.stop.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Lets every source read on to its end.
+    pub fn open(&self) {
+        self.stop.store(usize::MAX / 2, Ordering::Release);
+    }
+
+    /// Records emitted so far (final for a stop once every subtask holds
+    /// there).
+    pub fn emitted(&self) -> u64 {
+        self.emitted.load(Ordering::Acquire)
+    }
+
+    /// Waits until `subtasks` source subtasks hold at the current stop.
+    pub fn wait_held(&self, subtasks: usize) {
+        let stop = self.stop.load(Ordering::Acquire);
+        wait_until("every source subtask at the gate", || {
+            self.held
+                .lock()
+                .unwrap()
+                .get(stop)
+                .is_some_and(|&n| n >= subtasks)
+        });
+    }
+}
+
+/// Polls `done` until it holds. The long limit only turns a hang (the
+/// event can never come: a bug) into a failure; a slow machine just polls
+/// longer.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let hang = Instant::now() + Duration::from_secs(300);
+    while !done() {
+        assert!(Instant::now() < hang, "hung waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until `handle`'s job completed `n` more checkpoints than it had
+/// when called. With one checkpoint in progress at a time and `n >= 2`, the
+/// last of them was triggered after the call (so, called once every source
+/// holds at a stop, it holds exactly the records emitted before the stop).
+pub fn wait_for_new_checkpoints(handle: &floe::JobHandle, n: u64) {
+    let base = handle.checkpoint_stats().completed;
+    wait_until("checkpoints", || {
+        handle.checkpoint_stats().completed >= base + n
+    });
+}
+
+/// A source of `f(0..count)` whose subtasks hold at each of `stops`
+/// (shares of their slice, rising, each in 0..1) until the test passes it.
+pub fn gated_generator<T, F>(
+    env: &StreamExecutionEnvironment,
+    gate: &Arc<Gate>,
+    count: u64,
+    stops: &[f64],
+    f: F,
+) -> floe::DataStream<T>
+where
+    T: Clone + Send + 'static,
+    F: Fn(u64) -> T + Send + Sync + 'static,
+{
+    let f: Arc<dyn Fn(u64) -> T + Send + Sync> = Arc::new(f);
+    let gate = gate.clone();
+    let stops = stops.to_vec();
+    env.add_source("Gated Generator", move |ctx: &SourceContext| {
+        let (start, end) = ctx.split(count);
+        Ok(Gated {
+            inner: GeneratorSource::new(f.clone(), count, None, ctx),
+            stops: stops
+                .iter()
+                .map(|s| ((end - start) as f64 * s) as u64)
+                .collect(),
+            emitted: 0,
+            gate: gate.clone(),
+            holding_at: None,
+        })
+    })
+}
+
+struct Gated<T> {
+    inner: GeneratorSource<T>,
+    /// Records of this subtask to hold after, per stop.
+    stops: Vec<u64>,
+    /// Records this subtask emitted.
+    emitted: u64,
+    gate: Arc<Gate>,
+    /// The stop this subtask was counted as holding at.
+    holding_at: Option<usize>,
+}
+
+impl<T: Send + 'static> SourceFunction<T> for Gated<T> {
+    fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<T>>) -> floe::Result<SourcePoll> {
+        let stop = self.gate.stop.load(Ordering::Acquire);
+        let limit = self.stops.get(stop).copied();
+        if let Some(limit) = limit
+            && self.emitted >= limit
+        {
+            if self.holding_at != Some(stop) {
+                self.holding_at = Some(stop);
+                let mut held = self.gate.held.lock().unwrap();
+                if held.len() <= stop {
+                    held.resize(stop + 1, 0);
+                }
+                held[stop] += 1;
+            }
+            return Ok(SourcePoll::Wait(Duration::from_millis(1)));
+        }
+        let max = limit.map_or(max, |l| max.min((l - self.emitted) as usize));
+        let before = out.len();
+        let poll = self.inner.poll_batch(max, out)?;
+        let n = (out.len() - before) as u64;
+        self.emitted += n;
+        self.gate.emitted.fetch_add(n, Ordering::AcqRel);
+        Ok(poll)
+    }
+
+    fn snapshot_state(&mut self) -> floe::Result<Vec<Vec<u8>>> {
+        self.inner.snapshot_state()
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> floe::Result<()> {
+        self.inner.restore_state(entries)
+    }
+}
