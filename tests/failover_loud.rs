@@ -52,6 +52,34 @@ fn floe_command(args: &[&str]) -> Command {
     command
 }
 
+/// Runs `floe args... --status-interval 20` until a status line reports at
+/// least `checkpoints` completed checkpoints, then kills it (`kill -9`): the
+/// crash leaves the newest checkpoint one taken mid-run, with state.
+fn crash_after_checkpoints(args: &[&str], checkpoints: u64) {
+    use std::io::BufRead;
+    let mut command = floe_command(&[args, &["--status-interval", "20"]].concat());
+    command.stdout(Stdio::null());
+    let mut child = command.spawn().expect("floe binary runs");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut seen = String::new();
+    let mut reached = false;
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with("status ") && summary_field(&line, "checkpoints") >= checkpoints {
+            reached = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        reached,
+        "the run ended before {checkpoints} checkpoints completed:\n{seen}"
+    );
+}
+
 fn run_bounded(mut command: Command, args: &[&str]) -> Output {
     let child = command.spawn().expect("floe binary runs");
     let pid = child.id();
@@ -221,27 +249,29 @@ fn an_input_shorter_than_the_restored_offset_fails_at_once() {
     let ck = dir.path().join("ck");
     // A throttled sink holds the source back, so checkpoints complete
     // while it is mid-file.
-    let out = floe_bounded(&[
-        "run",
-        "wordcount",
-        "--input",
-        s(&input),
-        "--batch-size",
-        "64",
-        "--credits",
-        "1",
-        "--sink-rate",
-        "3000",
-        "--checkpoint-interval",
-        "20",
-        "--checkpoint-dir",
-        s(&ck),
-        "--output",
-        s(&dir.path().join("first.txt")),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(summary_field(&stderr, "checkpoints") >= 1, "{stderr}");
+    // The run is killed mid-file (a finished run's final checkpoint
+    // records its sources as finished, past any offset check).
+    crash_after_checkpoints(
+        &[
+            "run",
+            "wordcount",
+            "--input",
+            s(&input),
+            "--batch-size",
+            "64",
+            "--credits",
+            "1",
+            "--sink-rate",
+            "3000",
+            "--checkpoint-interval",
+            "20",
+            "--checkpoint-dir",
+            s(&ck),
+            "--output",
+            s(&dir.path().join("first.txt")),
+        ],
+        1,
+    );
     // The input shrinks below any offset a checkpoint recorded.
     std::fs::write(&input, "w1\n").unwrap();
     let (restarts, error) = failed(&[
@@ -462,12 +492,9 @@ fn a_restore_that_skips_a_damaged_newest_checkpoint_says_so() {
         ]
         .map(str::to_string),
     );
-    let out = floe_bounded(&first.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Killed mid-run, so the newest checkpoint holds keyed state (a
+    // finished run's final checkpoints hold none).
+    crash_after_checkpoints(&first.iter().map(String::as_str).collect::<Vec<_>>(), 3);
     let ids = listed_checkpoints(&ck);
     assert!(ids.len() >= 2, "two checkpoints retained: {ids:?}");
     let (newest, older) = (ids[ids.len() - 1], ids[ids.len() - 2]);
