@@ -67,7 +67,8 @@ fn crash_after_checkpoints(args: &[&str], checkpoints: u64) {
         let line = line.expect("stderr line");
         seen.push_str(&line);
         seen.push('\n');
-        if line.starts_with("status ") && summary_field(&line, "checkpoints") >= checkpoints {
+        let done = field(&line, "checkpoints").and_then(|v| v.parse::<u64>().ok());
+        if line.starts_with("status ") && done.is_some_and(|n| n >= checkpoints) {
             reached = true;
             break;
         }
