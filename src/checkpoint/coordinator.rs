@@ -481,6 +481,7 @@ impl CheckpointCoordinator {
                 self.trace(TraceEvent::CheckpointCompleted { id });
                 if p.kind == SnapshotKind::Checkpoint {
                     self.last_completion = Some(Instant::now());
+                    self.abort_subsumed(id, ctx);
                 }
                 for t in &self.tasks {
                     t.notify.do_send(NotifyCheckpoint {
@@ -594,6 +595,27 @@ impl CheckpointCoordinator {
             operators: operators.into_values().collect(),
             runtime,
             transactional_sinks: self.setup.transactional_sinks.clone(),
+        }
+    }
+
+    /// Aborts the checkpoints older than `completed` still pending (not
+    /// savepoints): a completed checkpoint subsumes them, as in Flink, and
+    /// the store's retention has just removed their directories, so one
+    /// completing later could only fail. Not counted as failures.
+    fn abort_subsumed(&mut self, completed: u64, ctx: &mut Context<Self>) {
+        let older: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(id, p)| **id < completed && p.kind == SnapshotKind::Checkpoint)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in older {
+            self.abort_with(
+                id,
+                format!("subsumed by completed checkpoint {completed}"),
+                false,
+                ctx,
+            );
         }
     }
 
