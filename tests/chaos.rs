@@ -461,3 +461,63 @@ fn a_restart_from_the_beginning_after_a_sink_committed_stays_exact() {
         }
     }
 }
+
+/// A checkpoint pending when a region fails must not complete after the
+/// restart chose the (older) checkpoint it restores: it would hold the
+/// failed incarnation's state and pre-committed transactions, and the next
+/// restore of another region would commit those next to the replay's. This
+/// plan (seed 294 of the pipelines spec) has pipeline 1 fail while
+/// checkpoint 3 waits for the other pipelines' acknowledgements; before the
+/// fix, 3 completed right after pipeline 1 was restored from 2, and
+/// pipeline 0's restart from 3 committed 400 of pipeline 1's records twice.
+#[test]
+fn a_checkpoint_pending_at_a_region_failure_never_completes_after_its_restore() {
+    let mut expected: Vec<u64> = (0..RECORDS).map(scale).collect();
+    expected.sort_unstable();
+    let fault = |subtask: usize, records: u64| Fault {
+        operator: "Numbers".into(),
+        subtask,
+        at: floe::failover::FaultPoint::Records(records),
+    };
+    let plan = FaultPlan {
+        seed: 294,
+        parallelism: 3,
+        failover: FailoverStrategy::Region,
+        interval_ms: 12,
+        faults: vec![fault(1, 114), fault(1, 623), fault(0, 1413)],
+    };
+    let run = run_pipelines(&plan);
+    assert_eq!(run.result, Ok(()), "{:?}", run.trace);
+    let restarts = run
+        .trace
+        .iter()
+        .filter(|t| matches!(t.event, TraceEvent::Restarted { .. }))
+        .count();
+    assert_eq!(restarts, 3, "{:?}", run.trace);
+    let mut got = run.output.clone();
+    got.sort_unstable();
+    assert!(
+        got == expected,
+        "{} records committed, {} expected",
+        got.len(),
+        expected.len()
+    );
+    // A checkpoint that completes after a restart chose its checkpoint was
+    // triggered after the failure that restart answers (trace order).
+    let (mut failed, mut fence, mut triggered) = (0, 0, HashMap::new());
+    for (i, t) in run.trace.iter().enumerate() {
+        match &t.event {
+            TraceEvent::SubtaskFailed { .. } => failed = i,
+            TraceEvent::Restarted { .. } => fence = failed,
+            TraceEvent::CheckpointTriggered { id } => {
+                triggered.insert(*id, i);
+            }
+            TraceEvent::CheckpointCompleted { id } => assert!(
+                triggered[id] > fence,
+                "checkpoint {id} was pending at a region failure and completed after the restart: {:?}",
+                run.trace
+            ),
+            _ => {}
+        }
+    }
+}

@@ -314,6 +314,8 @@ pub(crate) struct Shared {
     pub scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
     /// Restarts and restore fallbacks, for the job's subscribers.
     pub events: Arc<super::events::EventLog>,
+    /// Region restarts begun, against which checkpoints complete.
+    pub region_fence: crate::checkpoint::coordinator::RegionFence,
 }
 
 /// One deployment of the job.
@@ -371,6 +373,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),
         events: Arc::default(),
+        region_fence: Default::default(),
         fault_fired: (!config.fault_injection.faults.is_empty()).then(|| {
             Arc::new(
                 config
@@ -455,6 +458,7 @@ pub(crate) fn deploy_attempt(
         status.clone(),
         shared.stats.clone(),
         shared.checkpoint_ids.clone(),
+        shared.region_fence.clone(),
     )?;
     let router = checkpoints.router.clone();
     let store = checkpoints.store.clone();
@@ -766,6 +770,8 @@ struct Regions {
     stats: Arc<Mutex<CheckpointStats>>,
     region_of: HashMap<(usize, usize), usize>,
     members: Vec<Vec<(usize, usize)>>,
+    /// Told of each restart before it picks its checkpoint.
+    region_fence: crate::checkpoint::coordinator::RegionFence,
 }
 
 impl Regions {
@@ -795,6 +801,7 @@ impl Regions {
             stats: shared.stats.clone(),
             region_of,
             members,
+            region_fence: shared.region_fence.clone(),
         }
     }
 }
@@ -825,6 +832,10 @@ impl floe_actors::supervisor::RegionFailover for Regions {
     }
 
     fn restarting(&mut self, region: usize) {
+        // Before `redeploy` picks the checkpoint to restore: checkpoints
+        // still pending hold the failed incarnation's state and must not
+        // complete after that choice.
+        self.region_fence.region_restarting();
         if let (Some(mode), Some(members)) =
             (&self.spawner.config.deterministic, self.members.get(region))
         {
@@ -979,6 +990,7 @@ fn checkpoint_setup(
     status: Arc<Mutex<JobStatus>>,
     stats: Arc<Mutex<CheckpointStats>>,
     ids: Arc<std::sync::atomic::AtomicU64>,
+    region_fence: crate::checkpoint::coordinator::RegionFence,
 ) -> Result<CoordinatorSetup> {
     let cp = &config.checkpoint;
     // `launch` gives checkpointing jobs a directory (a temporary one if
@@ -1023,6 +1035,7 @@ fn checkpoint_setup(
         status,
         job: config.job_name.clone().unwrap_or_default(),
         deterministic: config.deterministic.clone(),
+        region_fence,
     })
 }
 

@@ -173,6 +173,39 @@ pub(crate) struct CoordinatorSetup {
     pub deterministic: Option<crate::testing::chaos::DeterministicMode>,
     /// The job's name: the `job` label of the checkpoint metrics.
     pub job: String,
+    /// Region restarts begun so far (see [`RegionFence`]).
+    pub region_fence: RegionFence,
+}
+
+/// Orders checkpoint completion against region restarts.
+///
+/// A region restart restores the latest completed checkpoint while the
+/// other regions run on. A checkpoint still pending when the region failed
+/// holds the failed incarnation's state and its pre-committed transactions;
+/// were it to complete after the restart chose what to restore, it would be
+/// the latest checkpoint without being in the restarted region's history,
+/// and a later restore of any region would commit the failed incarnation's
+/// transactions next to the ones the replay commits again (and roll that
+/// region back to the failed incarnation). So, as Flink aborts pending
+/// checkpoints on a region failover, a checkpoint triggered before a region
+/// restart began never completes: the restart counts itself here before it
+/// picks the checkpoint to restore, and a completion checks the count and
+/// commits to the store under the same lock, so either the checkpoint is in
+/// the store before the restart looks, or it is aborted.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RegionFence(Arc<Mutex<u64>>);
+
+impl RegionFence {
+    /// Region restarts begun so far.
+    fn current(&self) -> u64 {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A region restart begins: checkpoints triggered until now are void.
+    /// Called before the restart picks the checkpoint it restores.
+    pub(crate) fn region_restarting(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
 }
 
 struct Pending {
@@ -186,6 +219,8 @@ struct Pending {
     stop: bool,
     acks: Vec<AcknowledgeCheckpoint>,
     reply: Option<futures::channel::oneshot::Sender<crate::Result<PathBuf>>>,
+    /// [`RegionFence`]'s count when it was triggered.
+    region_restarts: u64,
 }
 
 /// The checkpoint coordinator of one job.
@@ -377,6 +412,7 @@ impl CheckpointCoordinator {
                 stop: false,
                 acks: Vec::new(),
                 reply,
+                region_restarts: self.setup.region_fence.current(),
             },
         );
         tracing::info!(job = %self.setup.job, checkpoint = id, ?barrier_kind, sources = sources.len(), "checkpoint triggered");
@@ -421,6 +457,15 @@ impl CheckpointCoordinator {
         if !ready {
             return;
         }
+        // Held until the snapshot is committed: a region restart that
+        // begins meanwhile waits, then restores it (see `RegionFence`).
+        let fence = self.setup.region_fence.clone();
+        let restarts = fence.0.lock().unwrap_or_else(|e| e.into_inner());
+        if self.pending.get(&id).map(|p| p.region_restarts) != Some(*restarts) {
+            drop(restarts);
+            self.abort_with(id, "a region restarted".into(), false, ctx);
+            return;
+        }
         let p = self.pending.remove(&id).expect("present");
         let meta = self.metadata(id, &p);
         let duration_ms = meta.duration_ms;
@@ -451,6 +496,7 @@ impl CheckpointCoordinator {
                 }
             }
         };
+        drop(restarts);
         match result {
             Ok(path) => {
                 self.failures_in_row = 0;
