@@ -136,12 +136,13 @@ pub(crate) fn entry_state_name(entry: &[u8]) -> Option<&str> {
 /// Deals even-split list entries out over `parallelism` new subtasks.
 ///
 /// `old` holds each former subtask's entries (by its index), `old_parallelism`
-/// the former parallelism. Entries of operator list states (see
-/// [`LIST_MAGIC`]) go back to their own subtask when the parallelism is
-/// unchanged; otherwise each state's entries, in former-subtask order, are
-/// dealt round robin, the deal going on from state to state so that the
-/// subtasks stay balanced. Other entries (sources and built-in operators
-/// writing their own format) are dealt round robin over their concatenation.
+/// the former parallelism. When the parallelism is unchanged, every entry
+/// goes back to its own subtask (a finished subtask restored without state
+/// must not shift the others'). Otherwise entries of operator list states
+/// (see [`LIST_MAGIC`]), in former-subtask order, are dealt round robin per
+/// state, the deal going on from state to state so that the subtasks stay
+/// balanced; other entries (sources and built-in operators writing their own
+/// format) are dealt round robin over their concatenation.
 pub(crate) fn deal_split_list(
     old: Vec<(u32, Vec<Vec<u8>>)>,
     old_parallelism: usize,
@@ -153,13 +154,18 @@ pub(crate) fn deal_split_list(
     let mut named: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
     for (subtask, entries) in old {
         for e in entries {
+            // Unchanged parallelism: every entry goes back to its own
+            // subtask. Dealing them by position would hand a subtask another
+            // one's entries as soon as a subtask recorded none (a finished
+            // one, restored finished with no state).
+            if old_parallelism == p && (subtask as usize) < p {
+                shares[subtask as usize].push(e);
+                continue;
+            }
             match entry_state_name(&e).map(str::to_string) {
                 None => {
                     shares[other % p].push(e);
                     other += 1;
-                }
-                Some(_) if old_parallelism == p && (subtask as usize) < p => {
-                    shares[subtask as usize].push(e);
                 }
                 Some(name) => named.entry(name).or_default().push(e),
             }
@@ -482,6 +488,15 @@ mod tests {
         // Foreign entries keep the plain round robin.
         let foreign = deal_split_list(vec![(0, vec![vec![1], vec![2], vec![3]])], 1, 2);
         assert_eq!(foreign, vec![vec![vec![1], vec![3]], vec![vec![2]]]);
+    }
+
+    #[test]
+    fn deal_at_same_parallelism_keeps_foreign_entries_with_their_subtask_when_one_has_none() {
+        // Subtask 0 finished and recorded no state: subtask 1 and 2 keep
+        // their own entries instead of shifting down by one.
+        let old = vec![(1, vec![vec![1]]), (2, vec![vec![2], vec![3]])];
+        let dealt = deal_split_list(old, 3, 3);
+        assert_eq!(dealt, vec![vec![], vec![vec![1]], vec![vec![2], vec![3]]]);
     }
 
     #[test]
