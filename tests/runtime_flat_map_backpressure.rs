@@ -46,6 +46,18 @@ impl SinkFunction<u64> for GapSink {
 
 #[test]
 fn exploding_record_is_emitted_under_backpressure() {
+    exploding_record(true);
+}
+
+/// Right after its source, where chaining would put it into the source's
+/// chain (whose position is taken between steps): it is kept out of it, so
+/// it suspends there too.
+#[test]
+fn exploding_record_right_after_its_source_is_emitted_under_backpressure() {
+    exploding_record(false);
+}
+
+fn exploding_record(edge_before: bool) {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(1);
     env.set_batch_size(BATCH);
@@ -54,9 +66,14 @@ fn exploding_record_is_emitted_under_backpressure() {
     let received = Arc::new(AtomicU64::new(0));
     let max_gap = Arc::new(AtomicU64::new(0));
     let counter = produced.clone();
-    env.from_collection(vec![PER_RECORD])
-        // Network edges around the flat_map: its output waits for credit.
-        .rebalance()
+    let source = env.from_collection(vec![PER_RECORD]);
+    let input = if edge_before {
+        source.rebalance()
+    } else {
+        source
+    };
+    // A network edge after the flat_map: its output waits for credit.
+    input
         .flat_map(move |n: u64| {
             let counter = counter.clone();
             (0..n).inspect(move |_| {

@@ -108,6 +108,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             input_rate: None,
             parallelism: 0,
             chainable: true,
+            suspends: false,
             fixed_parallelism: false,
             kind: NodeKind::Operator(build),
             inputs: self
@@ -170,6 +171,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         F: FnMut(T) -> I + Clone + Send + Sync + 'static,
     {
         self.transform("Flat Map", move |_| SuspendingFlatMap::new(f.clone()))
+            .with_node(|n| n.suspends = true)
     }
 
     /// Runs a process function (records with context and side outputs).

@@ -108,7 +108,7 @@ impl Plan {
         }
         let mut chained = vec![false; n];
         let mut vertex_of = vec![0; n];
-        let mut heads = Vec::new();
+        let mut heads: Vec<usize> = Vec::new();
         for id in 0..n {
             let node = &nodes[id];
             let chain = config.chaining
@@ -116,7 +116,11 @@ impl Plan {
                 && !node.inputs[0].partition.explicit
                 && node.chainable
                 && nodes[node.inputs[0].from].chainable
-                && nodes[node.inputs[0].from].parallelism == node.parallelism;
+                && nodes[node.inputs[0].from].parallelism == node.parallelism
+                && !(node.suspends
+                    && nodes[heads[vertex_of[node.inputs[0].from]]]
+                        .inputs
+                        .is_empty());
             chained[id] = chain;
             if chain {
                 vertex_of[id] = vertex_of[node.inputs[0].from];

@@ -207,6 +207,7 @@ impl StreamExecutionEnvironment {
             input_rate: None,
             parallelism: parallelism.unwrap_or(0),
             chainable: true,
+            suspends: false,
             fixed_parallelism: parallelism.is_some(),
             kind: NodeKind::Source(build),
             inputs: Vec::new(),

@@ -154,6 +154,10 @@ pub(crate) struct Node {
     pub parallelism: usize,
     /// False once `disable_chaining` was called on this operator.
     pub chainable: bool,
+    /// An operator that may suspend in the middle of a record under
+    /// backpressure (`flat_map`): it is never chained into a source's chain,
+    /// whose position is taken between steps, so that it can suspend.
+    pub suspends: bool,
     /// Set when the user fixed the parallelism (sources of one subtask, say).
     pub fixed_parallelism: bool,
     pub kind: NodeKind,
