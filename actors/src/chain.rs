@@ -51,16 +51,14 @@ pub trait ChainInput<T>: 'static {
     /// Checkpoint `barrier`: capture this element's state into `out`, pass the
     /// call on, and (record writers) emit the barrier on every channel before
     /// any later record; `unaligned` lets it overtake queued output, which is
-    /// then captured as output channel state. Elements that forward must
-    /// override this.
+    /// then captured as output channel state. No default: an element that
+    /// forgot to forward it would drop the barrier for everything after it.
     fn checkpoint(
         &mut self,
-        _barrier: Barrier,
-        _unaligned: bool,
-        _out: &mut ChainSnapshot,
-    ) -> Result<()> {
-        Ok(())
-    }
+        barrier: Barrier,
+        unaligned: bool,
+        out: &mut ChainSnapshot,
+    ) -> Result<()>;
 
     /// Restore: event time had reached `watermark` before the checkpoint.
     /// Operators take it as their current watermark without firing anything
@@ -70,11 +68,10 @@ pub trait ChainInput<T>: 'static {
         Ok(())
     }
 
-    /// Checkpoint `checkpoint` completed (`completed`) or was aborted.
-    /// Elements that forward must override this.
-    fn notify_checkpoint(&mut self, _checkpoint: CheckpointId, _completed: bool) -> Result<()> {
-        Ok(())
-    }
+    /// Checkpoint `checkpoint` completed (`completed`) or was aborted. No
+    /// default: an element that forgot to forward it would keep the
+    /// two-phase-commit sinks after it from committing.
+    fn notify_checkpoint(&mut self, checkpoint: CheckpointId, completed: bool) -> Result<()>;
 }
 
 impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
@@ -207,6 +204,13 @@ impl<T: 'static> ChainInput<T> for Discard {
         Ok(())
     }
     fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+    // Nothing follows a discard: no state to capture, no barrier to pass on.
+    fn checkpoint(&mut self, _: Barrier, _: bool, _: &mut ChainSnapshot) -> Result<()> {
+        Ok(())
+    }
+    fn notify_checkpoint(&mut self, _: CheckpointId, _: bool) -> Result<()> {
         Ok(())
     }
 }

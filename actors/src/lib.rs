@@ -13,7 +13,6 @@
 //! - [`metrics`]: counters read by job handles.
 #![warn(missing_docs)]
 
-pub mod barrier;
 pub mod chain;
 pub mod config;
 pub mod element;

@@ -1,11 +1,12 @@
-//! Checkpoint barrier handling for a subtask with N input channels, as a pure
-//! state machine.
+//! Checkpoint barrier alignment for a subtask with N input channels: the rules
+//! of the input gate ([`super::gate`]), as a pure state machine.
 //!
-//! A subtask feeds [`BarrierHandler`] the barriers and end-of-input markers of
+//! The gate feeds [`BarrierHandler`] the barriers and end-of-input markers of
 //! its input channels and gets back [`BarrierAction`]s: when to snapshot, when a
-//! checkpoint is complete, when one was given up. The handler owns no queue and
-//! runs no actor, so it is tested on its own (see the unit tests below and the
-//! subtask simulator in `tests/barrier_props.rs`). It follows Flink's
+//! checkpoint is complete, when one was given up. The handler owns no queue, so
+//! its rules are unit tested on their own below; the gate that plays the other
+//! side of the contract (queues, channel state) is tested through random
+//! interleavings in `actors/tests/barrier_props.rs`. It follows Flink's
 //! `SingleCheckpointBarrierHandler`: one checkpoint is pending at a time and a
 //! barrier of a newer checkpoint cancels the pending one.
 //!
@@ -20,7 +21,7 @@
 //!   elements that precede barrier n on their channel and were not processed
 //!   before the snapshot become input channel state.
 //!
-//! # The subtask's side of the contract
+//! # The gate's side of the contract
 //!
 //! 1. Feed aligned, savepoint and at-least-once barriers when they are
 //!    *dequeued* (processed in channel order); feed [`BarrierKind::Unaligned`]
