@@ -18,7 +18,7 @@ pub enum Error {
     Config(String),
     /// The job was canceled ([`JobHandle::cancel`](crate::JobHandle::cancel),
     /// a dropped handle with `cancel_on_drop`) before it finished.
-    #[error("the job was canceled")]
+    #[error("job was cancelled")]
     Canceled,
     /// A bounded wait ran out.
     #[error("timed out after {after:?} waiting for {waiting_for}")]
