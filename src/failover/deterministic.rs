@@ -51,7 +51,7 @@ impl DeterministicMode {
     }
 
     /// A planned fault fired (its injector reports it).
-    pub(crate) fn note_fired(&self, fault: &Fault) {
+    pub fn note_fired(&self, fault: &Fault) {
         if let Ok(mut f) = self.fired.lock() {
             f.push(fault.clone());
         }
