@@ -301,16 +301,22 @@ impl JobHandle {
     /// ended (a job that finished or failed before the cancel took effect
     /// says so), or [`Error::TimedOut`] (the job may still be stopping).
     ///
-    /// The timer runs on a thread of its own, so this works from any
-    /// executor (tokio, actix, `futures::executor::block_on`).
+    /// The timer runs on a thread of its own (which ends with the wait),
+    /// so this works from any executor (tokio, actix,
+    /// `futures::executor::block_on`).
     pub async fn cancel_and_wait(&self, timeout: std::time::Duration) -> Result<JobEnd> {
         self.cancel();
         let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        // Dropped when this returns: the timer thread wakes and ends.
+        let (_done, done_rx) = std::sync::mpsc::channel::<()>();
         let timer = std::thread::Builder::new()
             .name("floe-cancel-timer".into())
             .spawn(move || {
-                std::thread::sleep(timeout);
-                let _ = tx.send(());
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    done_rx.recv_timeout(timeout)
+                {
+                    let _ = tx.send(());
+                }
             });
         let outcome = std::pin::pin!(self.outcome());
         if timer.is_err() {

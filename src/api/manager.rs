@@ -250,6 +250,8 @@ impl Drop for Manager {
     /// still ends its event subscribers' streams, so no one waits on them.
     fn drop(&mut self) {
         self.shared.events.close();
+        // Nor does anyone wait on its progress (a checkpoint count) forever.
+        self.shared.observers.progress.ended(JobStatus::Canceled);
     }
 }
 
