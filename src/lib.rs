@@ -41,16 +41,18 @@ pub mod error;
 pub mod failover;
 pub mod operators;
 pub mod state;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod text;
 pub mod time;
 pub mod window;
 
 pub use api::{
-    DataStream, FallbackEvent, JobEvent, JobHandle, JobResult, JobStatusSnapshot, KeyedStream,
-    RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment, WindowedStream,
+    DataStream, FallbackEvent, JobEnd, JobEvent, JobHandle, JobResult, JobStatusSnapshot,
+    KeyedStream, RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment,
+    WindowedStream,
 };
-pub use config::Config;
+pub use config::{Config, RestoreMode};
 pub use error::{Error, Result};
 pub use floe_actors::element::{Record, Timestamp};
 pub use floe_actors::supervisor::JobStatus;
