@@ -21,6 +21,8 @@ pub mod collect;
 pub mod collection;
 pub mod file_sink;
 pub mod generator;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod print;
 pub mod text_file;
 pub mod transactional_file;
