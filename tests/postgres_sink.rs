@@ -395,3 +395,62 @@ fn a_process_killed_between_pre_commit_and_commit_is_recovered() {
         "no prepared transaction left"
     );
 }
+
+// ------------------------------------------------------------ measurement
+
+/// Rows per second into PostgreSQL, append mode, `(text, int8)` rows:
+/// through the two-phase-commit sink (checkpoints every 500 ms, each
+/// closing a prepared transaction) and through the same sink without
+/// transactions (each batch its own autocommitted statement). Run with
+/// `cargo test --release --features postgres --test postgres_sink -- --ignored --nocapture measure_rows_per_second`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn measure_rows_per_second() {
+    let Some(url) = postgres_url() else { return };
+    const ROWS: i64 = 500_000;
+    for parallelism in [1usize, 2] {
+        for transactional in [true, false] {
+            let tag = if transactional { "2pc" } else { "plain" };
+            let (table, job) = (
+                unique(&format!("pg_rate_{tag}_{parallelism}")),
+                unique(&format!("rate{tag}{parallelism}")),
+            );
+            reset(&url, &table, &job);
+            let dir = tempfile::tempdir().expect("tempdir");
+            let env = StreamExecutionEnvironment::new();
+            env.set_parallelism(parallelism);
+            if transactional {
+                let mut config = env.config();
+                config.checkpoint = CheckpointConfig {
+                    interval: Some(Duration::from_millis(500)),
+                    dir: Some(dir.path().join("ck")),
+                    ..Default::default()
+                };
+                env.set_config(config);
+            }
+            let rows = env
+                .generate_sequence(0, ROWS - 1)
+                .map(|i: i64| (format!("r{i}"), i));
+            let config =
+                PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append).job(&job);
+            let sink = PostgresSink::new(config).expect("config");
+            // Created before the clock starts.
+            query(&url, &format!("CREATE TABLE {table} (key text, value int8)"));
+            if transactional {
+                sink.add_to(&rows);
+            } else {
+                floe::connectors::async_sink::add_async_sink(&rows, "PostgreSQL", sink);
+            }
+            let start = std::time::Instant::now();
+            env.execute().expect("the job finishes");
+            let secs = start.elapsed().as_secs_f64();
+            let n: i64 = query(&url, &format!("SELECT count(*) FROM {table}"))[0].get(0);
+            assert_eq!(n, ROWS);
+            println!(
+                "postgres sink, {tag:5} P={parallelism}: {ROWS} rows in {secs:.2} s = {:.0} rows/s",
+                ROWS as f64 / secs
+            );
+            query(&url, &format!("DROP TABLE {table}"));
+        }
+    }
+}
