@@ -1,8 +1,9 @@
 //! Async sinks: a sink whose writes `.await`, run on its subtask's arbiter.
 //!
 //! An [`AsyncSink`] is what a network connector implements when it needs
-//! no transactions (at-least-once); [`AsyncTwoPhaseCommitSink`]
-//! (crate::connectors::async_two_phase::AsyncTwoPhaseCommitSink) is the
+//! no transactions (at-least-once);
+//! [`AsyncTwoPhaseCommitSink`](crate::connectors::async_two_phase::AsyncTwoPhaseCommitSink)
+//! is the
 //! exactly-once variant. The operator that runs one hands each batch to a
 //! *driver* task spawned on the subtask's arbiter (its current-thread tokio
 //! runtime), which owns the sink and awaits its calls one at a time, in
@@ -10,8 +11,8 @@
 //!
 //! - **Backpressure.** At most `capacity` batches wait for the driver; past
 //!   that the sink's gate reports backpressure and the subtask takes no
-//!   more input until the driver wakes it (a [`WakeSubtask`]
-//!   (floe_actors::wake::WakeSubtask) message, no timer): a slow sink or a
+//!   more input until the driver wakes it (a
+//!   [`WakeSubtask`](floe_actors::wake::WakeSubtask) message, no timer): a slow sink or a
 //!   full channel slows the job down instead of buffering without bound.
 //! - **Checkpoints.** At a barrier the operator queues a flush behind the
 //!   batches before it; the checkpoint's asynchronous part waits for it,
