@@ -199,3 +199,93 @@ fn a_channel_source_feeds_a_job_and_backpressures_its_sender() {
     got.sort_unstable();
     assert_eq!(got, (0..N).map(|i| i * 2).collect::<Vec<_>>());
 }
+
+/// Counts through its slice of `0..count`, awaiting between batches (the
+/// subtask is woken, not polled); its position `(next, end)` goes into the
+/// checkpoint.
+struct Counter {
+    next: u64,
+    end: u64,
+}
+
+impl floe::connectors::async_source::AsyncSource<u64> for Counter {
+    async fn next_batch(
+        &mut self,
+        max: usize,
+        out: &mut Vec<floe::Record<u64>>,
+    ) -> floe::Result<floe::connectors::SourcePoll> {
+        // Pending once: the wake-up, not a timer, brings the subtask back.
+        tokio::task::yield_now().await;
+        while out.len() < max && self.next < self.end {
+            out.push(floe::Record::new(self.next));
+            self.next += 1;
+        }
+        Ok(if self.next == self.end {
+            floe::connectors::SourcePoll::Finished
+        } else {
+            floe::connectors::SourcePoll::Ready
+        })
+    }
+
+    fn snapshot_position(&mut self) -> floe::Result<Vec<Vec<u8>>> {
+        Ok(vec![
+            postcard::to_allocvec(&(self.next, self.end)).expect("encode"),
+        ])
+    }
+
+    fn restore_position(&mut self, entries: Vec<Vec<u8>>) -> floe::Result<()> {
+        (self.next, self.end) = match entries.first() {
+            Some(e) => postcard::from_bytes(e).expect("decode"),
+            None => (0, 0),
+        };
+        Ok(())
+    }
+}
+
+#[test]
+fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
+    const N: u64 = 20_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    env.set_batch_size(64);
+    let mut config = env.config();
+    config.checkpoint = CheckpointConfig {
+        interval: Some(Duration::from_millis(10)),
+        dir: Some(dir.path().join("ck")),
+        ..Default::default()
+    };
+    config.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    config.fault_injection = FaultInjection {
+        faults: vec![Fault {
+            operator: "tag".into(),
+            subtask: 0,
+            at: FaultPoint::Records(N / 4),
+        }],
+        ..Default::default()
+    };
+    env.set_config(config);
+    let out = dir.path().join("out.txt");
+    floe::connectors::async_source::add_async_source(&env, "counter", |ctx| {
+        let (next, end) = ctx.split(N);
+        Ok(Counter { next, end })
+    })
+    .map(|v: u64| v.to_string())
+    .name("tag")
+    .add_two_phase_sink(
+        floe::connectors::transactional_file::TransactionalFileSink::new(&out).expect("sink"),
+    );
+    let handle = env.execute_async().expect("starts");
+    futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
+    assert_eq!(handle.failover_stats().restarts, 1, "the fault fired once");
+    let mut got: Vec<u64> = std::fs::read_to_string(&out)
+        .expect("output")
+        .lines()
+        .map(|l| l.parse().expect("a number"))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "every record exactly once");
+}
