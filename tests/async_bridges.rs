@@ -260,10 +260,12 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
         delay: Duration::ZERO,
     });
     config.fault_injection = FaultInjection {
+        // After checkpoints 1 and 2 completed (one at a time): the job
+        // restores checkpoint 2, whose positions skip what it committed.
         faults: vec![Fault {
             operator: "tag".into(),
             subtask: 0,
-            at: FaultPoint::Records(N / 4),
+            at: FaultPoint::Checkpoint(3),
         }],
         ..Default::default()
     };
@@ -273,8 +275,11 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
         let (next, end) = ctx.split(N);
         Ok(Counter { next, end })
     })
+    .rebalance()
     .map(|v: u64| v.to_string())
     .name("tag")
+    // Slow enough that checkpoint 3 comes before the end of the input.
+    .set_input_rate(20_000.0)
     .add_two_phase_sink(
         floe::connectors::transactional_file::TransactionalFileSink::new(&out).expect("sink"),
     );
