@@ -255,6 +255,48 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
     );
 }
 
+#[test]
+fn a_server_down_at_start_fails_the_job_with_one_clear_error() {
+    // A loopback port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://floe:secret@127.0.0.1:{port}/floe?table=counts");
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    let rows = env.from_collection(vec![("a".to_string(), 1i64)]);
+    let config = PostgresSinkConfig::from_url(&url, &["key", "value"], WriteMode::Upsert)
+        .expect("a valid URL");
+    PostgresSink::new(config).expect("config").add_to(&rows);
+    let err = env.execute().expect_err("no server");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "PostgreSQL connect to postgres://floe:***@127.0.0.1:{port}/floe"
+        )),
+        "{message}"
+    );
+    assert!(
+        !message.contains("secret"),
+        "the password is not shown: {message}"
+    );
+    assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+#[test]
+fn a_bad_url_is_a_typed_error() {
+    for url in [
+        "mysql://h/db?table=t",
+        "postgres://h/db",
+        "postgres://h/db?table=a;b",
+    ] {
+        let r = PostgresSinkConfig::from_url(url, &["key", "value"], WriteMode::Append)
+            .and_then(PostgresSink::<(String, i64)>::new);
+        assert!(r.is_err(), "{url} is refused");
+    }
+}
+
 // ------------------------------------------------------------ a real crash
 
 const CRASH_RECORDS: i64 = 4_000;
