@@ -26,6 +26,22 @@
 //! (`INSERT … SELECT * FROM unnest($1::text[], …)`); in upsert mode with
 //! `ON CONFLICT (first column) DO UPDATE`, keeping the last row of each key
 //! in a batch. Two jobs writing one table need different job names.
+//!
+//! From a URL (the CLI's `--output postgres://USER:PASS@HOST:PORT/DB?table=T`):
+//!
+//! ```no_run
+//! # fn job(counts: &floe::DataStream<(String, u64)>) -> floe::Result<()> {
+//! use floe::connectors::postgres::{PostgresSink, PostgresSinkConfig, WriteMode};
+//! let config = PostgresSinkConfig::from_url(
+//!     "postgres://floe:floe@127.0.0.1:5432/floe?table=counts",
+//!     &["word", "count"],
+//!     WriteMode::Upsert, // `word TEXT PRIMARY KEY, count BIGINT`, created if missing
+//! )?
+//! .job("wordcount");
+//! PostgresSink::new(config)?.add_to(counts);
+//! # Ok(())
+//! # }
+//! ```
 
 use super::async_sink::AsyncSink;
 use super::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
