@@ -427,8 +427,8 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             .is_some_and(|f| msg.completed && msg.checkpoint >= f);
         if (self.phase == Phase::Ended && covered) || (msg.completed && msg.finish) {
             // The final checkpoint completed (or the job stops with this
-            // one) and the chain committed.
-            self.finish(ctx);
+            // one) and the chain committed (async sinks: once drained).
+            self.finish_when_drained(ctx);
             return;
         }
         if !msg.completed && self.paused.is_some_and(|p| p <= msg.checkpoint) {

@@ -37,6 +37,7 @@
 
 pub mod alignment;
 mod checkpointing;
+mod drain;
 pub mod gate;
 mod restore;
 mod throttle;
@@ -156,6 +157,8 @@ pub struct SubtaskActor<IN: Send + 'static> {
     /// A source paused after the barrier of the checkpoint the job stops
     /// with, until that checkpoint completes (finish) or is aborted.
     paused: Option<CheckpointId>,
+    /// The chain committed its final checkpoint: finish once drained.
+    finish_on_drain: bool,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -172,9 +175,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     where
         B: FnOnce(&mut ChainBuilder) -> Result<Head<IN>> + Send + 'static,
     {
-        Self::start_in_arbiter(arbiter, move |_ctx| {
+        Self::start_in_arbiter(arbiter, move |ctx| {
             let mut builder = ChainBuilder::default();
-            let built = catch_unwind(AssertUnwindSafe(|| build(&mut builder)));
+            // Async sources and sinks find their subtask's waker while built.
+            let (built, gates) = crate::wake::building(ctx.address().recipient(), || {
+                catch_unwind(AssertUnwindSafe(|| build(&mut builder)))
+            });
+            builder.writers.extend(gates);
             let (head, build_error) = match built {
                 Ok(Ok(h)) => (Some(h), None),
                 Ok(Err(e)) => (None, Some(e)),
@@ -203,6 +210,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 throttle,
                 throttled: false,
                 paused: None,
+                finish_on_drain: false,
                 setup,
                 head,
                 build_error,
@@ -377,6 +385,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                             ctx.run_later(d, |actor, ctx| actor.schedule(ctx));
                             break;
                         }
+                        SourceStep::Parked => break,
                         SourceStep::Finished => {
                             self.phase = Phase::Finishing;
                             break;
@@ -761,11 +770,11 @@ impl<IN: Send + 'static> Handler<InjectFailure> for SubtaskActor<IN> {
     type Result = ();
 
     fn handle(&mut self, _: InjectFailure, ctx: &mut Context<Self>) {
-        let e = Error::operator(
-            self.setup.name.clone(),
-            self.setup.index,
-            "injected failure",
-        );
+        let e = Error::InjectedFault {
+            operator: self.setup.name.clone(),
+            subtask: self.setup.index,
+            point: None,
+        };
         self.fail(e, ctx);
     }
 }
