@@ -56,6 +56,10 @@ pub enum Error {
     /// User code returned an error.
     #[error("{0}")]
     User(String),
+    /// A Kafka connector failed.
+    #[cfg(feature = "kafka")]
+    #[error(transparent)]
+    Kafka(#[from] crate::connectors::kafka::KafkaError),
     /// A window's aggregate has no result for one key and window (a checked
     /// sum left the `i64` range). The same input fails the same way again,
     /// so restarting the job cannot help.
@@ -145,6 +149,8 @@ impl Error {
                 C::Corrupt { .. } | C::Version { .. } | C::Incompatible { .. } | C::NotFound { .. },
             ) => false,
             Error::State(_) | Error::Checkpoint(_) | Error::User(_) => true,
+            #[cfg(feature = "kafka")]
+            Error::Kafka(e) => e.is_retriable(),
         }
     }
 

@@ -10,6 +10,10 @@ pub mod collect;
 pub mod collection;
 pub mod file_sink;
 pub mod generator;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "kafka")]
+pub mod kafka_sink;
 pub mod print;
 pub mod text_file;
 pub mod transactional_file;
@@ -76,6 +80,20 @@ pub trait SourceFunction<T>: Send + 'static {
     /// Rewinds to positions [`snapshot_state`](Self::snapshot_state) took
     /// (this subtask's share of them); called once before the first poll.
     fn restore_state(&mut self, _entries: Vec<Vec<u8>>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Entries every subtask receives whole on a restore (union list
+    /// state), taken at checkpoint `checkpoint` right after
+    /// [`snapshot_state`](Self::snapshot_state): e.g. the splits all
+    /// subtasks read, so none is assigned twice. Default: none.
+    fn snapshot_union_state(&mut self, _checkpoint: u64) -> Result<Vec<Vec<u8>>> {
+        Ok(Vec::new())
+    }
+
+    /// Every subtask's [`snapshot_union_state`](Self::snapshot_union_state)
+    /// entries; called once before [`restore_state`](Self::restore_state).
+    fn restore_union_state(&mut self, _entries: Vec<Vec<u8>>) -> Result<()> {
         Ok(())
     }
 
@@ -176,11 +194,18 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             self.pause = None;
         }
         let source = &mut self.source;
-        let r = catch_unwind(AssertUnwindSafe(|| source.snapshot_state()));
-        let entries = self.info.check(r)?;
-        if !entries.is_empty() {
+        let checkpoint = barrier.checkpoint_id.0;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            Ok::<_, crate::Error>((
+                source.snapshot_state()?,
+                source.snapshot_union_state(checkpoint)?,
+            ))
+        }));
+        let (entries, union) = self.info.check(r)?;
+        if !entries.is_empty() || !union.is_empty() {
             let capture = crate::operators::StateCapture {
                 split_list: entries,
+                union_list: union,
                 ..Default::default()
             };
             let info = self.info.clone();

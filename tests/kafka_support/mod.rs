@@ -1,0 +1,210 @@
+//! Helpers of the tests against a real Kafka-protocol broker: its address
+//! (`FLOE_TEST_KAFKA`, written by `scripts/services.sh start`), topics,
+//! a seeded corpus, a reader of a whole topic, the word count oracle.
+
+#![allow(dead_code)]
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The broker's `host:port`, or `None` when the services are skipped on
+/// purpose (`FLOE_SKIP_SERVICES=1`); fails the test when it is simply not
+/// set, so a run without the servers never passes silently.
+pub fn broker() -> Option<String> {
+    match std::env::var("FLOE_TEST_KAFKA") {
+        Ok(b) if !b.is_empty() => Some(b),
+        _ if std::env::var("FLOE_SKIP_SERVICES").as_deref() == Ok("1") => {
+            eprintln!("FLOE_TEST_KAFKA not set and FLOE_SKIP_SERVICES=1: test skipped");
+            None
+        }
+        _ => panic!(
+            "FLOE_TEST_KAFKA is not set: run `scripts/services.sh start` and load the env \
+             file it writes (or set FLOE_SKIP_SERVICES=1 to skip the tests that need servers)"
+        ),
+    }
+}
+
+/// A topic name no other test (or earlier run) uses.
+pub fn unique(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{name}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Creates `topic` with `partitions` partitions.
+pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("admin client");
+    let results = futures::executor::block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("create topics");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+    }
+}
+
+/// `lines` lines of words from a vocabulary of `vocabulary`, derived from
+/// `seed` alone.
+pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..lines)
+        .map(|_| {
+            let n = 1 + next() % 8;
+            (0..n)
+                .map(|_| format!("w{}", next() % vocabulary))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Writes `lines` to `topic`, line `i` to partition `i % partitions`.
+pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (i, line) in lines.iter().enumerate() {
+        let mut record = BaseRecord::<(), str>::to(topic)
+            .payload(line.as_str())
+            .partition(i as i32 % partitions);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = r;
+                }
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every line delivered");
+}
+
+/// Every record value of `topic` up to the end offsets it has now.
+pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", "floe-tests")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions = metadata.topics()[0].partitions().len() as i32;
+    let mut ends = HashMap::new();
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        if high > low {
+            ends.insert(p, high);
+            list.add_partition_offset(topic, p, Offset::Offset(low))
+                .expect("partition");
+        }
+    }
+    consumer.assign(&list).expect("assign");
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topic {topic} not read to its end in 60 s"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let m = m.expect("record");
+        if let Some(end) = ends.get(&m.partition()).copied() {
+            if m.offset() < end {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            }
+            if m.offset() + 1 >= end {
+                ends.remove(&m.partition());
+            }
+        }
+    }
+    out
+}
+
+/// The word counts of `lines`, by floe's own tokenizer.
+pub fn oracle(lines: &[String]) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for line in lines {
+        for word in floe::tokenize(line.clone()) {
+            *counts.entry(word).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// How often each `word,count` update appears in a changelog.
+pub fn updates(records: &[String]) -> HashMap<(String, u64), u64> {
+    let mut seen = HashMap::new();
+    for r in records {
+        let (word, count) = r.rsplit_once(',').expect("word,count");
+        *seen
+            .entry((word.to_string(), count.parse::<u64>().expect("a count")))
+            .or_insert(0) += 1;
+    }
+    seen
+}
+
+/// Checks a word count changelog against the oracle: every word's counts
+/// 1..=n are there (nothing lost) and nothing else is; with `exactly_once`
+/// each exactly once.
+pub fn check_changelog(records: &[String], oracle: &HashMap<String, u64>, exactly_once: bool) {
+    let seen = updates(records);
+    let expected: u64 = oracle.values().sum();
+    for (word, &n) in oracle {
+        for c in 1..=n {
+            let times = seen.get(&(word.clone(), c)).copied().unwrap_or(0);
+            assert!(times >= 1, "update {word},{c} lost");
+            if exactly_once {
+                assert_eq!(times, 1, "update {word},{c} duplicated");
+            }
+        }
+    }
+    for ((word, c), _) in &seen {
+        assert!(
+            oracle.get(word).is_some_and(|n| c <= n),
+            "update {word},{c} is not in the oracle"
+        );
+    }
+    if exactly_once {
+        assert_eq!(records.len() as u64, expected, "one update per word");
+    }
+}
