@@ -179,7 +179,8 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         .transpose()?;
     if let Some(super::connectors::Input::File(path)) = &input {
         super::check_readable(path)?;
-    } else if args.bounded {
+    }
+    if args.bounded && matches!(input, None | Some(super::connectors::Input::File(_))) {
         return Err(floe::Error::Config(
             "--bounded needs a kafka:// --input".into(),
         ));

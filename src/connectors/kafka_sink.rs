@@ -57,7 +57,15 @@ impl Deliveries {
     }
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        super::kafka::log_to_tracing(level, facility, message);
+    }
+
+    fn error(&self, error: ClientError, reason: &str) {
+        tracing::warn!(%error, "librdkafka: {reason}");
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = ();
@@ -202,7 +210,7 @@ impl<T> KafkaSink<T> {
             .set("bootstrap.servers", &self.brokers)
             .set("acks", "all")
             .set("linger.ms", "5")
-            .set("log_level", "3");
+            .set("log_level", "4");
         if let Some(id) = transactional_id {
             config.set("transactional.id", id);
         }
