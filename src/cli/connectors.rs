@@ -162,7 +162,11 @@ pub fn kafka_output(path: &Path, checkpointing: bool) -> Option<floe::Result<Kaf
                 .into());
             }
         };
-        KafkaSink::<String>::lines(&url.brokers, &url.topic).check()?;
+        let sink = KafkaSink::<String>::lines(&url.brokers, &url.topic);
+        sink.check()?;
+        if exactly_once {
+            sink.check_transactions()?;
+        }
         Ok(KafkaOutput {
             brokers: url.brokers,
             topic: url.topic,

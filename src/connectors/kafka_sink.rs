@@ -201,6 +201,20 @@ impl<T> KafkaSink<T> {
         }
     }
 
+    /// Checks that the brokers can run this sink's transactions (the
+    /// exactly-once sink needs them): initialises a producer on the id
+    /// `PREFIX-probe` and commits an empty transaction.
+    pub fn check_transactions(&self) -> Result<()> {
+        let id = format!("{}-probe", self.prefix);
+        let (producer, _) = self.producer(Some(&id))?;
+        let brokers = &self.brokers;
+        producer
+            .init_transactions(self.timeout)
+            .and_then(|()| producer.begin_transaction())
+            .and_then(|()| producer.commit_transaction(self.timeout))
+            .map_err(|e| no_transactions(brokers, e))
+    }
+
     fn producer(
         &self,
         transactional_id: Option<&str>,

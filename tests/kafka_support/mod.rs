@@ -198,7 +198,7 @@ pub fn check_changelog(records: &[String], oracle: &HashMap<String, u64>, exactl
             }
         }
     }
-    for ((word, c), _) in &seen {
+    for (word, c) in seen.keys() {
         assert!(
             oracle.get(word).is_some_and(|n| c <= n),
             "update {word},{c} is not in the oracle"
