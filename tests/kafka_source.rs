@@ -201,3 +201,30 @@ fn periodic_discovery_finds_a_topic_created_later() {
     records.sort();
     assert_eq!(records, ["x", "y"]);
 }
+
+#[test]
+fn the_watermark_is_the_minimum_over_the_partitions() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-wm");
+    create_topic(&b, &topic, 3);
+    produce_at(&b, &topic, 0, &[("a", 1_000), ("b", 1_500), ("c", 1_200)]);
+    produce_at(&b, &topic, 1, &[("d", 9_000), ("e", 8_000)]);
+    let source = KafkaSource::lines(&b, &[&topic]).per_partition_watermarks(100, None);
+    let mut reader = source.reader(&ctx(0, 1)).expect("reader");
+    let (records, _) = read(&mut reader, 5);
+    assert_eq!(records.len(), 5);
+    // Partition 2 has no record yet: it holds the watermark back.
+    assert_eq!(reader.watermark(), None);
+
+    let topic = unique("src-wm2");
+    create_topic(&b, &topic, 2);
+    produce_at(&b, &topic, 0, &[("a", 1_000), ("b", 1_500), ("c", 1_200)]);
+    produce_at(&b, &topic, 1, &[("d", 9_000), ("e", 8_000)]);
+    let mut reader = KafkaSource::lines(&b, &[&topic])
+        .per_partition_watermarks(100, None)
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    read(&mut reader, 5);
+    // min(1500, 9000) - 100 - 1, as Flink's bounded out-of-orderness.
+    assert_eq!(reader.watermark(), Some(1_399));
+}

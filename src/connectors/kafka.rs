@@ -27,7 +27,11 @@
 //!   the end offset it had when it was assigned; the subtask finishes when
 //!   all its partitions did (discovery is off, as in Flink).
 //!
-//! Records carry the Kafka record's timestamp as their event time. Every
+//! Records carry the Kafka record's timestamp as their event time. With
+//! [`per_partition_watermarks`](KafkaSource::per_partition_watermarks) the
+//! source generates watermarks itself, per partition, as Flink's
+//! split-aware watermarks do: the subtask's watermark is the minimum over
+//! its partitions that are not idle. Every
 //! record is emitted once per partition offset: after a restore, offsets
 //! below a partition's position (a fetch that was already under way) are
 //! dropped.
@@ -197,6 +201,19 @@ pub struct KafkaSource<T> {
     timeout: Duration,
     properties: Vec<(String, String)>,
     decode: ValueDecoder<T>,
+    watermarks: Option<PartitionWatermarks>,
+}
+
+/// Per-partition watermarks of a Kafka source (Flink's bounded
+/// out-of-orderness per split, with idleness).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionWatermarks {
+    /// Each partition's watermark is its highest timestamp minus this,
+    /// minus 1 (ms).
+    pub out_of_orderness: i64,
+    /// A partition without records for this long stops holding the
+    /// subtask's watermark back (until it has records again).
+    pub idleness: Option<Duration>,
 }
 
 impl<T> Clone for KafkaSource<T> {
@@ -211,6 +228,7 @@ impl<T> Clone for KafkaSource<T> {
             timeout: self.timeout,
             properties: self.properties.clone(),
             decode: self.decode.clone(),
+            watermarks: self.watermarks,
         }
     }
 }
@@ -245,7 +263,25 @@ impl<T: Send + 'static> KafkaSource<T> {
             timeout: Duration::from_secs(10),
             properties: Vec::new(),
             decode,
+            watermarks: None,
         }
+    }
+
+    /// Generate watermarks in the source, per partition: the subtask's
+    /// watermark is the minimum over its partitions that are neither idle
+    /// nor finished, each partition's being its highest record timestamp
+    /// minus `out_of_orderness` minus 1; a partition without a record yet
+    /// holds it back until it is idle.
+    pub fn per_partition_watermarks(
+        mut self,
+        out_of_orderness: i64,
+        idleness: Option<Duration>,
+    ) -> Self {
+        self.watermarks = Some(PartitionWatermarks {
+            out_of_orderness,
+            idleness,
+        });
+        self
     }
 
     /// Where partitions without a checkpointed position start (default:
@@ -378,6 +414,10 @@ struct Part {
     next: i64,
     /// Bounded: the offset to stop at.
     end: Option<i64>,
+    /// The highest record timestamp seen.
+    max_timestamp: Option<i64>,
+    /// When the partition last had a record (or was assigned).
+    active: Instant,
 }
 
 impl Part {
@@ -434,6 +474,8 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
                     partition,
                     next,
                     end: None,
+                    max_timestamp: None,
+                    active: Instant::now(),
                 });
             }
             if self.config.bounded {
@@ -483,6 +525,8 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
                         partition,
                         next: 0,
                         end: None,
+                        max_timestamp: None,
+                        active: Instant::now(),
                     });
                 }
             }
@@ -663,6 +707,12 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
                     }
                 })?;
             let timestamp = message.timestamp().to_millis();
+            if self.config.watermarks.is_some() {
+                part.active = Instant::now();
+                if let Some(ts) = timestamp {
+                    part.max_timestamp = Some(part.max_timestamp.map_or(ts, |m| m.max(ts)));
+                }
+            }
             out.push(Record { value, timestamp });
         }
         if self.config.bounded && self.parts.iter().all(Part::done) {
@@ -710,6 +760,27 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
             self.known.insert(super::decode_entry::<(String, i32)>(e)?);
         }
         Ok(())
+    }
+
+    fn watermark(&mut self) -> Option<floe_actors::element::Timestamp> {
+        let config = self.config.watermarks?;
+        let now = Instant::now();
+        let mut min: Option<i64> = None;
+        for p in self.parts.iter().filter(|p| !p.done()) {
+            if config
+                .idleness
+                .is_some_and(|idle| now.duration_since(p.active) >= idle)
+            {
+                continue;
+            }
+            // A partition without records yet holds the watermark back.
+            let w = p
+                .max_timestamp?
+                .saturating_sub(config.out_of_orderness)
+                .saturating_sub(1);
+            min = Some(min.map_or(w, |m| m.min(w)));
+        }
+        min
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {

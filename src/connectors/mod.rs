@@ -101,6 +101,14 @@ pub trait SourceFunction<T>: Send + 'static {
     fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
         Ok(())
     }
+
+    /// The source's own watermark, for a source that generates them (per
+    /// Kafka partition, say); asked after each batch, forwarded when it
+    /// advanced. Default: none (watermarks come from an assigner after
+    /// the source).
+    fn watermark(&mut self) -> Option<floe_actors::element::Timestamp> {
+        None
+    }
 }
 
 /// postcard-encodes one source position entry.
@@ -123,6 +131,8 @@ pub struct SourceNode<T> {
     batch_size: usize,
     pause: Option<SavepointPause>,
     hold: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    /// The last watermark the source generated itself.
+    watermark: floe_actors::element::Timestamp,
 }
 
 /// Holds a source at a record count until a savepoint's barrier passed it:
@@ -150,6 +160,7 @@ impl<T: 'static> SourceNode<T> {
             batch_size,
             pause: None,
             hold: None,
+            watermark: floe_actors::element::Timestamp::MIN,
         }
     }
 
@@ -273,6 +284,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
                 self.info
                     .injected_fault(crate::failover::FaultMoment::Records(emitted))?;
             }
+        }
+        let source = &mut self.source;
+        let r = catch_unwind(AssertUnwindSafe(|| Ok(source.watermark())));
+        if let Some(w) = self.info.check(r)?
+            && w > self.watermark
+        {
+            self.watermark = w;
+            self.next.watermark(w)?;
         }
         // Periodic watermarks and idleness advance even when nothing came.
         self.next.processing_time(floe_actors::element::now_ms())?;

@@ -208,3 +208,25 @@ pub fn check_changelog(records: &[String], oracle: &HashMap<String, u64>, exactl
         assert_eq!(records.len() as u64, expected, "one update per word");
     }
 }
+
+/// Writes `(value, timestamp_ms)` records to one partition of `topic`.
+pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i64)]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("producer");
+    for (value, ts) in records {
+        producer
+            .send(
+                BaseRecord::<(), str>::to(topic)
+                    .payload(*value)
+                    .partition(partition)
+                    .timestamp(*ts),
+            )
+            .map_err(|(e, _)| e)
+            .expect("queued");
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every record delivered");
+}
