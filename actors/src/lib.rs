@@ -11,6 +11,7 @@
 //! - [`supervisor`]: the job lifecycle and failure handling.
 //! - [`keygroup`]: the stable key → key group → subtask mapping.
 //! - [`metrics`]: counters read by job handles.
+//! - [`wake`]: how async sources and sinks wake their subtask.
 #![warn(missing_docs)]
 
 pub mod barrier;
@@ -27,6 +28,7 @@ pub mod snapshot;
 pub mod source;
 pub mod subtask;
 pub mod supervisor;
+pub mod wake;
 pub mod writer;
 
 pub use config::RuntimeConfig;

@@ -14,6 +14,10 @@ pub enum SourceStep {
     Emitted,
     /// Nothing to emit now; call again after this long (rate limit, no data).
     Wait(Duration),
+    /// Nothing to emit now, and the driver arranged to wake its subtask
+    /// (a [`WakeSubtask`](crate::wake::WakeSubtask)) when there is: an
+    /// async source whose future is pending.
+    Parked,
     /// Exhausted: the driver already sent the final watermark and end-of-input
     /// into its chain.
     Finished,

@@ -230,6 +230,8 @@ pub struct SubtaskActor<IN: Send + 'static> {
     /// A source paused after the barrier of the checkpoint the job stops
     /// with, until that checkpoint completes (finish) or is aborted.
     paused: Option<CheckpointId>,
+    /// The chain committed its final checkpoint: finish once drained.
+    finish_on_drain: bool,
 }
 
 // The actor is never pinned-projected; its queues hold values by ownership only.
@@ -246,9 +248,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     where
         B: FnOnce(&mut ChainBuilder) -> Result<Head<IN>> + Send + 'static,
     {
-        Self::start_in_arbiter(arbiter, move |_ctx| {
+        Self::start_in_arbiter(arbiter, move |ctx| {
             let mut builder = ChainBuilder::default();
-            let built = catch_unwind(AssertUnwindSafe(|| build(&mut builder)));
+            // Async sources and sinks find their subtask's waker while built.
+            let (built, gates) = crate::wake::building(ctx.address().recipient(), || {
+                catch_unwind(AssertUnwindSafe(|| build(&mut builder)))
+            });
+            builder.writers.extend(gates);
             let (head, build_error) = match built {
                 Ok(Ok(h)) => (Some(h), None),
                 Ok(Err(e)) => (None, Some(e)),
@@ -294,6 +300,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 throttle,
                 throttled: false,
                 paused: None,
+                finish_on_drain: false,
                 setup,
                 head,
                 build_error,
@@ -454,6 +461,16 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         }
     }
 
+    /// [`finish`](Self::finish)es once every writer (and async sink gate,
+    /// still committing) is drained; a [`WakeSubtask`](crate::wake::WakeSubtask)
+    /// checks again.
+    fn finish_when_drained(&mut self, ctx: &mut Context<Self>) {
+        self.finish_on_drain = true;
+        if self.writers.iter().all(|w| w.borrow().drained()) {
+            self.finish(ctx);
+        }
+    }
+
     /// Reports the subtask finished and stops it.
     fn finish(&mut self, ctx: &mut Context<Self>) {
         if self.phase == Phase::Done {
@@ -494,6 +511,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                             ctx.run_later(d, |actor, ctx| actor.schedule(ctx));
                             break;
                         }
+                        SourceStep::Parked => break,
                         SourceStep::Finished => {
                             self.phase = Phase::Finishing;
                             break;
@@ -1649,8 +1667,8 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
             .is_some_and(|f| msg.completed && msg.checkpoint >= f);
         if (self.phase == Phase::Ended && covered) || (msg.completed && msg.finish) {
             // The final checkpoint completed (or the job stops with this
-            // one) and the chain committed.
-            self.finish(ctx);
+            // one) and the chain committed (async sinks: once drained).
+            self.finish_when_drained(ctx);
             return;
         }
         if !msg.completed && self.paused.is_some_and(|p| p <= msg.checkpoint) {
@@ -1662,6 +1680,29 @@ impl<IN: Send + 'static> Handler<NotifyCheckpoint> for SubtaskActor<IN> {
         if self.has_ready_input() {
             self.schedule(ctx);
         }
+    }
+}
+
+impl<IN: Send + 'static> Handler<crate::wake::WakeSubtask> for SubtaskActor<IN> {
+    type Result = ();
+
+    /// Async code of the chain made progress (or failed): go on as after a
+    /// credit grant.
+    fn handle(&mut self, msg: crate::wake::WakeSubtask, ctx: &mut Context<Self>) {
+        if let Some(e) = msg.failure {
+            self.fail(e, ctx);
+            return;
+        }
+        if self.finish_on_drain {
+            self.finish_when_drained(ctx);
+            return;
+        }
+        match self.phase {
+            Phase::Finishing => self.check_finished(ctx),
+            Phase::Running => self.schedule(ctx),
+            _ => {}
+        }
+        self.update_wait();
     }
 }
 

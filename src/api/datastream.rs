@@ -387,6 +387,12 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self
     }
 
+    /// Marks the operator that produced this stream as a transactional
+    /// sink (a restart from scratch is announced to it).
+    pub(crate) fn transactional(self) -> Self {
+        self.with_node(|n| n.transactional = true)
+    }
+
     /// Names the operator that produced this stream.
     pub fn name(self, name: &str) -> Self {
         self.with_node(|n| n.name = name.to_string())

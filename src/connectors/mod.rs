@@ -5,7 +5,18 @@
 //! subtask: it counts records, runs the function under `catch_unwind`, and at
 //! exhaustion sends the final watermark and end-of-input down the chain.
 //! Sinks implement [`SinkFunction`](crate::operators::sink::SinkFunction).
+//!
+//! Connectors to network services are async: [`async_source::AsyncSource`],
+//! [`async_sink::AsyncSink`] and [`async_two_phase::AsyncTwoPhaseCommitSink`]
+//! have methods that `.await`, run on the subtask's arbiter with
+//! backpressure; [`async_source::StreamSource`],
+//! [`async_source::ChannelSource`], [`async_sink::ChannelSink`] and
+//! [`async_sink::FuturesSink`] bridge `futures` streams and sinks and
+//! bounded tokio channels.
 
+pub mod async_sink;
+pub mod async_source;
+pub mod async_two_phase;
 pub mod collect;
 pub mod collection;
 pub mod file_sink;
@@ -35,6 +46,9 @@ pub enum SourcePoll {
     Ready,
     /// Call again after this long.
     Wait(Duration),
+    /// Nothing now; the source arranged to wake its subtask when there is
+    /// (an async source whose future is pending, see [`async_source`]).
+    Parked,
     /// No more records.
     Finished,
 }
@@ -298,6 +312,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         Ok(match poll {
             SourcePoll::Ready => SourceStep::Emitted,
             SourcePoll::Wait(d) => SourceStep::Wait(d),
+            SourcePoll::Parked => SourceStep::Parked,
             SourcePoll::Finished
                 if self
                     .hold

@@ -135,12 +135,24 @@ pub struct StateCapture {
     pub keyed_base: Vec<floe_actors::snapshot::BlobRef>,
     /// Told the keyed blobs (`keyed_base`, then `keyed`'s) once written.
     pub keyed_persisted: Option<floe_actors::snapshot::PersistedHook>,
+    /// Completes the capture off the processing thread, before the
+    /// subtask acks: waits for work the operator started at the barrier
+    /// (an async sink's flush or pre-commit) and returns union list
+    /// entries to add to [`union_list`](Self::union_list). An error
+    /// declines the checkpoint.
+    pub deferred: Option<DeferredCapture>,
 }
+
+/// See [`StateCapture::deferred`].
+pub type DeferredCapture = Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send + 'static>;
 
 impl StateCapture {
     /// Whether the capture holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.keyed.is_none() && self.split_list.is_empty() && self.union_list.is_empty()
+        self.keyed.is_none()
+            && self.split_list.is_empty()
+            && self.union_list.is_empty()
+            && self.deferred.is_none()
     }
 
     /// Keyed state already serialized.

@@ -439,6 +439,11 @@ pub(crate) fn encode_capture(
             .map(Some)
             .map_err(|e| fail(format!("cannot encode list state: {e}")))
     };
+    let mut union_list = capture.union_list;
+    if let Some(deferred) = capture.deferred {
+        let more = catch_unwind(AssertUnwindSafe(deferred));
+        union_list.extend(info.check(more)?);
+    }
     let keyed = match capture.keyed {
         None => None,
         Some(f) => {
@@ -454,6 +459,6 @@ pub(crate) fn encode_capture(
         keyed,
         keyed_base: capture.keyed_base,
         split_list: list(capture.split_list)?,
-        union_list: list(capture.union_list)?,
+        union_list: list(union_list)?,
     })
 }

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Real servers for the connector tests: PostgreSQL and a Kafka-protocol
+# broker (tansu), each on a free loopback port, private to this checkout.
+#
+#   scripts/services.sh start [postgres] [kafka]   install what is missing, start, wait
+#   scripts/services.sh stop                       stop both
+#   scripts/services.sh env                        print the env file (source it)
+#
+# `start` writes target/services.env with
+#   FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:PORT/floe
+#   FLOE_TEST_KAFKA=127.0.0.1:PORT
+# which the tests read (they fail with a pointer here when it is missing,
+# unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
+# tansu with `cargo install` (kept in ~/.cargo/bin: built once, ~10 min on
+# 2 cores), chromium and chromium-driver (dashboard tests).
+# PostgreSQL runs as the `postgres` user (initdb refuses root), with
+# max_prepared_transactions=64 for two-phase commit, its data and socket in
+# a private directory under $TMPDIR.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+ENV_FILE="$TARGET/services.env"
+STATE="$TARGET/services"
+mkdir -p "$STATE"
+
+log() { echo "services: $*" >&2; }
+die() { echo "services: error: $*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+# A free loopback port (the kernel picks one).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Waits until 127.0.0.1:$1 accepts connections (or $2 seconds passed).
+wait_port() {
+  local port=$1 limit=$2 i=0
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    i=$((i + 1))
+    [ "$i" -le $((limit * 10)) ] || return 1
+    sleep 0.1
+  done
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+pg_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+install_postgres() {
+  pg_bin >/dev/null && return 0
+  log "installing PostgreSQL"
+  apt_install postgresql
+  pg_bin >/dev/null || die "PostgreSQL did not install"
+}
+
+tansu_bin() {
+  if command -v tansu >/dev/null 2>&1; then command -v tansu; return 0; fi
+  [ -x "$HOME/.cargo/bin/tansu" ] && { echo "$HOME/.cargo/bin/tansu"; return 0; }
+  return 1
+}
+
+install_tansu() {
+  tansu_bin >/dev/null && return 0
+  log "installing tansu (cargo install, about 10 minutes)"
+  cargo install tansu --locked --features dynostore >&2 || die "cargo install tansu failed"
+  tansu_bin >/dev/null || die "tansu is not on PATH nor in ~/.cargo/bin"
+}
+
+install_chromium() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing chromium and chromium-driver"
+  apt_install chromium chromium-driver || log "chromium could not be installed (dashboard tests need it)"
+}
+
+# Runs a PostgreSQL tool as a non-root user (initdb refuses root).
+pg_as() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+start_postgres() {
+  local bin dir port
+  bin="$(pg_bin)"
+  if [ -f "$STATE/pg.dir" ] && [ -f "$(cat "$STATE/pg.dir")/data/postmaster.pid" ] \
+    && pg_as "$bin/pg_ctl" -D "$(cat "$STATE/pg.dir")/data" status >/dev/null 2>&1; then
+    log "PostgreSQL already runs"
+    return 0
+  fi
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/floe-pg.XXXXXX")"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+  chmod 700 "$dir"
+  echo "$dir" >"$STATE/pg.dir"
+  port="$(free_port)"
+  echo "$port" >"$STATE/pg.port"
+  printf 'floe\n' >"$dir/pw"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir/pw"
+  pg_as "$bin/initdb" -D "$dir/data" -U floe --pwfile="$dir/pw" --auth=scram-sha-256 \
+    -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; die "initdb failed"; }
+  mkdir -p "$dir/run"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir/run"
+  pg_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -c listen_addresses=127.0.0.1 -k $dir/run -c max_prepared_transactions=64 -c max_connections=200" \
+    start >&2 || { cat "$dir/server.log" >&2; die "PostgreSQL did not start"; }
+  wait_port "$port" 60 || die "PostgreSQL does not accept connections on $port"
+  PGPASSWORD=floe "$bin/createdb" -h 127.0.0.1 -p "$port" -U floe floe
+  log "PostgreSQL on 127.0.0.1:$port (data $dir)"
+}
+
+stop_postgres() {
+  local bin dir
+  [ -f "$STATE/pg.dir" ] || return 0
+  dir="$(cat "$STATE/pg.dir")"
+  if bin="$(pg_bin)" && [ -d "$dir/data" ]; then
+    pg_as "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >&2 2>/dev/null || true
+  fi
+  rm -rf "$dir" "$STATE/pg.dir" "$STATE/pg.port"
+}
+
+start_kafka() {
+  local bin port
+  if alive "$STATE/tansu.pid"; then
+    log "tansu already runs"
+    return 0
+  fi
+  bin="$(tansu_bin)"
+  port="$(free_port)"
+  echo "$port" >"$STATE/tansu.port"
+  nohup "$bin" broker \
+    --listener-url "tcp://127.0.0.1:$port" \
+    --advertised-listener-url "tcp://127.0.0.1:$port" \
+    --storage-engine memory://tansu/ >"$STATE/tansu.log" 2>&1 &
+  echo $! >"$STATE/tansu.pid"
+  wait_port "$port" 60 || { cat "$STATE/tansu.log" >&2; die "tansu does not accept connections on $port"; }
+  log "tansu on 127.0.0.1:$port"
+}
+
+stop_kafka() {
+  if alive "$STATE/tansu.pid"; then
+    kill "$(cat "$STATE/tansu.pid")" 2>/dev/null || true
+  fi
+  rm -f "$STATE/tansu.pid" "$STATE/tansu.port"
+}
+
+write_env() {
+  {
+    if [ -f "$STATE/pg.port" ]; then
+      echo "export FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:$(cat "$STATE/pg.port")/floe"
+    fi
+    if [ -f "$STATE/tansu.port" ]; then
+      echo "export FLOE_TEST_KAFKA=127.0.0.1:$(cat "$STATE/tansu.port")"
+    fi
+  } >"$ENV_FILE"
+}
+
+cmd="${1:-}"
+shift || true
+want_pg=1 want_kafka=1
+if [ $# -gt 0 ]; then
+  want_pg="" want_kafka=""
+  for s in "$@"; do
+    case "$s" in
+      postgres) want_pg=1 ;;
+      kafka) want_kafka=1 ;;
+      *) die "unknown service '$s' (postgres, kafka)" ;;
+    esac
+  done
+fi
+
+case "$cmd" in
+  start)
+    [ -n "$want_pg" ] && install_postgres
+    [ -n "$want_kafka" ] && install_tansu
+    install_chromium
+    [ -n "$want_pg" ] && start_postgres
+    [ -n "$want_kafka" ] && start_kafka
+    write_env
+    cat "$ENV_FILE"
+    ;;
+  stop)
+    stop_postgres
+    stop_kafka
+    rm -f "$ENV_FILE"
+    ;;
+  env)
+    [ -f "$ENV_FILE" ] || die "no services running: run scripts/services.sh start"
+    cat "$ENV_FILE"
+    ;;
+  *)
+    echo "usage: scripts/services.sh start [postgres] [kafka] | stop | env" >&2
+    exit 2
+    ;;
+esac

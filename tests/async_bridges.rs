@@ -1,0 +1,201 @@
+//! The async bridges (a `futures::Stream` source, a bounded tokio channel
+//! source and sink) in whole jobs, against oracles computed from the input:
+//!
+//! - a stream source → keyed count → channel sink delivers the final count
+//!   of every key, equal to a `HashMap` count of the input;
+//! - a slow reader of the channel sink holds the job back: at every record
+//!   it takes, the records the job accepted and not yet delivered stay
+//!   within the channel's capacity plus the sink's queue and batches (no
+//!   unbounded buffering);
+//! - a stream source (no position) with checkpoints and an injected failure
+//!   delivers every record at least once (the set of records equals the
+//!   input's);
+//! - a channel source feeds a job as a service would, and the job's
+//!   backpressure reaches the sender.
+
+mod gated;
+use floe::StreamExecutionEnvironment;
+use floe::checkpoint::CheckpointConfig;
+use floe::connectors::async_sink::{DEFAULT_CAPACITY, to_channel};
+use floe::connectors::async_source::{from_channel, from_stream};
+use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
+use gated::wait_until;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const END: u64 = u64::MAX;
+
+/// Reads `rx` on a thread until the `END` sentinel; returns what it read.
+fn reader<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+    is_end: fn(&T) -> bool,
+    mut each: impl FnMut(&T) + Send + 'static,
+) -> std::thread::JoinHandle<Vec<T>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        while let Some(v) = rx.blocking_recv() {
+            if is_end(&v) {
+                break;
+            }
+            each(&v);
+            out.push(v);
+        }
+        out
+    })
+}
+
+fn key(i: u64) -> u64 {
+    floe::text::mix64(i) % 97
+}
+
+#[test]
+fn stream_source_keyed_count_channel_sink_equals_the_oracle() {
+    const N: u64 = 30_000;
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    env.set_batch_size(64);
+    let (tx, rx) = tokio::sync::mpsc::channel::<(u64, u64)>(16);
+    let read = reader(rx, |v| v.0 == END, |_| {});
+    let counts = from_stream(&env, "numbers", || {
+        futures::stream::iter((0..N).map(|i| (key(i), 1u64)))
+    })
+    .key_by(|t: &(u64, u64)| t.0)
+    .sum(|t: &mut (u64, u64)| &mut t.1);
+    to_channel(&counts, "channel", tx.clone());
+    env.execute().expect("the job finishes");
+    tx.blocking_send((END, 0)).expect("the reader runs");
+    let got = read.join().expect("reader");
+    // Per key the counts arrive in order: the last one is the total.
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    for (k, c) in &got {
+        last.insert(*k, *c);
+    }
+    let mut oracle: HashMap<u64, u64> = HashMap::new();
+    for i in 0..N {
+        *oracle.entry(key(i)).or_insert(0) += 1;
+    }
+    assert_eq!(last, oracle);
+    assert_eq!(got.len() as u64, N, "one update per record");
+}
+
+#[test]
+fn a_slow_channel_reader_bounds_what_the_job_holds() {
+    const N: u64 = 200_000;
+    const CAP: usize = 8;
+    const BATCH: usize = 64;
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    env.set_batch_size(BATCH);
+    let accepted = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = tokio::sync::mpsc::channel::<u64>(CAP);
+    let probe = tx.clone();
+    let seen = accepted.clone();
+    // The job's records: the one being sent, the batches queued for the
+    // sink, the batch the chain holds, and the channel's slots.
+    let bound = (CAP + (DEFAULT_CAPACITY + 2) * BATCH) as u64;
+    let mut received = 0u64;
+    let mut worst = 0u64;
+    let read = std::thread::spawn(move || {
+        // Starts reading only once the channel is full: the job has run
+        // into the slow reader.
+        wait_until("a full channel", || probe.capacity() == 0);
+        let mut rx = rx;
+        while let Some(v) = rx.blocking_recv() {
+            if v == END {
+                break;
+            }
+            received += 1;
+            let held = seen.load(Ordering::SeqCst) - received;
+            worst = worst.max(held);
+            assert!(
+                held <= bound,
+                "{held} records accepted and not delivered (bound {bound})"
+            );
+        }
+        (received, worst)
+    });
+    let counter = accepted.clone();
+    let stream = from_stream(&env, "numbers", || futures::stream::iter(0..N)).map(move |v| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        v
+    });
+    to_channel(&stream, "channel", tx.clone());
+    env.execute().expect("the job finishes");
+    tx.blocking_send(END).expect("the reader runs");
+    let (received, worst) = read.join().expect("the bound held");
+    assert_eq!(received, N);
+    assert!(worst > 0, "the reader saw the job ahead of it");
+}
+
+#[test]
+fn a_stream_source_with_a_failure_is_at_least_once() {
+    const N: u64 = 20_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    env.set_batch_size(64);
+    let mut config = env.config();
+    config.checkpoint = CheckpointConfig {
+        interval: Some(Duration::from_millis(10)),
+        dir: Some(dir.path().join("ck")),
+        ..Default::default()
+    };
+    config.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    config.fault_injection = FaultInjection {
+        faults: vec![Fault {
+            operator: "tag".into(),
+            subtask: 1,
+            at: FaultPoint::Records(N / 4),
+        }],
+        ..Default::default()
+    };
+    env.set_config(config);
+    let (tx, rx) = tokio::sync::mpsc::channel::<u64>(64);
+    let read = reader(rx, |v| *v == END, |_| {});
+    let tagged = from_stream(&env, "numbers", || futures::stream::iter(0..N))
+        .rebalance()
+        .map(|v| v)
+        .name("tag");
+    to_channel(&tagged, "channel", tx.clone());
+    let handle = env.execute_async().expect("starts");
+    futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
+    assert_eq!(handle.failover_stats().restarts, 1, "the fault fired once");
+    tx.blocking_send(END).expect("the reader runs");
+    let got = read.join().expect("reader");
+    let set: BTreeSet<u64> = got.iter().copied().collect();
+    assert_eq!(
+        set,
+        (0..N).collect::<BTreeSet<u64>>(),
+        "every record at least once"
+    );
+}
+
+#[test]
+fn a_channel_source_feeds_a_job_and_backpressures_its_sender() {
+    const N: u64 = 50_000;
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    let (in_tx, in_rx) = tokio::sync::mpsc::channel::<u64>(4);
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel::<u64>(4);
+    let read = reader(out_rx, |v| *v == END, |_| {});
+    let doubled = from_channel(&env, "requests", in_rx)
+        .rebalance()
+        .map(|v: u64| v * 2);
+    to_channel(&doubled, "responses", out_tx.clone());
+    let handle = env.execute_async().expect("starts");
+    for i in 0..N {
+        // Waits while the job is behind.
+        in_tx.blocking_send(i).expect("the job reads");
+    }
+    drop(in_tx);
+    futures::executor::block_on(handle.wait()).expect("finishes when the senders are gone");
+    out_tx.blocking_send(END).expect("the reader runs");
+    let mut got = read.join().expect("reader");
+    got.sort_unstable();
+    assert_eq!(got, (0..N).map(|i| i * 2).collect::<Vec<_>>());
+}
