@@ -208,9 +208,28 @@ impl<C: Send + 'static> Shared<C> {
         }
     }
 
-    /// Registers the gate of this queue with the subtask being built.
-    pub(crate) fn register_gate(&self) -> Result<()> {
-        let gate: Rc<RefCell<dyn WriterControl>> = Rc::new(RefCell::new(Gate(self.clone())));
+    /// Whether the queue is full (for its gate): asks for a wake-up then.
+    fn full_or_arm(&self) -> bool {
+        let mut q = self.lock();
+        let full = q.writes >= q.capacity && q.failed.is_none();
+        q.want_wake |= full;
+        full
+    }
+
+    /// Whether the queue is drained (for its gate): asks for a wake-up if not.
+    fn drained_or_arm(&self) -> bool {
+        let mut q = self.lock();
+        // A failed driver already failed the subtask: never finish it.
+        let drained = q.commands.is_empty() && !q.busy && q.failed.is_none();
+        q.want_wake |= !drained;
+        drained
+    }
+
+    /// Registers the gate of this queue with the subtask being built;
+    /// `also`, another queue of the same sink (its commits), must drain too.
+    pub(crate) fn register_gate(&self, also: Option<Box<dyn QueueState>>) -> Result<()> {
+        let gate: Rc<RefCell<dyn WriterControl>> =
+            Rc::new(RefCell::new(Gate(Box::new(self.clone()), also)));
         if floe_actors::wake::register_gate(gate) {
             Ok(())
         } else {
@@ -221,25 +240,38 @@ impl<C: Send + 'static> Shared<C> {
     }
 }
 
-/// What the subtask asks an async sink's queue (as it asks a record writer).
-struct Gate<C>(Shared<C>);
+/// A queue as its gate sees it.
+pub(crate) trait QueueState {
+    /// Full: take no more input (arms a wake-up).
+    fn full(&self) -> bool;
+    /// Nothing queued or running (arms a wake-up if not).
+    fn drained(&self) -> bool;
+}
 
-impl<C: Send + 'static> WriterControl for Gate<C> {
+impl<C: Send + 'static> QueueState for Shared<C> {
+    fn full(&self) -> bool {
+        self.full_or_arm()
+    }
+    fn drained(&self) -> bool {
+        self.drained_or_arm()
+    }
+}
+
+/// What the subtask asks an async sink's queues (as it asks a record writer).
+struct Gate(Box<dyn QueueState>, Option<Box<dyn QueueState>>);
+
+impl WriterControl for Gate {
     fn connect(&mut self, _: u32, _: &actix::Recipient<floe_actors::messages::GrantCredit>) {}
     fn grant(&mut self, _: u32, _: u32) {}
     fn backpressured(&self) -> bool {
-        let mut q = self.0.lock();
-        let full = q.writes >= q.capacity && q.failed.is_none();
-        q.want_wake |= full;
-        full
+        self.0.full()
     }
     fn flush_partial(&mut self) {}
     fn drained(&self) -> bool {
-        let mut q = self.0.lock();
-        // A failed driver already failed the subtask: never finish it.
-        let drained = q.commands.is_empty() && !q.busy && q.failed.is_none();
-        q.want_wake |= !drained;
-        drained
+        // Both asked, so both wake the subtask when they drain.
+        let a = self.0.drained();
+        let b = self.1.as_ref().is_none_or(|q| q.drained());
+        a && b
     }
     fn restore_output(&mut self, _: u32, _: &[u8]) -> floe_actors::Result<bool> {
         Ok(false)
@@ -280,10 +312,21 @@ pub(crate) fn deferred_reply<R: Send + 'static>(
     })
 }
 
-/// Spawns `driver` on the current arbiter; it is stopped when the
-/// operator holding the returned guard is dropped and its queue is done.
-pub(crate) fn spawn_driver(driver: impl Future<Output = ()> + 'static) {
-    actix::spawn(driver);
+/// Spawns `driver` on the current arbiter. The returned guard stops it
+/// when the operator is dropped: by then a finished subtask has drained
+/// its queue (it finishes only once drained), and a failed one must not
+/// go on writing while the next attempt recovers.
+pub(crate) fn spawn_driver(driver: impl Future<Output = ()> + 'static) -> DriverGuard {
+    DriverGuard(actix::spawn(driver))
+}
+
+/// Aborts a driver task when dropped.
+pub(crate) struct DriverGuard(actix_rt::task::JoinHandle<()>);
+
+impl Drop for DriverGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 enum Command<T> {
@@ -296,6 +339,7 @@ enum Command<T> {
 pub struct AsyncSinkOp<T: Send + 'static> {
     queue: Shared<Command<T>>,
     arbiter: std::thread::ThreadId,
+    _driver: DriverGuard,
 }
 
 impl<T: Send + 'static> AsyncSinkOp<T> {
@@ -312,9 +356,9 @@ impl<T: Send + 'static> AsyncSinkOp<T> {
             Error::Config("an async sink must be created while its subtask is built".into())
         })?;
         let queue = Shared::new(capacity);
-        queue.register_gate()?;
+        queue.register_gate(None)?;
         let q = queue.clone();
-        spawn_driver(async move {
+        let driver = spawn_driver(async move {
             let fail = |e: Error| floe_actors::Error::operator(&name, ctx.subtask, e.to_string());
             if let Err(e) = sink.open(&ctx).await {
                 q.fail(&wake, fail(e));
@@ -349,6 +393,7 @@ impl<T: Send + 'static> AsyncSinkOp<T> {
         Ok(AsyncSinkOp {
             queue,
             arbiter: std::thread::current().id(),
+            _driver: driver,
         })
     }
 }

@@ -15,7 +15,8 @@
 //!    subtask acks n only once its transaction is durable. A transaction
 //!    is pre-committed at every checkpoint, even an empty one.
 //! 3. When checkpoint n completes, the pending transactions of n and
-//!    earlier are committed in order ([`commit`](AsyncTwoPhaseCommitSink::commit)
+//!    earlier are committed in order, by a second task (the committer, on
+//!    a clone of the sink) that runs concurrently with the writes ([`commit`](AsyncTwoPhaseCommitSink::commit)
 //!    must be idempotent). An aborted checkpoint's stay pending.
 //! 4. On (re)start, before anything else,
 //!    [`recover`](AsyncTwoPhaseCommitSink::recover) gets the pending
@@ -26,7 +27,7 @@
 //!    committed when the final checkpoint completes (or at once without
 //!    checkpoints); the subtask finishes only after that commit.
 
-use super::async_sink::{FallibleOp, Shared, deferred_reply, spawn_driver};
+use super::async_sink::{DriverGuard, FallibleOp, Shared, deferred_reply, spawn_driver};
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
 use crate::{Error, Result};
@@ -64,12 +65,13 @@ pub struct Recovery<Txn> {
 /// with asynchronous calls; one instance per subtask, cloned from the one
 /// given to [`add_async_two_phase_sink`].
 ///
-/// Call order, each awaited before the next:
+/// Call order on the writer, each awaited before the next:
 /// [`recover`](Self::recover), [`open`](Self::open), then cycles of
 /// [`begin`](Self::begin) → [`write`](Self::write)* →
-/// [`pre_commit`](Self::pre_commit), with [`commit`](Self::commit) of
-/// earlier pre-committed transactions in between, when their checkpoint
-/// completes.
+/// [`pre_commit`](Self::pre_commit). [`commit`](Self::commit) is called
+/// on a clone of the sink taken before `recover` (the committer), when a
+/// checkpoint completes, concurrently with the writer's calls: it must
+/// not rely on the writer's connection or state.
 pub trait AsyncTwoPhaseCommitSink<T>: Send + 'static {
     /// A transaction handle, persisted in checkpoints (e.g. a prepared
     /// transaction's id).
@@ -137,22 +139,30 @@ enum Command<T, Txn> {
     Recover(Recovery<Txn>),
     Write(Batch<T>),
     PreCommit(u64, UnionReply),
-    Commit(u64),
     Finish,
 }
 
-/// The transaction state machine, owned by the driver task.
-struct Driver<S: AsyncTwoPhaseCommitSink<T>, T> {
+/// Pre-committed transactions by checkpoint, shared by the writer and the
+/// committer (never locked across an await).
+type Pending<Txn> = Arc<Mutex<BTreeMap<u64, Vec<Txn>>>>;
+
+fn lock<Txn>(pending: &Pending<Txn>) -> std::sync::MutexGuard<'_, BTreeMap<u64, Vec<Txn>>> {
+    pending.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The writer side of the transaction state machine, owned by the driver task.
+struct Writer<S: AsyncTwoPhaseCommitSink<T>, T> {
     sink: S,
     ctx: SinkContext,
     current: Option<S::Txn>,
-    pending: BTreeMap<u64, Vec<S::Txn>>,
+    pending: Pending<S::Txn>,
+    commits: Shared<u64>,
     final_checkpoint: bool,
     ended: bool,
     started: bool,
 }
 
-impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Driver<S, T> {
+impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
     async fn start(&mut self, recovery: Recovery<S::Txn>) -> Result<()> {
         self.started = true;
         self.sink.recover(&self.ctx, recovery).await?;
@@ -166,29 +176,8 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Driver<S, T> {
         Ok(())
     }
 
-    async fn commit_up_to(&mut self, up_to: u64) -> Result<()> {
-        while let Some(entry) = self.pending.first_entry() {
-            if *entry.key() > up_to {
-                break;
-            }
-            let (checkpoint, txns) = entry.remove_entry();
-            let mut txns = txns.into_iter();
-            while let Some(txn) = txns.next() {
-                if let Err(e) = self.sink.commit(txn.clone()).await {
-                    let mut rest = vec![txn.clone()];
-                    rest.extend(txns);
-                    self.pending.insert(checkpoint, rest);
-                    return Err(Error::User(format!(
-                        "cannot commit transaction {txn:?} of checkpoint {checkpoint}: {e}"
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn union_list(&self) -> Result<Vec<Vec<u8>>> {
-        self.pending
+        lock(&self.pending)
             .iter()
             .flat_map(|(checkpoint, txns)| txns.iter().map(move |t| (*checkpoint, t)))
             .map(|entry| {
@@ -235,17 +224,16 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Driver<S, T> {
                     None => Ok(()),
                 }
             }
-            Command::Commit(up_to) => self.commit_up_to(up_to).await,
             Command::Finish => {
                 self.ended = true;
                 if let Some(mut txn) = self.current.take() {
                     self.sink.pre_commit(&mut txn, None).await?;
-                    self.pending.entry(AFTER_END).or_default().push(txn);
+                    lock(&self.pending).entry(AFTER_END).or_default().push(txn);
                 }
                 if self.final_checkpoint {
                     return Ok(());
                 }
-                self.commit_up_to(AFTER_END).await
+                self.commits.push(AFTER_END, false)
             }
         }
     }
@@ -254,8 +242,9 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Driver<S, T> {
         if self.ended {
             // The final checkpoint takes the transaction pre-committed at
             // the end of the input; nothing new is begun.
-            if let Some(last) = self.pending.remove(&AFTER_END) {
-                self.pending.entry(checkpoint).or_default().extend(last);
+            let mut pending = lock(&self.pending);
+            if let Some(last) = pending.remove(&AFTER_END) {
+                pending.entry(checkpoint).or_default().extend(last);
             }
         } else {
             self.ensure_current().await?;
@@ -264,23 +253,68 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Driver<S, T> {
                 .take()
                 .expect("current transaction was just begun");
             self.sink.pre_commit(&mut txn, Some(checkpoint)).await?;
-            self.pending.entry(checkpoint).or_default().push(txn);
+            lock(&self.pending).entry(checkpoint).or_default().push(txn);
         }
         self.union_list()
     }
 }
 
+/// Commits, in checkpoint order, every pending transaction of a checkpoint
+/// up to `up_to`. A transaction leaves the pending map only once its commit
+/// returned: a snapshot taken meanwhile (by the writer, concurrently) still
+/// lists it, so a failure in the middle of the commit commits it again on
+/// restore instead of rolling it back.
+async fn commit_up_to<S, T>(committer: &mut S, pending: &Pending<S::Txn>, up_to: u64) -> Result<()>
+where
+    S: AsyncTwoPhaseCommitSink<T>,
+{
+    loop {
+        let next = {
+            let p = lock(pending);
+            p.first_key_value()
+                .filter(|(c, _)| **c <= up_to)
+                .and_then(|(c, txns)| txns.first().map(|t| (*c, t.clone())))
+        };
+        let Some((checkpoint, txn)) = next else {
+            return Ok(());
+        };
+        if let Err(e) = committer.commit(txn.clone()).await {
+            return Err(Error::User(format!(
+                "cannot commit transaction {txn:?} of checkpoint {checkpoint}: {e}"
+            )));
+        }
+        let mut p = lock(pending);
+        if let Some(txns) = p.get_mut(&checkpoint) {
+            txns.remove(0);
+            if txns.is_empty() {
+                p.remove(&checkpoint);
+            }
+        }
+    }
+}
+
 /// Runs an [`AsyncTwoPhaseCommitSink`] as the last operator of a chain.
+///
+/// Two tasks run on the subtask's arbiter: the *writer* (the sink itself:
+/// recover, begin, write, pre-commit) and the *committer* (a clone of the
+/// sink made before it started, as Flink's `Committer`), which commits
+/// when checkpoints complete. They run concurrently, so a write that
+/// waits for a lock held by an earlier, pre-committed transaction (an
+/// upsert of the same key) is not queued behind that transaction's commit.
 pub struct AsyncTwoPhaseCommitSinkOp<T: Send + 'static, Txn: Send + 'static> {
     queue: Shared<Command<T, Txn>>,
+    commits: Shared<u64>,
     ctx: SinkContext,
     arbiter: std::thread::ThreadId,
+    _writer: DriverGuard,
+    _committer: DriverGuard,
 }
 
 impl<T: Send + 'static, Txn: Send + 'static> AsyncTwoPhaseCommitSinkOp<T, Txn> {
-    /// Starts `sink`'s driver on the arbiter of the subtask being built
-    /// (call it from the operator factory). `final_checkpoint`: the job
-    /// ends with a final checkpoint, which commits the last transaction.
+    /// Starts `sink`'s writer and committer on the arbiter of the subtask
+    /// being built (call it from the operator factory). `final_checkpoint`:
+    /// the job ends with a final checkpoint, which commits the last
+    /// transaction.
     pub fn new<S>(
         sink: S,
         ctx: SinkContext,
@@ -289,30 +323,49 @@ impl<T: Send + 'static, Txn: Send + 'static> AsyncTwoPhaseCommitSinkOp<T, Txn> {
         final_checkpoint: bool,
     ) -> Result<Self>
     where
-        S: AsyncTwoPhaseCommitSink<T, Txn = Txn>,
+        S: AsyncTwoPhaseCommitSink<T, Txn = Txn> + Clone,
     {
         let wake: Arc<SubtaskWaker> = floe_actors::wake::current_waker().ok_or_else(|| {
             Error::Config("an async sink must be created while its subtask is built".into())
         })?;
         let queue = Shared::new(capacity);
-        queue.register_gate()?;
-        let q = queue.clone();
-        let mut driver = Driver {
+        let commits: Shared<u64> = Shared::new(usize::MAX);
+        queue.register_gate(Some(Box::new(commits.clone())))?;
+        let pending: Pending<Txn> = Arc::default();
+        let mut committer = sink.clone();
+        let mut writer = Writer {
             sink,
             ctx,
             current: None,
-            pending: BTreeMap::new(),
+            pending: pending.clone(),
+            commits: commits.clone(),
             final_checkpoint,
             ended: false,
             started: false,
         };
-        spawn_driver(async move {
+        let fail = Arc::new(move |e: Error| {
+            floe_actors::Error::operator(&name, ctx.subtask, e.to_string())
+        });
+        let fail2 = fail.clone();
+        let (q, w) = (queue.clone(), wake.clone());
+        let writer_task = spawn_driver(async move {
             while let Some(c) = q.next(|c| matches!(c, Command::Write(_))).await {
-                match driver.run(c).await {
-                    Ok(()) => q.done(&wake),
+                match writer.run(c).await {
+                    Ok(()) => q.done(&w),
                     Err(e) => {
-                        let e = floe_actors::Error::operator(&name, ctx.subtask, e.to_string());
-                        q.fail(&wake, e);
+                        q.fail(&w, fail(e));
+                        return;
+                    }
+                }
+            }
+        });
+        let c = commits.clone();
+        let committer_task = spawn_driver(async move {
+            while let Some(up_to) = c.next(|_| false).await {
+                match commit_up_to(&mut committer, &pending, up_to).await {
+                    Ok(()) => c.done(&wake),
+                    Err(e) => {
+                        c.fail(&wake, fail2(e));
                         return;
                     }
                 }
@@ -320,8 +373,11 @@ impl<T: Send + 'static, Txn: Send + 'static> AsyncTwoPhaseCommitSinkOp<T, Txn> {
         });
         Ok(AsyncTwoPhaseCommitSinkOp {
             queue,
+            commits,
             ctx,
             arbiter: std::thread::current().id(),
+            _writer: writer_task,
+            _committer: committer_task,
         })
     }
 }
@@ -329,6 +385,7 @@ impl<T: Send + 'static, Txn: Send + 'static> AsyncTwoPhaseCommitSinkOp<T, Txn> {
 impl<T: Send + 'static, Txn: Send + 'static> Drop for AsyncTwoPhaseCommitSinkOp<T, Txn> {
     fn drop(&mut self) {
         self.queue.close();
+        self.commits.close();
     }
 }
 
@@ -374,7 +431,7 @@ where
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
-        self.queue.push(Command::Commit(checkpoint), false)
+        self.commits.push(checkpoint, false)
     }
 
     fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {

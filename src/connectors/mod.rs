@@ -25,6 +25,8 @@ pub mod generator;
 pub mod kafka;
 #[cfg(feature = "kafka")]
 pub mod kafka_sink;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod print;
 pub mod text_file;
 pub mod transactional_file;

@@ -1,0 +1,721 @@
+//! PostgreSQL sink with exactly-once writes by two-phase commit (feature
+//! `postgres`), on the async bridge: `tokio-postgres` futures run on the
+//! subtask's arbiter, never blocking it.
+//!
+//! Each subtask holds two connections: a *data* connection that writes the
+//! current transaction's rows and ends it with `PREPARE TRANSACTION gid` at
+//! the checkpoint barrier (durable, invisible), and a *control* connection
+//! that runs `COMMIT PREPARED` when the checkpoint completes (it cannot run
+//! inside the data connection's open transaction) and the recovery.
+//!
+//! The gid names the job, the operator, the subtask and the checkpoint:
+//! `floe:{job}:{operator}:{subtask}:{checkpoint}` (`…:end` for the
+//! transaction pre-committed at the end of the input, before the final
+//! checkpoint). On every start, before writing, subtask *i*:
+//!
+//! - commits (subtask 0, or every restored subtask after a region failover)
+//!   the prepared transactions the restored checkpoint lists; one already
+//!   committed is no longer prepared, so a repeated commit does nothing;
+//! - rolls back every other prepared transaction of this job and operator
+//!   left by a former subtask *i* (subtask 0 also those of former subtasks
+//!   beyond the new parallelism): they belong to checkpoints that never
+//!   completed. Only subtask *i* ever prepares gids of index *i*, and it
+//!   does so only after its recovery, so no live transaction is touched.
+//!
+//! Rows go in with one prepared statement per batch
+//! (`INSERT … SELECT * FROM unnest($1::text[], …)`); in upsert mode with
+//! `ON CONFLICT (first column) DO UPDATE`, keeping the last row of each key
+//! in a batch. Two jobs writing one table need different job names.
+
+use super::async_sink::AsyncSink;
+use super::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
+use crate::operators::sink::SinkContext;
+use crate::{Error, Result};
+use floe_actors::element::Batch;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Statement};
+
+/// Errors of the PostgreSQL sink.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The URL is not `postgres://USER:PASS@HOST:PORT/DB?table=T`.
+    #[error("invalid PostgreSQL URL '{url}': {reason}")]
+    BadUrl {
+        /// The URL, without its password.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A table or column name is not a plain SQL identifier.
+    #[error("invalid SQL identifier '{0}' (letters, digits and '_', optionally schema.name)")]
+    BadIdentifier(String),
+    /// The server refused a connection or a statement.
+    #[error("PostgreSQL {action}: {detail}")]
+    Server {
+        /// What was being done.
+        action: String,
+        /// The server's message (SQLSTATE and text) or the client's error.
+        detail: String,
+        /// The client's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+impl From<PostgresError> for Error {
+    fn from(e: PostgresError) -> Self {
+        Error::User(e.to_string())
+    }
+}
+
+fn server(action: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    let action = action.into();
+    move |source| {
+        let detail = match source.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => source.to_string(),
+        };
+        PostgresError::Server {
+            action,
+            detail,
+            source,
+        }
+        .into()
+    }
+}
+
+/// The SQL type of a column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ColumnType {
+    /// `text`.
+    Text,
+    /// `int8` (`bigint`).
+    Int8,
+    /// `float8` (`double precision`).
+    Float8,
+    /// `bool`.
+    Bool,
+}
+
+impl ColumnType {
+    fn sql(self) -> &'static str {
+        match self {
+            ColumnType::Text => "text",
+            ColumnType::Int8 => "int8",
+            ColumnType::Float8 => "float8",
+            ColumnType::Bool => "bool",
+        }
+    }
+
+    fn empty(self) -> Column {
+        match self {
+            ColumnType::Text => Column::Text(Vec::new()),
+            ColumnType::Int8 => Column::Int8(Vec::new()),
+            ColumnType::Float8 => Column::Float8(Vec::new()),
+            ColumnType::Bool => Column::Bool(Vec::new()),
+        }
+    }
+}
+
+/// One column's values of a batch, sent as one array parameter.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Column {
+    /// `text[]`.
+    Text(Vec<String>),
+    /// `int8[]`.
+    Int8(Vec<i64>),
+    /// `float8[]`.
+    Float8(Vec<f64>),
+    /// `bool[]`.
+    Bool(Vec<bool>),
+}
+
+impl Column {
+    fn clear(&mut self) {
+        match self {
+            Column::Text(v) => v.clear(),
+            Column::Int8(v) => v.clear(),
+            Column::Float8(v) => v.clear(),
+            Column::Bool(v) => v.clear(),
+        }
+    }
+
+    fn retain(&mut self, keep: &[bool]) {
+        fn r<T>(v: &mut Vec<T>, keep: &[bool]) {
+            let mut i = 0;
+            v.retain(|_| {
+                i += 1;
+                keep[i - 1]
+            });
+        }
+        match self {
+            Column::Text(v) => r(v, keep),
+            Column::Int8(v) => r(v, keep),
+            Column::Float8(v) => r(v, keep),
+            Column::Bool(v) => r(v, keep),
+        }
+    }
+
+    fn param(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Column::Text(v) => v,
+            Column::Int8(v) => v,
+            Column::Float8(v) => v,
+            Column::Bool(v) => v,
+        }
+    }
+}
+
+/// A value of one column.
+pub trait PostgresValue {
+    /// Its SQL type.
+    const TYPE: ColumnType;
+    /// Appends it to `column` (of type [`TYPE`](Self::TYPE)).
+    fn push(&self, column: &mut Column);
+}
+
+macro_rules! value {
+    ($t:ty, $ty:ident, $v:ident => $e:expr) => {
+        impl PostgresValue for $t {
+            const TYPE: ColumnType = ColumnType::$ty;
+            fn push(&self, column: &mut Column) {
+                if let Column::$ty(c) = column {
+                    let $v = self;
+                    c.push($e);
+                }
+            }
+        }
+    };
+}
+value!(String, Text, v => v.clone());
+value!(i64, Int8, v => *v);
+value!(i32, Int8, v => i64::from(*v));
+// Counts beyond i64::MAX do not occur; saturate rather than wrap.
+value!(u64, Int8, v => i64::try_from(*v).unwrap_or(i64::MAX));
+value!(u32, Int8, v => i64::from(*v));
+value!(f64, Float8, v => *v);
+value!(bool, Bool, v => *v);
+
+/// A record the sink can write: a tuple of [`PostgresValue`]s, one per
+/// column, in the order of the sink's columns (the first is the key in
+/// upsert mode).
+pub trait PostgresRow: Send + 'static {
+    /// The columns' SQL types.
+    fn types() -> Vec<ColumnType>;
+    /// Appends the record's values, one per column.
+    fn push(&self, columns: &mut [Column]);
+}
+
+macro_rules! row {
+    ($($t:ident $i:tt),+) => {
+        impl<$($t: PostgresValue + Send + 'static),+> PostgresRow for ($($t,)+) {
+            fn types() -> Vec<ColumnType> {
+                vec![$($t::TYPE),+]
+            }
+            fn push(&self, columns: &mut [Column]) {
+                $(self.$i.push(&mut columns[$i]);)+
+            }
+        }
+    };
+}
+row!(A 0);
+row!(A 0, B 1);
+row!(A 0, B 1, C 2);
+row!(A 0, B 1, C 2, D 3);
+row!(A 0, B 1, C 2, D 3, E 4);
+
+/// How rows are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteMode {
+    /// `INSERT`: every record is a new row.
+    Append,
+    /// `INSERT … ON CONFLICT (first column) DO UPDATE`: one row per key,
+    /// holding its latest record (keyed results, e.g. counts).
+    Upsert,
+}
+
+/// Where and how the sink writes; shared by its subtasks.
+#[derive(Clone, Debug)]
+pub struct PostgresSinkConfig {
+    /// `tokio-postgres` connection string (URL or key=value form).
+    pub connection: String,
+    /// The table (`name` or `schema.name`).
+    pub table: String,
+    /// Its columns, in the order of the record's fields.
+    pub columns: Vec<String>,
+    /// Append or upsert.
+    pub mode: WriteMode,
+    /// Creates the table if it does not exist (the first column is the
+    /// primary key in upsert mode).
+    pub create_table: bool,
+    /// The job's name in transaction ids (default `floe`).
+    pub job: String,
+    /// The operator's name in transaction ids (default: the table).
+    pub operator: String,
+}
+
+impl PostgresSinkConfig {
+    /// A config for `connection` and `table`.
+    pub fn new(
+        connection: impl Into<String>,
+        table: impl Into<String>,
+        columns: &[&str],
+        mode: WriteMode,
+    ) -> Self {
+        let table = table.into();
+        PostgresSinkConfig {
+            connection: connection.into(),
+            operator: table.replace('.', "_"),
+            table,
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            mode,
+            create_table: true,
+            job: "floe".into(),
+        }
+    }
+
+    /// Parses `postgres://USER:PASS@HOST:PORT/DB?table=T` (the CLI's
+    /// `--output`): the `table` parameter names the table, the rest is the
+    /// connection URL.
+    pub fn from_url(url: &str, columns: &[&str], mode: WriteMode) -> Result<Self> {
+        let shown = hide_password(url);
+        let bad = |reason: &str| PostgresError::BadUrl {
+            url: shown.clone(),
+            reason: reason.into(),
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(bad("it must start with postgres://").into());
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut table = None;
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("table", t)) if !t.is_empty() => table = Some(t.to_string()),
+                _ => rest.push(pair),
+            }
+        }
+        let table = table.ok_or_else(|| bad("missing ?table=NAME"))?;
+        let connection = if rest.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        connection
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| bad(&e.to_string()))?;
+        Ok(PostgresSinkConfig::new(connection, table, columns, mode))
+    }
+
+    /// Sets the job name used in transaction ids.
+    pub fn job(mut self, job: impl Into<String>) -> Self {
+        self.job = job.into();
+        self
+    }
+
+    /// Sets the operator name used in transaction ids.
+    pub fn operator(mut self, operator: impl Into<String>) -> Self {
+        self.operator = operator.into();
+        self
+    }
+
+    /// Whether to create the table when it is missing.
+    pub fn create_table(mut self, yes: bool) -> Self {
+        self.create_table = yes;
+        self
+    }
+
+    fn gid_prefix(&self) -> String {
+        format!("floe:{}:{}:", self.job, self.operator)
+    }
+}
+
+fn hide_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn identifier(name: &str) -> Result<String> {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !p.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts.len() > 2 || !parts.iter().all(|p| ok(p)) {
+        return Err(PostgresError::BadIdentifier(name.to_string()).into());
+    }
+    Ok(parts
+        .iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join("."))
+}
+
+/// A prepared (pre-committed) transaction: its gid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgTxn {
+    /// The gid it was prepared with; empty while it is open.
+    pub gid: String,
+}
+
+struct Connected {
+    data: Client,
+    control: Client,
+    insert: Statement,
+    columns: Vec<Column>,
+}
+
+/// The PostgreSQL sink: an [`AsyncTwoPhaseCommitSink`] (exactly-once; add
+/// it with [`add_async_two_phase_sink`](super::async_two_phase::add_async_two_phase_sink)
+/// or [`PostgresSink::add_to`]) and an [`AsyncSink`] writing each batch in
+/// its own transaction (at-least-once, without checkpoints).
+pub struct PostgresSink<R> {
+    config: Arc<PostgresSinkConfig>,
+    subtask: u32,
+    conn: Option<Connected>,
+    _row: PhantomData<fn(R)>,
+}
+
+impl<R> Clone for PostgresSink<R> {
+    fn clone(&self) -> Self {
+        PostgresSink {
+            config: self.config.clone(),
+            subtask: self.subtask,
+            conn: None,
+            _row: PhantomData,
+        }
+    }
+}
+
+impl<R: PostgresRow> PostgresSink<R> {
+    /// A sink for `config`; checks its names and column count now.
+    pub fn new(config: PostgresSinkConfig) -> Result<Self> {
+        identifier(&config.table)?;
+        for c in &config.columns {
+            identifier(c)?;
+        }
+        if config.columns.len() != R::types().len() {
+            return Err(Error::Config(format!(
+                "the PostgreSQL sink has {} columns but its records have {} fields",
+                config.columns.len(),
+                R::types().len()
+            )));
+        }
+        if config.job.contains(':') || config.operator.contains(':') {
+            return Err(Error::Config(
+                "job and operator names of the PostgreSQL sink must not contain ':'".into(),
+            ));
+        }
+        Ok(PostgresSink {
+            config: Arc::new(config),
+            subtask: 0,
+            conn: None,
+            _row: PhantomData,
+        })
+    }
+
+    /// Writes `stream` to PostgreSQL exactly-once (two-phase commit on
+    /// checkpoints; at the end of the input without them).
+    pub fn add_to(self, stream: &crate::api::DataStream<R>) -> crate::api::DataStream<()>
+    where
+        R: Clone,
+    {
+        let name = format!("PostgreSQL {}", self.config.table);
+        super::async_two_phase::add_async_two_phase_sink(stream, &name, self)
+    }
+
+    fn sql(&self) -> Result<(String, Option<String>)> {
+        let c = &self.config;
+        let table = identifier(&c.table)?;
+        let cols: Vec<String> = c
+            .columns
+            .iter()
+            .map(|x| identifier(x))
+            .collect::<Result<_>>()?;
+        let types = R::types();
+        let arrays: Vec<String> = types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("${}::{}[]", i + 1, t.sql()))
+            .collect();
+        let mut insert = format!(
+            "INSERT INTO {table} ({}) SELECT * FROM unnest({})",
+            cols.join(", "),
+            arrays.join(", ")
+        );
+        if c.mode == WriteMode::Upsert {
+            let set: Vec<String> = cols[1..]
+                .iter()
+                .map(|x| format!("{x} = EXCLUDED.{x}"))
+                .collect();
+            if set.is_empty() {
+                insert.push_str(&format!(" ON CONFLICT ({}) DO NOTHING", cols[0]));
+            } else {
+                insert.push_str(&format!(
+                    " ON CONFLICT ({}) DO UPDATE SET {}",
+                    cols[0],
+                    set.join(", ")
+                ));
+            }
+        }
+        let create = c.create_table.then(|| {
+            let defs: Vec<String> = cols
+                .iter()
+                .zip(&types)
+                .enumerate()
+                .map(|(i, (n, t))| {
+                    let key = if i == 0 && c.mode == WriteMode::Upsert {
+                        " PRIMARY KEY"
+                    } else {
+                        ""
+                    };
+                    format!("{n} {}{key}", t.sql())
+                })
+                .collect();
+            format!("CREATE TABLE IF NOT EXISTS {table} ({})", defs.join(", "))
+        });
+        Ok((insert, create))
+    }
+
+    async fn connect(&self) -> Result<Client> {
+        let (client, connection) = tokio_postgres::connect(&self.config.connection, NoTls)
+            .await
+            .map_err(server(format!(
+                "connect to {}",
+                hide_password(&self.config.connection)
+            )))?;
+        // Runs on the subtask's arbiter; ends when the client is dropped.
+        actix::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "PostgreSQL connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    async fn ensure_connected(&mut self) -> Result<&mut Connected> {
+        if self.conn.is_none() {
+            let (insert_sql, create) = self.sql()?;
+            let data = self.connect().await?;
+            let control = self.connect().await?;
+            // A prepared transaction left by a failed attempt holds its
+            // rows' locks until recovery resolves it: a write waiting on
+            // one fails (and the restart recovers) instead of hanging.
+            data.batch_execute("SET lock_timeout = '10s'")
+                .await
+                .map_err(server("set lock_timeout"))?;
+            if let Some(create) = create
+                && let Err(e) = data.batch_execute(&create).await
+            {
+                // Concurrent subtasks may race to create it: fine if it exists.
+                let raced = e.code().is_some_and(|c| {
+                    *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+                        || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
+                });
+                if !raced {
+                    return Err(server(format!("create table {}", self.config.table))(e));
+                }
+            }
+            let insert = data.prepare(&insert_sql).await.map_err(server(format!(
+                "prepare the insert into {}",
+                self.config.table
+            )))?;
+            let columns = R::types().into_iter().map(ColumnType::empty).collect();
+            self.conn = Some(Connected {
+                data,
+                control,
+                insert,
+                columns,
+            });
+        }
+        Ok(self.conn.as_mut().expect("connected just now"))
+    }
+
+    /// Inserts `batch` on the data connection (in its open transaction, if any).
+    async fn insert(&mut self, batch: Batch<R>) -> Result<()> {
+        let upsert = self.config.mode == WriteMode::Upsert;
+        let table = self.config.table.clone();
+        let conn = self.ensure_connected().await?;
+        for c in conn.columns.iter_mut() {
+            c.clear();
+        }
+        for r in &batch {
+            r.value.push(&mut conn.columns);
+        }
+        if upsert {
+            dedup_last(&mut conn.columns);
+        }
+        let params: Vec<&(dyn ToSql + Sync)> = conn.columns.iter().map(Column::param).collect();
+        conn.data
+            .execute(&conn.insert, &params)
+            .await
+            .map_err(server(format!("insert into {table}")))?;
+        Ok(())
+    }
+
+    fn gid(&self, checkpoint: Option<u64>) -> String {
+        let at = checkpoint.map_or_else(|| "end".to_string(), |c| c.to_string());
+        format!("{}{}:{at}", self.config.gid_prefix(), self.subtask)
+    }
+
+    /// Runs `COMMIT PREPARED` or `ROLLBACK PREPARED` of `gid` on the control
+    /// connection; a gid that is no longer prepared was done before.
+    async fn finish_prepared(&mut self, gid: &str, commit: bool) -> Result<()> {
+        let verb = if commit { "COMMIT" } else { "ROLLBACK" };
+        let conn = self.ensure_connected().await?;
+        let sql = format!("{verb} PREPARED '{}'", gid.replace('\'', "''"));
+        match conn.control.batch_execute(&sql).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT) => {
+                Ok(())
+            }
+            Err(e) => Err(server(format!("{verb} PREPARED '{gid}'"))(e)),
+        }
+    }
+}
+
+/// Keeps the last row of each key (first column) of a batch: one upsert
+/// statement may not touch a row twice.
+fn dedup_last(columns: &mut [Column]) {
+    let keep: Vec<bool> = match &columns[0] {
+        Column::Text(keys) => keep_last(keys),
+        Column::Int8(keys) => keep_last(keys),
+        Column::Bool(keys) => keep_last(keys),
+        // Floats are no keys; the server reports duplicates.
+        Column::Float8(_) => return,
+    };
+    if keep.iter().all(|k| *k) {
+        return;
+    }
+    for c in columns.iter_mut() {
+        c.retain(&keep);
+    }
+}
+
+fn keep_last<K: std::hash::Hash + Eq>(keys: &[K]) -> Vec<bool> {
+    let mut seen = HashSet::with_capacity(keys.len());
+    let mut keep = vec![false; keys.len()];
+    for (i, k) in keys.iter().enumerate().rev() {
+        keep[i] = seen.insert(k);
+    }
+    keep
+}
+
+impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
+    type Txn = PgTxn;
+
+    async fn recover(&mut self, ctx: &SinkContext, recovery: Recovery<PgTxn>) -> Result<()> {
+        self.subtask = ctx.subtask.0;
+        let prefix = self.config.gid_prefix();
+        let conn = self.ensure_connected().await?;
+        let rows = conn
+            .control
+            .query(
+                "SELECT gid FROM pg_prepared_xacts WHERE left(gid, length($1)) = $1 AND database = current_database()",
+                &[&prefix],
+            )
+            .await
+            .map_err(server("list prepared transactions"))?;
+        let prepared: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let listed: HashSet<&str> = recovery.pending.iter().map(|t| t.gid.as_str()).collect();
+        if recovery.commit_pending {
+            for t in &recovery.pending {
+                self.finish_prepared(&t.gid, true).await?;
+            }
+        }
+        for gid in &prepared {
+            if listed.contains(gid.as_str()) {
+                continue;
+            }
+            let owner: Option<u32> = gid[prefix.len()..]
+                .split(':')
+                .next()
+                .and_then(|s| s.parse().ok());
+            let ours = match owner {
+                Some(i) => {
+                    i == ctx.subtask.0 || (ctx.subtask.0 == 0 && i as usize >= ctx.parallelism)
+                }
+                None => ctx.subtask.0 == 0,
+            };
+            if ours {
+                self.finish_prepared(gid, false).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.subtask = ctx.subtask.0;
+        self.ensure_connected().await.map(|_| ())
+    }
+
+    async fn begin(&mut self) -> Result<PgTxn> {
+        let conn = self.ensure_connected().await?;
+        conn.data
+            .batch_execute("BEGIN")
+            .await
+            .map_err(server("begin"))?;
+        Ok(PgTxn { gid: String::new() })
+    }
+
+    async fn write(&mut self, _txn: &mut PgTxn, batch: Batch<R>) -> Result<()> {
+        self.insert(batch).await
+    }
+
+    async fn pre_commit(&mut self, txn: &mut PgTxn, checkpoint: Option<u64>) -> Result<()> {
+        txn.gid = self.gid(checkpoint);
+        let sql = format!("PREPARE TRANSACTION '{}'", txn.gid.replace('\'', "''"));
+        let conn = self.ensure_connected().await?;
+        conn.data
+            .batch_execute(&sql)
+            .await
+            .map_err(server(format!("prepare transaction '{}'", txn.gid)))
+    }
+
+    async fn commit(&mut self, txn: PgTxn) -> Result<()> {
+        self.finish_prepared(&txn.gid, true).await
+    }
+
+    async fn abort(&mut self, txn: PgTxn) -> Result<()> {
+        if txn.gid.is_empty() {
+            // Never prepared: the open transaction ends with its connection.
+            let conn = self.ensure_connected().await?;
+            return conn
+                .data
+                .batch_execute("ROLLBACK")
+                .await
+                .map_err(server("rollback"));
+        }
+        self.finish_prepared(&txn.gid, false).await
+    }
+}
+
+/// Without transactions: each batch is its own statement (autocommit),
+/// at-least-once.
+impl<R: PostgresRow> AsyncSink<R> for PostgresSink<R> {
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.subtask = ctx.subtask.0;
+        self.ensure_connected().await.map(|_| ())
+    }
+
+    async fn write(&mut self, batch: Batch<R>) -> Result<()> {
+        self.insert(batch).await
+    }
+}
