@@ -432,10 +432,14 @@ fn measure_rows_per_second() {
                 .generate_sequence(0, ROWS - 1)
                 .map(|i: i64| (format!("r{i}"), i));
             let config =
-                PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append).job(&job);
+                PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append)
+                    .job(&job);
             let sink = PostgresSink::new(config).expect("config");
             // Created before the clock starts.
-            query(&url, &format!("CREATE TABLE {table} (key text, value int8)"));
+            query(
+                &url,
+                &format!("CREATE TABLE {table} (key text, value int8)"),
+            );
             if transactional {
                 sink.add_to(&rows);
             } else {

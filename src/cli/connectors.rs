@@ -182,7 +182,95 @@ pub fn check_output(flag: &str, path: &Path) -> floe::Result<()> {
         if scheme(path) == "kafka" {
             return Ok(());
         }
+        #[cfg(feature = "postgres")]
+        if matches!(scheme(path), "postgres" | "postgresql") {
+            return Ok(());
+        }
         return Err(unsupported(flag, path));
     }
     Ok(())
+}
+
+/// A PostgreSQL `--output` (`postgres://USER:PASS@HOST:PORT/DB?table=T`),
+/// its server checked.
+#[cfg(feature = "postgres")]
+#[derive(Clone, Debug)]
+pub struct PostgresOutput {
+    /// The URL as given.
+    pub url: String,
+}
+
+#[cfg(feature = "postgres")]
+impl PostgresOutput {
+    /// The sink's config for `columns` in `mode`.
+    pub fn config(
+        &self,
+        columns: &[&str],
+        mode: floe::connectors::postgres::WriteMode,
+    ) -> floe::Result<floe::connectors::postgres::PostgresSinkConfig> {
+        floe::connectors::postgres::PostgresSinkConfig::from_url(&self.url, columns, mode)
+    }
+
+    /// Appends `stream`'s `key,window_start,window_end,value` lines as rows.
+    pub fn sink_window_lines<T>(
+        &self,
+        stream: &floe::DataStream<T>,
+    ) -> floe::Result<floe::DataStream<()>>
+    where
+        T: std::fmt::Display + Clone + Send + 'static,
+    {
+        use floe::connectors::postgres::{PostgresSink, WriteMode};
+        let config = self.config(
+            &["key", "window_start", "window_end", "value"],
+            WriteMode::Append,
+        )?;
+        let rows = stream
+            .try_map(|line: T| {
+                let line = line.to_string();
+                let mut f = line.rsplitn(4, ',');
+                let (value, end, start, key) = (f.next(), f.next(), f.next(), f.next());
+                let num = |v: Option<&str>| v.and_then(|v| v.parse::<i64>().ok());
+                match (key, num(start), num(end), num(value)) {
+                    (Some(k), Some(s), Some(e), Some(v)) => Ok((k.to_string(), s, e, v)),
+                    _ => Err(floe::Error::User(format!(
+                        "not a key,window_start,window_end,value line: '{line}'"
+                    ))),
+                }
+            })
+            .name("Rows");
+        Ok(PostgresSink::<(String, i64, i64, i64)>::new(config)?.add_to(&rows))
+    }
+}
+
+/// The PostgreSQL output of a `postgres://` URL (`None`: not one), the
+/// server reached once before the job starts.
+#[cfg(feature = "postgres")]
+pub fn postgres_output(path: &Path) -> Option<floe::Result<PostgresOutput>> {
+    let url = path
+        .to_str()
+        .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))?;
+    Some((|| {
+        use floe::connectors::postgres::WriteMode;
+        let out = PostgresOutput {
+            url: url.to_string(),
+        };
+        let config = out.config(&["key"], WriteMode::Append)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| floe::Error::User(format!("cannot start a runtime: {e}")))?;
+        runtime.block_on(async {
+            let connect = tokio_postgres::connect(&config.connection, tokio_postgres::NoTls);
+            match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(floe::Error::User(format!(
+                    "cannot reach PostgreSQL for --output: {e}"
+                ))),
+                Err(_) => Err(floe::Error::User(
+                    "cannot reach PostgreSQL for --output: no answer in 10 s".into(),
+                )),
+            }
+        })?;
+        Ok(out)
+    })())
 }

@@ -38,6 +38,10 @@ pub enum Output {
     /// A Kafka topic (`kafka://HOST:PORT/TOPIC`).
     #[cfg(feature = "kafka")]
     Kafka(super::connectors::KafkaOutput),
+    /// A PostgreSQL table (`postgres://USER:PASS@HOST:PORT/DB?table=T`),
+    /// written by the two-phase-commit sink.
+    #[cfg(feature = "postgres")]
+    Postgres(super::connectors::PostgresOutput),
 }
 
 /// Whether `path` means stdout.
@@ -64,6 +68,10 @@ impl Output {
         ) {
             return Ok(Output::Kafka(kafka?));
         }
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = super::connectors::postgres_output(path) {
+            return Ok(Output::Postgres(pg?));
+        }
         if !checkpoints.enabled() && checkpoints.from_checkpoint.is_none() {
             return Ok(Output::Direct(path.to_path_buf()));
         }
@@ -89,6 +97,8 @@ impl Output {
             Output::Transactional(_) => Ok(None),
             #[cfg(feature = "kafka")]
             Output::Kafka(_) => Ok(None),
+            #[cfg(feature = "postgres")]
+            Output::Postgres(_) => Ok(None),
         }
     }
 
@@ -106,6 +116,8 @@ impl Output {
             Output::Transactional(tx) => stream.add_two_phase_sink(tx),
             #[cfg(feature = "kafka")]
             Output::Kafka(kafka) => kafka.sink(stream),
+            #[cfg(feature = "postgres")]
+            Output::Postgres(pg) => pg.sink_window_lines(stream)?,
         })
     }
 }

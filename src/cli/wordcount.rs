@@ -275,6 +275,19 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
                     .uid("format"),
             )
             .uid("kafka-sink"),
+        // Upserts `word TEXT PRIMARY KEY, count BIGINT`: every updated count,
+        // exactly once through two-phase commit.
+        #[cfg(feature = "postgres")]
+        Output::Postgres(pg) => {
+            use floe::connectors::postgres::{PostgresSink, WriteMode};
+            let rows = counts
+                .map(|(word, count): (String, u64)| (word, count as i64))
+                .name("Rows")
+                .uid("rows");
+            PostgresSink::<(String, i64)>::new(pg.config(&["word", "count"], WriteMode::Upsert)?)?
+                .add_to(&rows)
+                .uid("postgres-sink")
+        }
         Output::Transactional(tx) => counts
             .transform("Final Counts", |_| FinalCountLines::default())
             .uid("final-counts")
