@@ -10,76 +10,7 @@
 mod kafka_support;
 
 use kafka_support::*;
-use std::io::BufRead;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
-
-const WATCHDOG: Duration = Duration::from_secs(300);
-
-fn floe(args: &[String]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
-    command
-        .args(args)
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    command
-}
-
-/// Runs floe to its end (killed and failed after the watchdog).
-fn run(args: &[String]) -> Output {
-    let child = floe(args).spawn().expect("floe runs");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(WATCHDOG) {
-        Ok(out) => out.expect("floe output"),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("floe {args:?} still running after {WATCHDOG:?}");
-        }
-    }
-}
-
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-}
-
-/// Runs floe until a status line reports `checkpoints` completed
-/// checkpoints, then kills it with SIGKILL. `false`: the run ended first.
-fn kill_after_checkpoints(args: &[String], checkpoints: u64) -> bool {
-    let mut args = args.to_vec();
-    args.extend(["--status-interval".into(), "20".into()]);
-    let mut child = floe(&args).spawn().expect("floe runs");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut reached = false;
-    let mut seen = String::new();
-    for line in std::io::BufReader::new(stderr).lines() {
-        let line = line.expect("stderr line");
-        seen.push_str(&line);
-        seen.push('\n');
-        let done = field(&line, "checkpoints").and_then(|v| v.parse::<u64>().ok());
-        if line.starts_with("status ") && done.is_some_and(|n| n >= checkpoints) {
-            reached = true;
-            break;
-        }
-    }
-    let _ = Command::new("kill")
-        .arg("-9")
-        .arg(child.id().to_string())
-        .status();
-    let status = child.wait().expect("floe exits");
-    if !reached {
-        assert!(status.success(), "floe {args:?} failed:\n{seen}");
-    }
-    reached
-}
 
 fn s(p: &Path) -> String {
     p.to_str().expect("UTF-8 path").to_string()

@@ -19,14 +19,37 @@ use std::time::Duration;
 /// purpose (`FLOE_SKIP_SERVICES=1`); fails the test when it is simply not
 /// set, so a run without the servers never passes silently.
 pub fn broker() -> Option<String> {
-    match std::env::var("FLOE_TEST_KAFKA") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ if std::env::var("FLOE_SKIP_SERVICES").as_deref() == Ok("1") => {
-            eprintln!("FLOE_TEST_KAFKA not set and FLOE_SKIP_SERVICES=1: test skipped");
+    service("FLOE_TEST_KAFKA")
+}
+
+/// The PostgreSQL URL (`FLOE_TEST_POSTGRES_URL`), as [`broker`].
+pub fn postgres_url() -> Option<String> {
+    service("FLOE_TEST_POSTGRES_URL")
+}
+
+/// A service's address from the environment, else from the env file
+/// `scripts/services.sh start` writes (`target/services.env`).
+fn service(var: &str) -> Option<String> {
+    let from_file = || {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/services.env");
+        let text = std::fs::read_to_string(file).ok()?;
+        let prefix = format!("export {var}=");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(str::to_owned)
+    };
+    match std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(from_file)
+    {
+        Some(b) => Some(b),
+        None if std::env::var("FLOE_SKIP_SERVICES").as_deref() == Ok("1") => {
+            eprintln!("{var} not set and FLOE_SKIP_SERVICES=1: test skipped");
             None
         }
-        _ => panic!(
-            "FLOE_TEST_KAFKA is not set: run `scripts/services.sh start` and load the env \
+        None => panic!(
+            "{var} is not set: run `scripts/services.sh start` and load the env \
              file it writes (or set FLOE_SKIP_SERVICES=1 to skip the tests that need servers)"
         ),
     }
@@ -229,4 +252,74 @@ pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i
     producer
         .flush(Duration::from_secs(30))
         .expect("every record delivered");
+}
+
+/// Runs of the `floe` binary.
+use std::io::BufRead;
+use std::process::{Command, Output, Stdio};
+
+pub const WATCHDOG: Duration = Duration::from_secs(300);
+
+pub fn floe(args: &[String]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+    command
+        .args(args)
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs floe to its end (killed and failed after the watchdog).
+pub fn run(args: &[String]) -> Output {
+    let child = floe(args).spawn().expect("floe runs");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(out) => out.expect("floe output"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("floe {args:?} still running after {WATCHDOG:?}");
+        }
+    }
+}
+
+pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Runs floe until a status line reports `checkpoints` completed
+/// checkpoints, then kills it with SIGKILL. `false`: the run ended first.
+pub fn kill_after_checkpoints(args: &[String], checkpoints: u64) -> bool {
+    let mut args = args.to_vec();
+    args.extend(["--status-interval".into(), "20".into()]);
+    let mut child = floe(&args).spawn().expect("floe runs");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut reached = false;
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        let done = field(&line, "checkpoints").and_then(|v| v.parse::<u64>().ok());
+        if line.starts_with("status ") && done.is_some_and(|n| n >= checkpoints) {
+            reached = true;
+            break;
+        }
+    }
+    let _ = Command::new("kill")
+        .arg("-9")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("floe exits");
+    if !reached {
+        assert!(status.success(), "floe {args:?} failed:\n{seen}");
+    }
+    reached
 }
