@@ -41,7 +41,7 @@ fn read(reader: &mut KafkaSourceReader<String>, want: usize) -> (Vec<String>, bo
             SourcePoll::Finished => return (out, true),
             _ if out.len() >= want => return (out, false),
             SourcePoll::Wait(d) => std::thread::sleep(d),
-            SourcePoll::Ready => {}
+            SourcePoll::Ready | SourcePoll::Parked => {}
         }
         assert!(Instant::now() < deadline, "no progress in 60 s");
     }
