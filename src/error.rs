@@ -68,6 +68,10 @@ pub enum Error {
     /// User code returned an error.
     #[error("{0}")]
     User(String),
+    /// A Kafka connector failed.
+    #[cfg(feature = "kafka")]
+    #[error(transparent)]
+    Kafka(#[from] crate::connectors::kafka::KafkaError),
     /// A window's aggregate has no result for one key and window (a checked
     /// sum left the `i64` range). The same input fails the same way again,
     /// so restarting the job cannot help.
@@ -160,6 +164,8 @@ impl Error {
             Error::State(_) | Error::Checkpoint(_) | Error::User(_) | Error::TimedOut { .. } => {
                 true
             }
+            #[cfg(feature = "kafka")]
+            Error::Kafka(e) => e.is_retriable(),
         }
     }
 

@@ -187,7 +187,8 @@ impl StreamExecutionEnvironment {
             let mut source = create(&ctx.source_context())?;
             if let Some(state) = ctx.restored.clone() {
                 source
-                    .restore_state(state.split_list)
+                    .restore_union_state(state.union_list)
+                    .and_then(|()| source.restore_state(state.split_list))
                     .map_err(|e| super::datastream::restore_error(&ctx.name, ctx.subtask, e))?;
             }
             let mut driver =

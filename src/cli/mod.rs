@@ -4,6 +4,7 @@ mod bench;
 mod bench_window;
 mod checkpointing;
 mod checkpoints;
+mod connectors;
 mod observe;
 mod output;
 mod pipelines;
@@ -72,9 +73,14 @@ enum Job {
 /// Options of `floe run window`.
 #[derive(Args, Debug, Clone)]
 pub struct WindowArgs {
-    /// Input file of `key,timestamp_ms,value` lines.
+    /// Input file of `key,timestamp_ms,value` lines, or
+    /// `kafka://HOST:PORT/TOPIC[?start=earliest|latest]` (one line per
+    /// record value).
     #[arg(long)]
     pub input: PathBuf,
+    /// With a `kafka://` input: stop at the end offsets seen at start.
+    #[arg(long)]
+    pub bounded: bool,
     /// `tumbling:SIZE`, `sliding:SIZE,SLIDE` or `session:GAP` (milliseconds).
     #[arg(long)]
     pub window: String,
@@ -171,9 +177,13 @@ enum Bench {
 /// Options of `floe run wordcount`.
 #[derive(Args, Debug, Clone)]
 pub struct WordcountArgs {
-    /// Text file to count (default: generated words).
+    /// Text file to count (default: generated words), or
+    /// `kafka://HOST:PORT/TOPIC[?start=earliest|latest]`.
     #[arg(long)]
     pub input: Option<PathBuf>,
+    /// With a `kafka://` input: stop at the end offsets seen at start.
+    #[arg(long)]
+    pub bounded: bool,
     /// Number of generated words.
     #[arg(long, default_value_t = 10_000_000)]
     pub records: u64,
@@ -192,7 +202,8 @@ pub struct WordcountArgs {
     /// Arbiters (threads); default: the number of cores.
     #[arg(long)]
     pub arbiters: Option<usize>,
-    /// Write `word,count` lines here instead of stdout.
+    /// Write `word,count` lines here instead of stdout (or to
+    /// `kafka://HOST:PORT/TOPIC`: every updated count as it happens).
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// `--state heap|redb`: count with a keyed process function holding a

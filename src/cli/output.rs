@@ -35,6 +35,13 @@ pub enum Output {
     Direct(PathBuf),
     /// A regular file written by two-phase commit.
     Transactional(TransactionalFileSink),
+    /// A Kafka topic (`kafka://HOST:PORT/TOPIC`).
+    #[cfg(feature = "kafka")]
+    Kafka(super::connectors::KafkaOutput),
+    /// A PostgreSQL table (`postgres://USER:PASS@HOST:PORT/DB?table=T`),
+    /// written by the two-phase-commit sink.
+    #[cfg(feature = "postgres")]
+    Postgres(super::connectors::PostgresOutput),
 }
 
 /// Whether `path` means stdout.
@@ -53,6 +60,18 @@ impl Output {
         let Some(path) = path.filter(|p| !is_stdout(p)) else {
             return Ok(Output::Stdout);
         };
+        super::connectors::check_output(flag, path)?;
+        #[cfg(feature = "kafka")]
+        if let Some(kafka) = super::connectors::kafka_output(
+            path,
+            checkpoints.enabled() || checkpoints.from_checkpoint.is_some(),
+        ) {
+            return Ok(Output::Kafka(kafka?));
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = super::connectors::postgres_output(path) {
+            return Ok(Output::Postgres(pg?));
+        }
         if !checkpoints.enabled() && checkpoints.from_checkpoint.is_none() {
             return Ok(Output::Direct(path.to_path_buf()));
         }
@@ -76,6 +95,10 @@ impl Output {
             Output::Stdout => Ok(Some(Lines::stdout())),
             Output::Direct(path) => Lines::create(path).map(Some),
             Output::Transactional(_) => Ok(None),
+            #[cfg(feature = "kafka")]
+            Output::Kafka(_) => Ok(None),
+            #[cfg(feature = "postgres")]
+            Output::Postgres(_) => Ok(None),
         }
     }
 
@@ -91,6 +114,10 @@ impl Output {
                 .add_sink(Lines::create(&path)?)
                 .name("Text File Sink"),
             Output::Transactional(tx) => stream.add_two_phase_sink(tx),
+            #[cfg(feature = "kafka")]
+            Output::Kafka(kafka) => kafka.sink(stream),
+            #[cfg(feature = "postgres")]
+            Output::Postgres(pg) => pg.sink_window_lines(stream)?,
         })
     }
 }

@@ -238,7 +238,18 @@ impl floe::operators::Operator<Vec<u8>, Event> for Parse {
 
 pub fn run(args: &WindowArgs) -> floe::Result<()> {
     super::check_parallelism(args.parallelism)?;
-    super::check_readable(&args.input)?;
+    let input = super::connectors::input(&args.input)?;
+    match &input {
+        super::connectors::Input::File(path) if args.bounded => {
+            return Err(Error::Config(format!(
+                "--bounded needs a kafka:// --input, not '{}'",
+                path.display()
+            )));
+        }
+        super::connectors::Input::File(path) => super::check_readable(path)?,
+        #[cfg(feature = "kafka")]
+        super::connectors::Input::Kafka(_) => {}
+    }
     super::output::check_distinct(&[
         ("--input", Some(&args.input)),
         ("--output", args.output.as_deref()),
@@ -277,9 +288,20 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         bad: bad.clone(),
         assigner: assigner.clone(),
     };
-    let events = env
-        .read_text_file_bytes(&args.input)
-        .uid("lines")
+    let lines = match input {
+        super::connectors::Input::File(path) => env.read_text_file_bytes(path).uid("lines"),
+        #[cfg(feature = "kafka")]
+        super::connectors::Input::Kafka(url) => {
+            let source = super::connectors::kafka_source(
+                &url,
+                args.bounded,
+                Arc::new(|bytes: &[u8]| Ok(bytes.to_vec())),
+            )?;
+            env.add_source("Kafka Source", move |ctx| source.reader(ctx))
+                .uid("kafka-source")
+        }
+    };
+    let events = lines
         .transform("Parse", move |_| parse.clone())
         .uid("parse")
         .set_parallelism(1)

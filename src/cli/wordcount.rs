@@ -172,8 +172,18 @@ impl SinkFunction<(String, u64)> for FinalCounts {
 
 pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     super::check_parallelism(args.parallelism)?;
-    if let Some(path) = &args.input {
+    let input = args
+        .input
+        .as_deref()
+        .map(super::connectors::input)
+        .transpose()?;
+    if let Some(super::connectors::Input::File(path)) = &input {
         super::check_readable(path)?;
+    }
+    if args.bounded && matches!(input, None | Some(super::connectors::Input::File(_))) {
+        return Err(floe::Error::Config(
+            "--bounded needs a kafka:// --input".into(),
+        ));
     }
     if args.batch_size == 0 {
         return Err(floe::Error::Config(
@@ -198,8 +208,27 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }
-    let (words, source_name, total) = match &args.input {
-        Some(path) => {
+    let (words, source_name, total) = match input {
+        #[cfg(feature = "kafka")]
+        Some(super::connectors::Input::Kafka(url)) => {
+            let source = super::connectors::kafka_source(
+                &url,
+                args.bounded,
+                std::sync::Arc::new(|bytes: &[u8]| {
+                    std::str::from_utf8(bytes)
+                        .map(str::to_owned)
+                        .map_err(|e| format!("value is not valid UTF-8: {e}"))
+                }),
+            )?;
+            let words = env
+                .add_source("Kafka Source", move |ctx| source.reader(ctx))
+                .uid("kafka-source")
+                .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))
+                .name("Tokenize")
+                .uid("tokenize");
+            (words, "Kafka Source", None)
+        }
+        Some(super::connectors::Input::File(path)) => {
             let lines = env.read_text_file(path).uid("lines");
             let words = lines
                 // Lazily: a huge line is split as the outputs have room.
@@ -236,6 +265,29 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         }
     };
     let sink = match &output {
+        // An upsert changelog: every updated count, keyed by its word.
+        #[cfg(feature = "kafka")]
+        Output::Kafka(kafka) => kafka
+            .sink(
+                &counts
+                    .map(|(word, count): (String, u64)| format!("{word},{count}"))
+                    .name("Format")
+                    .uid("format"),
+            )
+            .uid("kafka-sink"),
+        // Upserts `word TEXT PRIMARY KEY, count BIGINT`: every updated count,
+        // exactly once through two-phase commit.
+        #[cfg(feature = "postgres")]
+        Output::Postgres(pg) => {
+            use floe::connectors::postgres::{PostgresSink, WriteMode};
+            let rows = counts
+                .map(|(word, count): (String, u64)| (word, count as i64))
+                .name("Rows")
+                .uid("rows");
+            PostgresSink::<(String, i64)>::new(pg.config(&["word", "count"], WriteMode::Upsert)?)?
+                .add_to(&rows)
+                .uid("postgres-sink")
+        }
         Output::Transactional(tx) => counts
             .transform("Final Counts", |_| FinalCountLines::default())
             .uid("final-counts")

@@ -21,6 +21,10 @@ pub mod collect;
 pub mod collection;
 pub mod file_sink;
 pub mod generator;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "kafka")]
+pub mod kafka_sink;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod print;
@@ -95,9 +99,31 @@ pub trait SourceFunction<T>: Send + 'static {
         Ok(())
     }
 
+    /// Entries every subtask receives whole on a restore (union list
+    /// state), taken at checkpoint `checkpoint` right after
+    /// [`snapshot_state`](Self::snapshot_state): e.g. the splits all
+    /// subtasks read, so none is assigned twice. Default: none.
+    fn snapshot_union_state(&mut self, _checkpoint: u64) -> Result<Vec<Vec<u8>>> {
+        Ok(Vec::new())
+    }
+
+    /// Every subtask's [`snapshot_union_state`](Self::snapshot_union_state)
+    /// entries; called once before [`restore_state`](Self::restore_state).
+    fn restore_union_state(&mut self, _entries: Vec<Vec<u8>>) -> Result<()> {
+        Ok(())
+    }
+
     /// A checkpoint completed.
     fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
         Ok(())
+    }
+
+    /// The source's own watermark, for a source that generates them (per
+    /// Kafka partition, say); asked after each batch, forwarded when it
+    /// advanced. Default: none (watermarks come from an assigner after
+    /// the source).
+    fn watermark(&mut self) -> Option<floe_actors::element::Timestamp> {
+        None
     }
 }
 
@@ -121,6 +147,8 @@ pub struct SourceNode<T> {
     batch_size: usize,
     pause: Option<SavepointPause>,
     hold: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    /// The last watermark the source generated itself.
+    watermark: floe_actors::element::Timestamp,
 }
 
 /// Holds a source at a record count until a savepoint's barrier passed it:
@@ -148,6 +176,7 @@ impl<T: 'static> SourceNode<T> {
             batch_size,
             pause: None,
             hold: None,
+            watermark: floe_actors::element::Timestamp::MIN,
         }
     }
 
@@ -192,11 +221,18 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             self.pause = None;
         }
         let source = &mut self.source;
-        let r = catch_unwind(AssertUnwindSafe(|| source.snapshot_state()));
-        let entries = self.info.check(r)?;
-        if !entries.is_empty() {
+        let checkpoint = barrier.checkpoint_id.0;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            Ok::<_, crate::Error>((
+                source.snapshot_state()?,
+                source.snapshot_union_state(checkpoint)?,
+            ))
+        }));
+        let (entries, union) = self.info.check(r)?;
+        if !entries.is_empty() || !union.is_empty() {
             let capture = crate::operators::StateCapture {
                 split_list: entries,
+                union_list: union,
                 ..Default::default()
             };
             let info = self.info.clone();
@@ -264,6 +300,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
                 self.info
                     .injected_fault(crate::failover::FaultMoment::Records(emitted))?;
             }
+        }
+        let source = &mut self.source;
+        let r = catch_unwind(AssertUnwindSafe(|| Ok(source.watermark())));
+        if let Some(w) = self.info.check(r)?
+            && w > self.watermark
+        {
+            self.watermark = w;
+            self.next.watermark(w)?;
         }
         // Periodic watermarks and idleness advance even when nothing came.
         self.next.processing_time(floe_actors::element::now_ms())?;

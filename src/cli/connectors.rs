@@ -1,0 +1,276 @@
+//! `kafka://` and `postgres://` URLs in `--input` and `--output`.
+//!
+//! - `--input kafka://HOST:PORT/TOPIC[?start=earliest|latest|committed|TIMESTAMP_MS][&group=G]`
+//!   reads the topic's record values as lines, with a Kafka source per
+//!   subtask; `--bounded` stops at the end offsets seen at start.
+//! - `--output kafka://HOST:PORT/TOPIC[?delivery=exactly-once|at-least-once]`
+//!   writes one record per output line (key: the line up to its first
+//!   comma). With checkpointing the default is the exactly-once,
+//!   transactional sink; otherwise, and with `delivery=at-least-once`, the
+//!   at-least-once sink (flushed at each checkpoint).
+//!
+//! The brokers and topics are checked before the job starts, so a bad URL
+//! or a server that is down is one error line.
+
+use std::path::Path;
+
+/// What a `--input` names.
+pub enum Input<'a> {
+    /// A file.
+    File(&'a Path),
+    /// A Kafka topic.
+    #[cfg(feature = "kafka")]
+    Kafka(floe::connectors::kafka::KafkaUrl),
+}
+
+/// Whether `path` is a URL of a connector rather than a file.
+pub fn is_url(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| s.contains("://"))
+}
+
+/// The scheme of a URL (`kafka`, `postgres`), for error messages.
+fn scheme(path: &Path) -> &str {
+    path.to_str()
+        .and_then(|s| s.split_once("://"))
+        .map_or("", |(scheme, _)| scheme)
+}
+
+/// Understands a `--input`.
+pub fn input(path: &Path) -> floe::Result<Input<'_>> {
+    if !is_url(path) {
+        return Ok(Input::File(path));
+    }
+    #[cfg(feature = "kafka")]
+    if let Some(url) = path
+        .to_str()
+        .and_then(floe::connectors::kafka::KafkaUrl::parse)
+    {
+        return Ok(Input::Kafka(url?));
+    }
+    Err(unsupported("--input", path))
+}
+
+fn unsupported(flag: &str, path: &Path) -> floe::Error {
+    match scheme(path) {
+        "kafka" => floe::Error::Config(format!(
+            "{flag} '{}': this floe was built without the `kafka` feature",
+            path.display()
+        )),
+        other => floe::Error::Config(format!(
+            "{flag} '{}': unknown URL scheme '{other}' (kafka:// is supported)",
+            path.display()
+        )),
+    }
+}
+
+/// The Kafka source of a `--input kafka://…` URL, its brokers and topic
+/// checked.
+#[cfg(feature = "kafka")]
+pub fn kafka_source<T: Send + 'static>(
+    url: &floe::connectors::kafka::KafkaUrl,
+    bounded: bool,
+    decode: floe::connectors::kafka::ValueDecoder<T>,
+) -> floe::Result<floe::connectors::kafka::KafkaSource<T>> {
+    use floe::connectors::kafka::{KafkaError, KafkaSource, StartingOffsets};
+    let bad = |reason: String| KafkaError::BadUrl {
+        url: format!("kafka://{}/{}", url.brokers, url.topic),
+        reason,
+    };
+    let start = match url.param("start") {
+        None | Some("earliest") => StartingOffsets::Earliest,
+        Some("latest") => StartingOffsets::Latest,
+        Some("committed") => StartingOffsets::Committed,
+        Some(ts) => StartingOffsets::Timestamp(ts.parse::<i64>().map_err(|_| {
+            bad(format!(
+                "start={ts}: expected earliest, latest, committed or a timestamp in ms"
+            ))
+        })?),
+    };
+    for (k, _) in &url.params {
+        if !matches!(k.as_str(), "start" | "group") {
+            return Err(bad(format!("unknown parameter '{k}' (start, group)")).into());
+        }
+    }
+    let mut source = KafkaSource::new(&url.brokers, &[url.topic.as_str()], decode)
+        .starting_offsets(start)
+        .bounded(bounded);
+    if let Some(group) = url.param("group") {
+        source = source.group_id(group);
+    }
+    source.check()?;
+    Ok(source)
+}
+
+/// A Kafka `--output`, checked.
+#[cfg(feature = "kafka")]
+#[derive(Clone, Debug)]
+pub struct KafkaOutput {
+    /// The bootstrap servers.
+    pub brokers: String,
+    /// The topic.
+    pub topic: String,
+    /// Written by the transactional sink.
+    pub exactly_once: bool,
+}
+
+#[cfg(feature = "kafka")]
+impl KafkaOutput {
+    /// Adds the sink writing `stream`'s lines to the topic.
+    pub fn sink<T>(&self, stream: &floe::DataStream<T>) -> floe::DataStream<()>
+    where
+        T: std::fmt::Display + Clone + Send + 'static,
+    {
+        use floe::connectors::kafka_sink::KafkaSink;
+        let sink = KafkaSink::<T>::lines(&self.brokers, &self.topic);
+        if self.exactly_once {
+            stream
+                .add_two_phase_sink(sink.exactly_once())
+                .name("Kafka Sink")
+        } else {
+            stream.add_sink(sink).name("Kafka Sink")
+        }
+    }
+}
+
+/// The Kafka sink of an `--output kafka://…` URL (`None`: not a Kafka
+/// URL), transactional when `checkpointing` unless the URL asks for
+/// `delivery=at-least-once`.
+#[cfg(feature = "kafka")]
+pub fn kafka_output(path: &Path, checkpointing: bool) -> Option<floe::Result<KafkaOutput>> {
+    use floe::connectors::kafka::{KafkaError, KafkaUrl};
+    use floe::connectors::kafka_sink::KafkaSink;
+    let url = path.to_str().and_then(KafkaUrl::parse)?;
+    Some((|| {
+        let url = url?;
+        let bad = |reason: String| KafkaError::BadUrl {
+            url: path.display().to_string(),
+            reason,
+        };
+        for (k, _) in &url.params {
+            if k != "delivery" {
+                return Err(bad(format!("unknown parameter '{k}' (delivery)")).into());
+            }
+        }
+        let exactly_once = match url.param("delivery") {
+            None => checkpointing,
+            Some("exactly-once") => true,
+            Some("at-least-once") => false,
+            Some(other) => {
+                return Err(bad(format!(
+                    "delivery={other}: expected exactly-once or at-least-once"
+                ))
+                .into());
+            }
+        };
+        let sink = KafkaSink::<String>::lines(&url.brokers, &url.topic);
+        sink.check()?;
+        if exactly_once {
+            sink.check_transactions()?;
+        }
+        Ok(KafkaOutput {
+            brokers: url.brokers,
+            topic: url.topic,
+            exactly_once,
+        })
+    })())
+}
+
+/// Refuses a URL `--output` this build or job cannot write.
+pub fn check_output(flag: &str, path: &Path) -> floe::Result<()> {
+    if is_url(path) {
+        #[cfg(feature = "kafka")]
+        if scheme(path) == "kafka" {
+            return Ok(());
+        }
+        #[cfg(feature = "postgres")]
+        if matches!(scheme(path), "postgres" | "postgresql") {
+            return Ok(());
+        }
+        return Err(unsupported(flag, path));
+    }
+    Ok(())
+}
+
+/// A PostgreSQL `--output` (`postgres://USER:PASS@HOST:PORT/DB?table=T`),
+/// its server checked.
+#[cfg(feature = "postgres")]
+#[derive(Clone, Debug)]
+pub struct PostgresOutput {
+    /// The URL as given.
+    pub url: String,
+}
+
+#[cfg(feature = "postgres")]
+impl PostgresOutput {
+    /// The sink's config for `columns` in `mode`.
+    pub fn config(
+        &self,
+        columns: &[&str],
+        mode: floe::connectors::postgres::WriteMode,
+    ) -> floe::Result<floe::connectors::postgres::PostgresSinkConfig> {
+        floe::connectors::postgres::PostgresSinkConfig::from_url(&self.url, columns, mode)
+    }
+
+    /// Appends `stream`'s `key,window_start,window_end,value` lines as rows.
+    pub fn sink_window_lines<T>(
+        &self,
+        stream: &floe::DataStream<T>,
+    ) -> floe::Result<floe::DataStream<()>>
+    where
+        T: std::fmt::Display + Clone + Send + 'static,
+    {
+        use floe::connectors::postgres::{PostgresSink, WriteMode};
+        let config = self.config(
+            &["key", "window_start", "window_end", "value"],
+            WriteMode::Append,
+        )?;
+        let rows = stream
+            .try_map(|line: T| {
+                let line = line.to_string();
+                let mut f = line.rsplitn(4, ',');
+                let (value, end, start, key) = (f.next(), f.next(), f.next(), f.next());
+                let num = |v: Option<&str>| v.and_then(|v| v.parse::<i64>().ok());
+                match (key, num(start), num(end), num(value)) {
+                    (Some(k), Some(s), Some(e), Some(v)) => Ok((k.to_string(), s, e, v)),
+                    _ => Err(floe::Error::User(format!(
+                        "not a key,window_start,window_end,value line: '{line}'"
+                    ))),
+                }
+            })
+            .name("Rows");
+        Ok(PostgresSink::<(String, i64, i64, i64)>::new(config)?.add_to(&rows))
+    }
+}
+
+/// The PostgreSQL output of a `postgres://` URL (`None`: not one), the
+/// server reached once before the job starts.
+#[cfg(feature = "postgres")]
+pub fn postgres_output(path: &Path) -> Option<floe::Result<PostgresOutput>> {
+    let url = path
+        .to_str()
+        .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))?;
+    Some((|| {
+        use floe::connectors::postgres::WriteMode;
+        let out = PostgresOutput {
+            url: url.to_string(),
+        };
+        let config = out.config(&["key"], WriteMode::Append)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| floe::Error::User(format!("cannot start a runtime: {e}")))?;
+        runtime.block_on(async {
+            let connect = tokio_postgres::connect(&config.connection, tokio_postgres::NoTls);
+            match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(floe::Error::User(format!(
+                    "cannot reach PostgreSQL for --output: {e}"
+                ))),
+                Err(_) => Err(floe::Error::User(
+                    "cannot reach PostgreSQL for --output: no answer in 10 s".into(),
+                )),
+            }
+        })?;
+        Ok(out)
+    })())
+}

@@ -1,0 +1,484 @@
+//! A Kafka sink with the delivery guarantees of Flink's `KafkaSink` (cargo
+//! feature `kafka`).
+//!
+//! - **At least once** ([`KafkaSink`] as a plain sink): records are sent as
+//!   they come; a checkpoint barrier flushes the producer and fails the
+//!   checkpoint on any undelivered record, so every record before a
+//!   completed checkpoint is in the topic. A restore replays what came
+//!   after it: duplicates, never losses.
+//! - **Exactly once** ([`KafkaSink::exactly_once`], a
+//!   [`TwoPhaseCommitSink`]): each checkpoint interval writes into its own
+//!   Kafka transaction; pre-commit flushes it, the checkpoint's completion
+//!   commits it (`read_committed` consumers see it then). Transactional ids
+//!   are `PREFIX-SUBTASK-N`, derived from the job's prefix, the subtask and
+//!   a counter; a subtask that starts (fresh or restored) first runs
+//!   `InitProducerId` on each id its predecessor may have left open, which
+//!   fences the previous attempt's producers and aborts their open
+//!   transactions, as Flink's `KafkaSink` does on recovery.
+//!
+//!   librdkafka cannot resume another producer's transaction (Flink does it
+//!   by reflection into the Java client), so a transaction pre-committed by
+//!   a process that died after its checkpoint completed but before it
+//!   committed is aborted on recovery rather than committed: the window is
+//!   the time between a checkpoint's completion and its commit.
+
+use super::kafka::KafkaError;
+use super::two_phase::TwoPhaseCommitSink;
+use crate::Result;
+use crate::operators::sink::{SinkContext, SinkFunction};
+use floe_actors::element::{Batch, Record, Timestamp};
+use rdkafka::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Writes a record's key and value into the two buffers (cleared before;
+/// an empty key is sent as none).
+pub type RecordSerializer<T> = Arc<dyn Fn(&T, &mut Vec<u8>, &mut Vec<u8>) + Send + Sync>;
+
+/// Collects the first failed delivery of a producer.
+#[derive(Clone, Default)]
+struct Deliveries {
+    failed: Arc<AtomicBool>,
+    first: Arc<Mutex<Option<String>>>,
+}
+
+impl Deliveries {
+    /// The first failure since the last call, if any.
+    fn take(&self) -> Option<String> {
+        if !self.failed.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        self.first.lock().ok().and_then(|mut f| f.take())
+    }
+}
+
+impl ClientContext for Deliveries {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        super::kafka::log_to_tracing(level, facility, message);
+    }
+
+    fn error(&self, error: ClientError, reason: &str) {
+        tracing::warn!(%error, "librdkafka: {reason}");
+    }
+}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            if let Ok(mut first) = self.first.lock() {
+                first.get_or_insert_with(|| e.to_string());
+            }
+            self.failed.store(true, Ordering::Release);
+        }
+    }
+}
+
+type Client = BaseProducer<Deliveries>;
+
+/// A Kafka sink; one instance per subtask is cloned from it.
+pub struct KafkaSink<T> {
+    brokers: String,
+    topic: String,
+    serialize: RecordSerializer<T>,
+    properties: Vec<(String, String)>,
+    prefix: String,
+    timeout: Duration,
+    /// At-least-once: the producer, made in `open`.
+    producer: Option<(Client, Deliveries)>,
+    /// Exactly-once: the open transactions' producers, by transactional id.
+    open: HashMap<String, (Client, Deliveries)>,
+    subtask: usize,
+    next_txn: u64,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl<T> Clone for KafkaSink<T> {
+    fn clone(&self) -> Self {
+        KafkaSink {
+            brokers: self.brokers.clone(),
+            topic: self.topic.clone(),
+            serialize: self.serialize.clone(),
+            properties: self.properties.clone(),
+            prefix: self.prefix.clone(),
+            timeout: self.timeout,
+            producer: None,
+            open: HashMap::new(),
+            subtask: 0,
+            next_txn: 0,
+            key: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+}
+
+impl<T: std::fmt::Display> KafkaSink<T> {
+    /// Each record's `Display` text as the value; the key is the text up to
+    /// its first comma (the word of a `word,count` line), so the updates of
+    /// one key go to one partition in order.
+    pub fn lines(brokers: &str, topic: &str) -> Self {
+        KafkaSink::new(
+            brokers,
+            topic,
+            Arc::new(|v: &T, key: &mut Vec<u8>, value: &mut Vec<u8>| {
+                use std::io::Write;
+                // Writing into a Vec cannot fail.
+                let _ = write!(value, "{v}");
+                if let Some(comma) = value.iter().position(|b| *b == b',') {
+                    key.extend_from_slice(&value[..comma]);
+                }
+            }),
+        )
+    }
+}
+
+impl<T> KafkaSink<T> {
+    /// Writes into `topic` of the cluster at `brokers`.
+    pub fn new(brokers: &str, topic: &str, serialize: RecordSerializer<T>) -> Self {
+        KafkaSink {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+            serialize,
+            properties: Vec::new(),
+            prefix: format!("floe-{topic}"),
+            timeout: Duration::from_secs(30),
+            producer: None,
+            open: HashMap::new(),
+            subtask: 0,
+            next_txn: 0,
+            key: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+
+    /// The prefix of the exactly-once sink's transactional ids (default
+    /// `floe-TOPIC`): unique per job and sink, the same across its restarts.
+    pub fn transactional_id_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_string();
+        self
+    }
+
+    /// A librdkafka producer property, set last (overrides floe's own).
+    pub fn property(mut self, key: &str, value: &str) -> Self {
+        self.properties.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// How long a flush or a transaction step may take (default 30 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// This sink as the exactly-once, transactional sink.
+    pub fn exactly_once(self) -> KafkaTransactionalSink<T> {
+        KafkaTransactionalSink { sink: self }
+    }
+
+    /// Checks that the brokers answer and the topic exists.
+    pub fn check(&self) -> std::result::Result<(), KafkaError> {
+        let (producer, _) = self.producer(None)?;
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
+            .map_err(|e| KafkaError::Unreachable {
+                brokers: self.brokers.clone(),
+                reason: e.to_string(),
+            })?;
+        match metadata.topics().iter().find(|t| t.name() == self.topic) {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
+            _ => Err(KafkaError::NoSuchTopic {
+                topic: self.topic.clone(),
+                brokers: self.brokers.clone(),
+            }),
+        }
+    }
+
+    /// Checks that the brokers can run this sink's transactions (the
+    /// exactly-once sink needs them): initialises a producer on the id
+    /// `PREFIX-probe` and commits an empty transaction.
+    pub fn check_transactions(&self) -> Result<()> {
+        let id = format!("{}-probe", self.prefix);
+        let (producer, _) = self.producer(Some(&id))?;
+        let brokers = &self.brokers;
+        producer
+            .init_transactions(self.timeout)
+            .and_then(|()| producer.begin_transaction())
+            .and_then(|()| producer.commit_transaction(self.timeout))
+            .map_err(|e| no_transactions(brokers, e))
+    }
+
+    fn producer(
+        &self,
+        transactional_id: Option<&str>,
+    ) -> std::result::Result<(Client, Deliveries), KafkaError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("log_level", "4");
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+        }
+        for (k, v) in &self.properties {
+            config.set(k, v);
+        }
+        let deliveries = Deliveries::default();
+        let producer = config
+            .create_with_context(deliveries.clone())
+            .map_err(KafkaError::client("producer"))?;
+        Ok((producer, deliveries))
+    }
+
+    /// Sends every record of `batch` through `producer`.
+    fn send(
+        producer: &Client,
+        topic: &str,
+        serialize: &RecordSerializer<T>,
+        key: &mut Vec<u8>,
+        value: &mut Vec<u8>,
+        batch: Batch<T>,
+    ) -> Result<()> {
+        for r in batch {
+            key.clear();
+            value.clear();
+            serialize(&r.value, key, value);
+            loop {
+                let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(value.as_slice());
+                if !key.is_empty() {
+                    record = record.key(key.as_slice());
+                }
+                if let Some(ts) = r.timestamp {
+                    record = record.timestamp(ts);
+                }
+                match producer.send(record) {
+                    Ok(()) => break,
+                    // The client's queue is full: let it deliver, then retry.
+                    Err((ClientError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => return Err(KafkaError::client("send")(e).into()),
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+        Ok(())
+    }
+
+    /// Waits until everything sent is acknowledged; fails on an undelivered
+    /// record.
+    fn flush(&self, producer: &Client, deliveries: &Deliveries) -> Result<()> {
+        producer
+            .flush(self.timeout)
+            .map_err(KafkaError::client("flush"))?;
+        if let Some(reason) = deliveries.take() {
+            return Err(KafkaError::Undelivered {
+                topic: self.topic.clone(),
+                reason,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
+    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.subtask = ctx.subtask.0 as usize;
+        self.producer = Some(self.producer(None)?);
+        Ok(())
+    }
+
+    fn invoke(&mut self, value: T, timestamp: Option<Timestamp>) -> Result<()> {
+        self.invoke_batch(vec![Record { value, timestamp }])
+    }
+
+    fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
+        let (producer, _) = self
+            .producer
+            .as_ref()
+            .expect("the sink is opened before its first record");
+        Self::send(
+            producer,
+            &self.topic,
+            &self.serialize,
+            &mut self.key,
+            &mut self.value,
+            batch,
+        )
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if let Some((producer, deliveries)) = &self.producer {
+            self.flush(producer, deliveries)?;
+        }
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _: &crate::operators::SnapshotContext,
+    ) -> Result<crate::operators::StateCapture> {
+        // At least once: what came before the barrier is in the topic.
+        if let Some((producer, deliveries)) = &self.producer {
+            self.flush(producer, deliveries)?;
+        }
+        Ok(Default::default())
+    }
+}
+
+/// The exactly-once Kafka sink (see the module documentation).
+pub struct KafkaTransactionalSink<T> {
+    sink: KafkaSink<T>,
+}
+
+impl<T> Clone for KafkaTransactionalSink<T> {
+    fn clone(&self) -> Self {
+        KafkaTransactionalSink {
+            sink: self.sink.clone(),
+        }
+    }
+}
+
+/// A Kafka transaction of the exactly-once sink.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct KafkaTxn {
+    /// Its transactional id, `PREFIX-SUBTASK-N`.
+    pub transactional_id: String,
+}
+
+/// How many transactional ids per subtask a restart fences: the
+/// transactions one subtask can have open at once (the current one and
+/// those pre-committed and waiting for their checkpoint).
+const ID_POOL: u64 = 8;
+
+impl<T> KafkaTransactionalSink<T> {
+    fn id(&self, subtask: usize, n: u64) -> String {
+        format!("{}-{subtask}-{}", self.sink.prefix, n % ID_POOL)
+    }
+
+    /// A producer for `id`, its transactions initialised: this fences every
+    /// earlier producer with that id and aborts its open transaction.
+    fn init(&self, id: &str) -> Result<(Client, Deliveries)> {
+        let (producer, deliveries) = self.sink.producer(Some(id))?;
+        producer
+            .init_transactions(self.sink.timeout)
+            .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        Ok((producer, deliveries))
+    }
+}
+
+/// A transaction step's error, named as the broker's missing support when
+/// that is what it is.
+fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
+    let text = e.to_string();
+    if text.contains("not supported")
+        || text.contains("Unsupported")
+        || text.contains("UNSUPPORTED")
+        || text.contains("does not support")
+    {
+        KafkaError::NoTransactions {
+            brokers: brokers.to_string(),
+            reason: text,
+        }
+        .into()
+    } else {
+        KafkaError::client("transaction")(e).into()
+    }
+}
+
+impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
+    type Txn = KafkaTxn;
+
+    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.sink.subtask = ctx.subtask.0 as usize;
+        // Fence the previous attempt of this subtask: its open transactions
+        // are aborted, its producers can no longer write.
+        for n in 0..ID_POOL {
+            let id = self.id(self.sink.subtask, n);
+            drop(self.init(&id)?);
+        }
+        Ok(())
+    }
+
+    fn begin(&mut self) -> Result<KafkaTxn> {
+        let id = self.id(self.sink.subtask, self.sink.next_txn);
+        self.sink.next_txn += 1;
+        let (producer, deliveries) = self.init(&id)?;
+        producer
+            .begin_transaction()
+            .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        self.sink.open.insert(id.clone(), (producer, deliveries));
+        Ok(KafkaTxn {
+            transactional_id: id,
+        })
+    }
+
+    fn write(&mut self, txn: &mut KafkaTxn, batch: Batch<T>) -> Result<()> {
+        let sink = &mut self.sink;
+        let (producer, _) = sink
+            .open
+            .get(&txn.transactional_id)
+            .expect("a transaction is written only while open");
+        KafkaSink::send(
+            producer,
+            &sink.topic,
+            &sink.serialize,
+            &mut sink.key,
+            &mut sink.value,
+            batch,
+        )
+    }
+
+    fn pre_commit(&mut self, txn: &mut KafkaTxn) -> Result<()> {
+        if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
+            self.sink.flush(producer, deliveries)?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, txn: KafkaTxn) -> Result<()> {
+        match self.sink.open.remove(&txn.transactional_id) {
+            Some((producer, _)) => producer
+                .commit_transaction(self.sink.timeout)
+                .map_err(|e| no_transactions(&self.sink.brokers, e)),
+            None => {
+                // Another process's transaction (see the module docs): its
+                // producer is gone and librdkafka cannot resume it.
+                tracing::warn!(
+                    id = %txn.transactional_id,
+                    "Kafka sink: cannot resume a transaction of an earlier attempt"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    fn abort(&mut self, txn: KafkaTxn) -> Result<()> {
+        if let Some((producer, _)) = self.sink.open.remove(&txn.transactional_id) {
+            producer
+                .abort_transaction(self.sink.timeout)
+                .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        }
+        Ok(())
+    }
+
+    fn recover(&mut self, committed: Vec<KafkaTxn>) -> Result<()> {
+        // None of them is open in this process (a restore starts afresh):
+        // initialising each id fences the producers of every former
+        // subtask, also those beyond a smaller new parallelism.
+        for txn in committed {
+            self.commit(txn.clone())?;
+            drop(self.init(&txn.transactional_id)?);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,230 @@
+//! The Kafka source against a real Kafka-protocol broker
+//! (`FLOE_TEST_KAFKA`), driven directly: partitions split by Flink's owner
+//! rule, offsets snapshotted and restored at another parallelism (every
+//! record exactly once across the cut), offsets committed to the group on
+//! checkpoint completion, bounded and latest starts, and a topic created
+//! after the start found by periodic discovery.
+
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use floe::connectors::kafka::{KafkaSource, KafkaSourceReader, StartingOffsets, partition_owner};
+use floe::connectors::{SourceContext, SourceFunction, SourcePoll};
+use floe_actors::ids::SubtaskIndex;
+use kafka_support::*;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+fn ctx(subtask: usize, parallelism: usize) -> SourceContext {
+    SourceContext {
+        subtask: SubtaskIndex(subtask as _),
+        parallelism,
+        seed: 0,
+    }
+}
+
+/// Polls until `want` more records came or the source finished.
+fn read(reader: &mut KafkaSourceReader<String>, want: usize) -> (Vec<String>, bool) {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut batch = Vec::new();
+        let poll = reader
+            .poll_batch(want.saturating_sub(out.len()).clamp(1, 64), &mut batch)
+            .expect("polls");
+        out.extend(batch.into_iter().map(|r| r.value));
+        match poll {
+            SourcePoll::Finished => return (out, true),
+            _ if out.len() >= want => return (out, false),
+            SourcePoll::Wait(d) => std::thread::sleep(d),
+            SourcePoll::Ready | SourcePoll::Parked => {}
+        }
+        assert!(Instant::now() < deadline, "no progress in 60 s");
+    }
+}
+
+/// Records `p{partition}-{i}` in each of `partitions` partitions.
+fn tagged(broker: &str, topic: &str, partitions: i32, per_partition: usize) -> Vec<String> {
+    let lines: Vec<String> = (0..per_partition * partitions as usize)
+        .map(|i| format!("p{}-{}", i as i32 % partitions, i / partitions as usize))
+        .collect();
+    produce(broker, topic, partitions, &lines);
+    lines
+}
+
+#[test]
+fn partitions_follow_the_owner_rule_and_offsets_restore_at_another_parallelism() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-rescale");
+    create_topic(&b, &topic, 4);
+    let all = tagged(&b, &topic, 4, 50);
+    let source = KafkaSource::lines(&b, &[&topic]).bounded(true);
+
+    // Two subtasks read part of their partitions, then checkpoint.
+    let mut seen: Vec<String> = Vec::new();
+    let mut split = Vec::new();
+    let mut union = Vec::new();
+    for subtask in 0..2 {
+        let mut reader = source.reader(&ctx(subtask, 2)).expect("reader");
+        let (records, _) = read(&mut reader, 30);
+        for r in &records {
+            let partition: i32 = r[1..r.find('-').expect("tag")].parse().expect("partition");
+            assert_eq!(partition_owner(&topic, partition, 2), subtask, "{r}");
+        }
+        seen.extend(records);
+        split.extend(reader.snapshot_state().expect("snapshot"));
+        union.extend(reader.snapshot_union_state(1).expect("snapshot"));
+    }
+    assert_eq!(split.len(), 4, "one position per partition");
+
+    // Three subtasks get the positions dealt out and read to the end.
+    for subtask in 0..3 {
+        let mut reader = source.reader(&ctx(subtask, 3)).expect("reader");
+        let share: Vec<Vec<u8>> = split.iter().skip(subtask).step_by(3).cloned().collect();
+        reader.restore_union_state(union.clone()).expect("restore");
+        reader.restore_state(share).expect("restore");
+        let (records, finished) = read(&mut reader, usize::MAX);
+        assert!(finished, "bounded: the subtask finishes");
+        seen.extend(records);
+    }
+    let mut expected = all.clone();
+    expected.sort();
+    seen.sort();
+    assert_eq!(seen, expected, "every record exactly once across the cut");
+}
+
+#[test]
+fn completed_checkpoints_commit_offsets_to_the_group() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-commit");
+    create_topic(&b, &topic, 2);
+    tagged(&b, &topic, 2, 20);
+    let group = unique("group");
+    let source = KafkaSource::lines(&b, &[&topic])
+        .group_id(&group)
+        .bounded(true);
+    let mut reader = source.reader(&ctx(0, 1)).expect("reader");
+    read(&mut reader, 15);
+    reader.snapshot_state().expect("snapshot");
+    reader.snapshot_union_state(7).expect("snapshot");
+    let positions: HashMap<i32, i64> = reader
+        .positions()
+        .into_iter()
+        .map(|(_, p, o)| (p, o))
+        .collect();
+    // More records after the checkpoint: not committed.
+    read(&mut reader, 10);
+    reader.notify_checkpoint_complete(7).expect("commit");
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b)
+        .set("group.id", &group)
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition(&topic, 0);
+    list.add_partition(&topic, 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed = consumer
+            .committed_offsets(list.clone(), Duration::from_secs(10))
+            .expect("committed offsets");
+        let got: HashMap<i32, i64> = committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect();
+        if got == positions {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed {got:?}, checkpointed {positions:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A new source starting from the committed offsets reads the rest.
+    let mut from_group = KafkaSource::lines(&b, &[&topic])
+        .group_id(&group)
+        .starting_offsets(StartingOffsets::Committed)
+        .bounded(true)
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    let (rest, finished) = read(&mut from_group, usize::MAX);
+    assert!(finished);
+    let checkpointed: i64 = positions.values().sum();
+    assert_eq!(rest.len() as i64, 40 - checkpointed);
+}
+
+#[test]
+fn latest_reads_only_what_comes_after_the_start() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-latest");
+    create_topic(&b, &topic, 1);
+    tagged(&b, &topic, 1, 10);
+    let mut reader = KafkaSource::lines(&b, &[&topic])
+        .starting_offsets(StartingOffsets::Latest)
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    // The first poll assigns the partition at its end.
+    let mut none = Vec::new();
+    reader.poll_batch(10, &mut none).expect("polls");
+    produce(&b, &topic, 1, &["after".to_string()]);
+    let (records, _) = read(&mut reader, 1);
+    assert_eq!(records, ["after"]);
+}
+
+#[test]
+fn periodic_discovery_finds_a_topic_created_later() {
+    let Some(b) = broker() else { return };
+    let first = unique("src-disc-a");
+    let later = unique("src-disc-b");
+    create_topic(&b, &first, 1);
+    tagged(&b, &first, 1, 5);
+    let mut reader = KafkaSource::lines(&b, &[&first, &later])
+        .discovery_interval(Some(Duration::from_millis(20)))
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    let (records, _) = read(&mut reader, 5);
+    assert_eq!(records.len(), 5);
+    create_topic(&b, &later, 2);
+    produce(&b, &later, 2, &["x".to_string(), "y".to_string()]);
+    let (mut records, _) = read(&mut reader, 2);
+    records.sort();
+    assert_eq!(records, ["x", "y"]);
+}
+
+#[test]
+fn the_watermark_is_the_minimum_over_the_partitions() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-wm");
+    create_topic(&b, &topic, 3);
+    produce_at(&b, &topic, 0, &[("a", 1_000), ("b", 1_500), ("c", 1_200)]);
+    produce_at(&b, &topic, 1, &[("d", 9_000), ("e", 8_000)]);
+    let source = KafkaSource::lines(&b, &[&topic]).per_partition_watermarks(100, None);
+    let mut reader = source.reader(&ctx(0, 1)).expect("reader");
+    let (records, _) = read(&mut reader, 5);
+    assert_eq!(records.len(), 5);
+    // Partition 2 has no record yet: it holds the watermark back.
+    assert_eq!(reader.watermark(), None);
+
+    let topic = unique("src-wm2");
+    create_topic(&b, &topic, 2);
+    produce_at(&b, &topic, 0, &[("a", 1_000), ("b", 1_500), ("c", 1_200)]);
+    produce_at(&b, &topic, 1, &[("d", 9_000), ("e", 8_000)]);
+    let mut reader = KafkaSource::lines(&b, &[&topic])
+        .per_partition_watermarks(100, None)
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    read(&mut reader, 5);
+    // min(1500, 9000) - 100 - 1, as Flink's bounded out-of-orderness.
+    assert_eq!(reader.watermark(), Some(1_399));
+}

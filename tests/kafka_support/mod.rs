@@ -1,0 +1,340 @@
+//! Helpers of the tests against a real Kafka-protocol broker: its address
+//! (`FLOE_TEST_KAFKA`, written by `scripts/services.sh start`), topics,
+//! a seeded corpus, a reader of a whole topic, the word count oracle.
+
+#![allow(dead_code)]
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The broker's `host:port`, or `None` when the services are skipped on
+/// purpose (`FLOE_SKIP_SERVICES=1`); fails the test when it is simply not
+/// set, so a run without the servers never passes silently.
+pub fn broker() -> Option<String> {
+    service("FLOE_TEST_KAFKA")
+}
+
+/// The PostgreSQL URL (`FLOE_TEST_POSTGRES_URL`), as [`broker`].
+pub fn postgres_url() -> Option<String> {
+    service("FLOE_TEST_POSTGRES_URL")
+}
+
+/// A service's address from the environment, else from the env file
+/// `scripts/services.sh start` writes (`target/services.env`).
+fn service(var: &str) -> Option<String> {
+    let from_file = || {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/services.env");
+        let text = std::fs::read_to_string(file).ok()?;
+        let prefix = format!("export {var}=");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(str::to_owned)
+    };
+    match std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(from_file)
+    {
+        Some(b) => Some(b),
+        None if std::env::var("FLOE_SKIP_SERVICES").as_deref() == Ok("1") => {
+            eprintln!("{var} not set and FLOE_SKIP_SERVICES=1: test skipped");
+            None
+        }
+        None => panic!(
+            "{var} is not set: run `scripts/services.sh start` and load the env \
+             file it writes (or set FLOE_SKIP_SERVICES=1 to skip the tests that need servers)"
+        ),
+    }
+}
+
+/// A topic name no other test (or earlier run) uses.
+pub fn unique(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{name}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Creates `topic` with `partitions` partitions: with the broker's own
+/// `tansu topic create` when that is the broker here (librdkafka 2.0's
+/// CreateTopics gets no answer from tansu 0.6), else with the admin client.
+pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
+    let tansu = std::env::var_os("HOME")
+        .map(|h| std::path::PathBuf::from(h).join(".cargo/bin/tansu"))
+        .filter(|p| p.exists());
+    if let Some(tansu) = tansu {
+        let status = Command::new(tansu)
+            .args(["topic", "create", "--broker"])
+            .arg(format!("tcp://{broker}"))
+            .args(["--partitions", &partitions.to_string(), topic])
+            .status()
+            .expect("tansu runs");
+        assert!(status.success(), "tansu topic create {topic} failed");
+        return;
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("admin client");
+    let results = futures::executor::block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("create topics");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+    }
+}
+
+/// `lines` lines of words from a vocabulary of `vocabulary`, derived from
+/// `seed` alone.
+pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..lines)
+        .map(|_| {
+            let n = 1 + next() % 8;
+            (0..n)
+                .map(|_| format!("w{}", next() % vocabulary))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Writes `lines` to `topic`, line `i` to partition `i % partitions`.
+pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (i, line) in lines.iter().enumerate() {
+        let mut record = BaseRecord::<(), str>::to(topic)
+            .payload(line.as_str())
+            .partition(i as i32 % partitions);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = r;
+                }
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every line delivered");
+}
+
+/// Every record value of `topic` up to the end offsets it has now.
+pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", "floe-tests")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions = metadata.topics()[0].partitions().len() as i32;
+    let mut ends = HashMap::new();
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        if high > low {
+            ends.insert(p, high);
+            list.add_partition_offset(topic, p, Offset::Offset(low))
+                .expect("partition");
+        }
+    }
+    consumer.assign(&list).expect("assign");
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topic {topic} not read to its end in 60 s"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let m = m.expect("record");
+        if let Some(end) = ends.get(&m.partition()).copied() {
+            if m.offset() < end {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            }
+            if m.offset() + 1 >= end {
+                ends.remove(&m.partition());
+            }
+        }
+    }
+    out
+}
+
+/// The word counts of `lines`, by floe's own tokenizer.
+pub fn oracle(lines: &[String]) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for line in lines {
+        for word in floe::tokenize(line.clone()) {
+            *counts.entry(word).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// How often each `word,count` update appears in a changelog.
+pub fn updates(records: &[String]) -> HashMap<(String, u64), u64> {
+    let mut seen = HashMap::new();
+    for r in records {
+        let (word, count) = r.rsplit_once(',').expect("word,count");
+        *seen
+            .entry((word.to_string(), count.parse::<u64>().expect("a count")))
+            .or_insert(0) += 1;
+    }
+    seen
+}
+
+/// Checks a word count changelog against the oracle: every word's counts
+/// 1..=n are there (nothing lost) and nothing else is; with `exactly_once`
+/// each exactly once.
+pub fn check_changelog(records: &[String], oracle: &HashMap<String, u64>, exactly_once: bool) {
+    let seen = updates(records);
+    let expected: u64 = oracle.values().sum();
+    for (word, &n) in oracle {
+        for c in 1..=n {
+            let times = seen.get(&(word.clone(), c)).copied().unwrap_or(0);
+            assert!(times >= 1, "update {word},{c} lost");
+            if exactly_once {
+                assert_eq!(times, 1, "update {word},{c} duplicated");
+            }
+        }
+    }
+    for (word, c) in seen.keys() {
+        assert!(
+            oracle.get(word).is_some_and(|n| c <= n),
+            "update {word},{c} is not in the oracle"
+        );
+    }
+    if exactly_once {
+        assert_eq!(records.len() as u64, expected, "one update per word");
+    }
+}
+
+/// Writes `(value, timestamp_ms)` records to one partition of `topic`.
+pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i64)]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("producer");
+    for (value, ts) in records {
+        producer
+            .send(
+                BaseRecord::<(), str>::to(topic)
+                    .payload(*value)
+                    .partition(partition)
+                    .timestamp(*ts),
+            )
+            .map_err(|(e, _)| e)
+            .expect("queued");
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every record delivered");
+}
+
+/// Runs of the `floe` binary.
+use std::io::BufRead;
+use std::process::{Command, Output, Stdio};
+
+pub const WATCHDOG: Duration = Duration::from_secs(300);
+
+pub fn floe(args: &[String]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+    command
+        .args(args)
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs floe to its end (killed and failed after the watchdog).
+pub fn run(args: &[String]) -> Output {
+    let child = floe(args).spawn().expect("floe runs");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(out) => out.expect("floe output"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("floe {args:?} still running after {WATCHDOG:?}");
+        }
+    }
+}
+
+pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Runs floe until a status line reports `checkpoints` completed
+/// checkpoints, then kills it with SIGKILL. `false`: the run ended first.
+pub fn kill_after_checkpoints(args: &[String], checkpoints: u64) -> bool {
+    let mut args = args.to_vec();
+    args.extend(["--status-interval".into(), "20".into()]);
+    let mut child = floe(&args).spawn().expect("floe runs");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut reached = false;
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        let done = field(&line, "checkpoints").and_then(|v| v.parse::<u64>().ok());
+        if line.starts_with("status ") && done.is_some_and(|n| n >= checkpoints) {
+            reached = true;
+            break;
+        }
+    }
+    let _ = Command::new("kill")
+        .arg("-9")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("floe exits");
+    if !reached {
+        assert!(status.success(), "floe {args:?} failed:\n{seen}");
+    }
+    reached
+}

@@ -1,0 +1,200 @@
+//! `floe run wordcount` from and to a real Kafka-protocol broker
+//! (`FLOE_TEST_KAFKA`, see `scripts/services.sh`), compared with a HashMap
+//! oracle of the produced corpus: a plain bounded run, `kill -9` at five
+//! moments (each after a completed checkpoint) resumed with
+//! `--from-checkpoint`, a rescale on restore (2 → 3 subtasks over 4
+//! partitions), and bad URLs / a broker that is down (one error line).
+
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use kafka_support::*;
+use std::path::Path;
+
+fn s(p: &Path) -> String {
+    p.to_str().expect("UTF-8 path").to_string()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|a| a.to_string()).collect()
+}
+
+/// A topic of 4 partitions holding a seeded corpus, and its oracle.
+fn input(
+    broker: &str,
+    name: &str,
+    lines: usize,
+) -> (String, std::collections::HashMap<String, u64>) {
+    let topic = unique(name);
+    create_topic(broker, &topic, 4);
+    let corpus = corpus(7, lines, 300);
+    produce(broker, &topic, 4, &corpus);
+    (topic, oracle(&corpus))
+}
+
+#[test]
+fn a_bounded_run_counts_every_record_once() {
+    let Some(b) = broker() else { return };
+    let (input, oracle) = input(&b, "wc-in", 2_000);
+    let output = unique("wc-out");
+    create_topic(&b, &output, 2);
+    let out = run(&args(&[
+        "run",
+        "wordcount",
+        "--input",
+        &format!("kafka://{b}/{input}"),
+        "--bounded",
+        "--output",
+        &format!("kafka://{b}/{output}"),
+        "--parallelism",
+        "2",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // No failure: the changelog holds each update exactly once.
+    check_changelog(&read_all(&b, &output), &oracle, true);
+}
+
+/// `kill -9` five times, each after a checkpoint completed in that run,
+/// then a run to the end; the at-least-once Kafka sink (the broker here
+/// has no transactions) loses nothing.
+#[test]
+fn kill_9_five_times_loses_nothing() {
+    let Some(b) = broker() else { return };
+    let (input, oracle) = input(&b, "wc-kill-in", 12_000);
+    let output = unique("wc-kill-out");
+    create_topic(&b, &output, 2);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ckpt = dir.path().join("ckpt");
+    let base = args(&[
+        "run",
+        "wordcount",
+        "--input",
+        &format!("kafka://{b}/{input}"),
+        "--bounded",
+        "--output",
+        &format!("kafka://{b}/{output}?delivery=at-least-once"),
+        "--parallelism",
+        "2",
+        "--checkpoint-interval",
+        "50",
+        "--checkpoint-dir",
+        &s(&ckpt),
+        // Throttled, so that the kills land mid-input however fast the
+        // machine is.
+        "--sink-rate",
+        "4000",
+    ]);
+    let mut kills = 0;
+    for _ in 0..5 {
+        let mut run_args = base.clone();
+        if kills > 0 {
+            run_args.extend(["--from-checkpoint".into(), s(&ckpt)]);
+        }
+        if !kill_after_checkpoints(&run_args, 2) {
+            break;
+        }
+        kills += 1;
+    }
+    assert_eq!(kills, 5, "the input ended before five kills");
+    let mut last = base.clone();
+    last.extend(["--from-checkpoint".into(), s(&ckpt)]);
+    let out = run(&last);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_changelog(&read_all(&b, &output), &oracle, false);
+}
+
+/// Two source subtasks over four partitions checkpoint, die, and three
+/// resume from their offsets: every record is counted, none twice beyond
+/// what the at-least-once sink replays.
+#[test]
+fn a_restore_rescales_two_subtasks_to_three() {
+    let Some(b) = broker() else { return };
+    let (input, oracle) = input(&b, "wc-rescale-in", 8_000);
+    let output = unique("wc-rescale-out");
+    create_topic(&b, &output, 2);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ckpt = dir.path().join("ckpt");
+    let run_args = |p: &str| {
+        args(&[
+            "run",
+            "wordcount",
+            "--input",
+            &format!("kafka://{b}/{input}"),
+            "--bounded",
+            "--output",
+            &format!("kafka://{b}/{output}?delivery=at-least-once"),
+            "--parallelism",
+            p,
+            "--checkpoint-interval",
+            "50",
+            "--checkpoint-dir",
+            &s(&ckpt),
+            "--sink-rate",
+            "4000",
+        ])
+    };
+    assert!(
+        kill_after_checkpoints(&run_args("2"), 2),
+        "the input ended before the kill"
+    );
+    let mut resume = run_args("3");
+    resume.extend(["--from-checkpoint".into(), s(&ckpt)]);
+    let out = run(&resume);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_changelog(&read_all(&b, &output), &oracle, false);
+}
+
+/// A failed start: non-zero exit and exactly one line on stderr.
+fn one_error_line(list: &[&str]) -> String {
+    let out = run(&args(list));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{list:?} succeeded:\n{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line:\n{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn bad_urls_and_a_broker_that_is_down_are_one_error_line() {
+    // A port nothing listens on: the broker is down.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("address").port();
+    drop(listener);
+    let down = format!("kafka://127.0.0.1:{port}/words");
+    let e = one_error_line(&["run", "wordcount", "--input", &down, "--bounded"]);
+    assert!(e.contains("cannot reach Kafka broker"), "{e}");
+    let e = one_error_line(&["run", "wordcount", "--records", "10", "--output", &down]);
+    assert!(e.contains("cannot reach Kafka broker"), "{e}");
+    let e = one_error_line(&["run", "wordcount", "--input", "kafka://nohost/words"]);
+    assert!(e.contains("invalid Kafka URL"), "{e}");
+    let e = one_error_line(&[
+        "run",
+        "wordcount",
+        "--input",
+        "kafka://127.0.0.1:9/t?start=yesterday",
+    ]);
+    assert!(e.contains("start=yesterday"), "{e}");
+    let e = one_error_line(&["run", "wordcount", "--records", "10", "--bounded"]);
+    assert!(e.contains("--bounded"), "{e}");
+    if let Some(b) = broker() {
+        let missing = unique("missing");
+        let e = one_error_line(&[
+            "run",
+            "wordcount",
+            "--input",
+            &format!("kafka://{b}/{missing}"),
+            "--bounded",
+        ]);
+        assert!(e.contains("does not exist"), "{e}");
+    }
+}
