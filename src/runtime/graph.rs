@@ -495,3 +495,31 @@ pub(crate) fn node_ctx(
         metrics: metrics.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain input of one record type handed where another is expected
+    /// is an internal error naming the place, not a panic.
+    #[test]
+    fn a_type_mismatch_is_an_internal_error() {
+        let strings: Box<dyn ChainInput<String>> = Box::new(Discard);
+        let erased: ErasedChain = Box::new(strings);
+        let Err(e) = ops::<u64>().fanout(vec![erased]) else {
+            panic!("a chain of strings cannot take u64 records");
+        };
+        assert!(matches!(e, Error::Internal(_)), "{e:?}");
+        assert!(e.to_string().contains("fanout"), "{e}");
+
+        let strings: Box<dyn ChainInput<String>> = Box::new(Discard);
+        let Err(e) = ops::<u64>().side_port(7, Box::new(strings)) else {
+            panic!("a side port of u64 cannot feed a chain of strings");
+        };
+        assert!(e.to_string().contains("side output"), "{e}");
+
+        // The matching type passes.
+        let numbers: Box<dyn ChainInput<u64>> = Box::new(Discard);
+        assert!(ops::<u64>().fanout(vec![Box::new(numbers)]).is_ok());
+    }
+}
