@@ -114,6 +114,11 @@ pub enum Error {
         /// The limit in force.
         limit: u64,
     },
+    /// An invariant of floe itself broke (a bug in floe, not in the job):
+    /// say, an edge of the stream graph joined operators whose record types
+    /// differ. Reported rather than panicking.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -147,7 +152,8 @@ impl Error {
             | Error::OutputInUse { .. }
             | Error::Aggregate { .. }
             | Error::TimestampOutOfRange { .. }
-            | Error::TooManyWindows { .. } => false,
+            | Error::TooManyWindows { .. }
+            | Error::Internal(_) => false,
             Error::Io { source, .. } => !matches!(
                 source.kind(),
                 K::PermissionDenied

@@ -40,6 +40,8 @@ pub mod connectors;
 pub mod error;
 pub mod failover;
 pub mod operators;
+pub(crate) mod plan;
+pub mod runtime;
 pub mod state;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -34,6 +34,55 @@ pub enum Pattern {
     AllToAll,
 }
 
+/// What an edge of the stream graph does with records: one variant per
+/// partitioner, so a plan decides by kind (a keyed edge bounds the
+/// parallelism, a default forward edge may chain) rather than by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PartitionKind {
+    /// Subtask i to subtask i ([`Forward`]).
+    Forward,
+    /// Round robin over every downstream subtask ([`RoundRobin`]).
+    Rebalance,
+    /// Round robin over a local subset of downstream subtasks.
+    Rescale,
+    /// A seeded random downstream subtask ([`Shuffle`]).
+    Shuffle,
+    /// Every record to every downstream subtask ([`Broadcast`]).
+    Broadcast,
+    /// By key group of the record's key ([`KeyGroups`]).
+    Hash,
+    /// A user function chooses the channel ([`Custom`]).
+    Custom,
+}
+
+impl PartitionKind {
+    /// The channels this kind of edge connects.
+    pub fn pattern(self) -> Pattern {
+        match self {
+            PartitionKind::Forward => Pattern::Pointwise,
+            PartitionKind::Rescale => Pattern::Rescale,
+            PartitionKind::Rebalance
+            | PartitionKind::Shuffle
+            | PartitionKind::Broadcast
+            | PartitionKind::Hash
+            | PartitionKind::Custom => Pattern::AllToAll,
+        }
+    }
+
+    /// The name shown in logs and in the job's status (`"hash"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            PartitionKind::Forward => "forward",
+            PartitionKind::Rebalance => "rebalance",
+            PartitionKind::Rescale => "rescale",
+            PartitionKind::Shuffle => "shuffle",
+            PartitionKind::Broadcast => "broadcast",
+            PartitionKind::Hash => "hash",
+            PartitionKind::Custom => "custom",
+        }
+    }
+}
+
 /// The downstream subtasks upstream subtask `up` (of `up_p`) is connected to.
 pub fn connected(pattern: Pattern, up: usize, up_p: usize, down_p: usize) -> Vec<usize> {
     match pattern {

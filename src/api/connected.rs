@@ -12,13 +12,13 @@
 //! used.
 
 use super::datastream::DataStream;
-use super::graph::partition;
 use super::keyed::KeyedStream;
 use crate::operators::broadcast::{
     BroadcastInput, BroadcastOp, BroadcastProcessFunction, KeyedBroadcastOp,
     KeyedBroadcastProcessFunction,
 };
 use crate::operators::keyed::KeyedProcessOp;
+use crate::runtime::graph::partition;
 use crate::state::{HeapStateBackend, StateKey};
 use crate::time::{Clock, SystemClock};
 use std::hash::Hash;

@@ -1,10 +1,6 @@
 //! `DataStream<T>`: a stream of records of type `T` and its transformations.
 
 use super::environment::StreamExecutionEnvironment;
-use super::graph::{
-    BuildOperator, Edge, ErasedChain, Node, NodeCtx, NodeId, NodeKind, Partition, Port, ops,
-    partition,
-};
 use super::keyed::KeyedStream;
 use crate::connectors::collect::Collected;
 use crate::connectors::file_sink::FileSink;
@@ -15,6 +11,10 @@ use crate::operators::node::OperatorNode;
 use crate::operators::process::{ProcessFunction, ProcessOp};
 use crate::operators::sink::{SinkContext, SinkFunction, SinkOp};
 use crate::operators::{Operator, OutputTag};
+use crate::runtime::graph::{
+    BuildOperator, Edge, ErasedChain, Node, NodeCtx, NodeId, NodeKind, Partition, Port, ops,
+    partition,
+};
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
 use std::fmt::Display;
@@ -81,9 +81,8 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         F: Fn(&NodeCtxView) -> O + Send + Sync + 'static,
     {
         let build: BuildOperator = Arc::new(move |ctx: &NodeCtx, main: ErasedChain, sides| {
-            let next = *main
-                .downcast::<Box<dyn ChainInput<U>>>()
-                .map_err(|_| Error::Config("operator output type mismatch".into()))?;
+            let next: Box<dyn ChainInput<U>> =
+                crate::runtime::graph::downcast(main, "operator output")?;
             let view = NodeCtxView {
                 subtask: ctx.subtask.0 as usize,
                 parallelism: ctx.parallelism,
@@ -335,7 +334,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     where
         I: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static,
     {
-        self.with_node(|n| n.in_type = super::graph::serde_ops::<I>())
+        self.with_node(|n| n.in_type = crate::runtime::graph::serde_ops::<I>())
     }
 
     /// Lets unaligned checkpoints record this stream's in-flight records as
@@ -368,10 +367,10 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             for r in &self.refs {
                 let node = &mut inner.nodes[r.node];
                 match r.port {
-                    Port::Main => node.out_type = super::graph::serde_ops::<T>(),
+                    Port::Main => node.out_type = crate::runtime::graph::serde_ops::<T>(),
                     Port::Side(tag) => {
                         if let Some(side) = node.side_types.iter_mut().find(|(t, _)| *t == tag) {
-                            side.1 = super::graph::serde_ops::<T>();
+                            side.1 = crate::runtime::graph::serde_ops::<T>();
                         }
                     }
                 }

@@ -1,20 +1,19 @@
 //! The stream execution environment: configuration, sources, execution.
 
 use super::datastream::DataStream;
-use super::deploy::{Plan, launch};
-use super::graph::{ErasedChain, Node, NodeKind, Port, ops, partition};
 use super::job::{JobHandle, JobResult};
 use crate::config::Config;
 use crate::connectors::collection::{CollectionSource, IteratorSource};
 use crate::connectors::generator::GeneratorSource;
 use crate::connectors::text_file::{ByteLineSource, TextFileSource};
 use crate::connectors::{SourceContext, SourceFunction, SourceNode};
+use crate::runtime::ArbiterPool;
+use crate::runtime::deploy::{Job, launch};
+use crate::runtime::graph::{ErasedChain, Node, NodeKind, Port, ops, partition};
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
-use std::cell::RefCell;
 use std::path::PathBuf;
-use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 pub(crate) struct EnvInner {
@@ -22,9 +21,36 @@ pub(crate) struct EnvInner {
     pub nodes: Vec<Node>,
     /// Problems found while the graph was built; `execute` reports the first.
     pub errors: Vec<Error>,
+    /// Shared threads to run the job on (else it starts its own).
+    pub pool: Option<ArbiterPool>,
+}
+
+/// The environment's graph under construction, shared by the environment
+/// and its streams. A mutex (not a `RefCell`) so that the environment and
+/// its streams are `Send`: an async handler can hold them across `.await`
+/// and a job can be built on one thread and started on another. Builder
+/// calls lock it briefly; nothing runs user code under it.
+#[derive(Clone)]
+pub(crate) struct EnvCell(Arc<Mutex<EnvInner>>);
+
+impl EnvCell {
+    /// The graph, to read.
+    pub fn borrow(&self) -> MutexGuard<'_, EnvInner> {
+        self.borrow_mut()
+    }
+
+    /// The graph, to change. A builder call that panicked half-way (a user
+    /// closure never runs under the lock, so only floe itself could) leaves
+    /// the graph as far as it got, as the `RefCell` before did.
+    pub fn borrow_mut(&self) -> MutexGuard<'_, EnvInner> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Where a job is assembled and from where it runs.
+///
+/// The environment is `Send` and `Sync` (and so are its streams): build a
+/// job in an async handler, hold it across `.await`, start it anywhere.
 ///
 /// # Examples
 /// ```
@@ -44,7 +70,7 @@ pub(crate) struct EnvInner {
 /// ```
 #[derive(Clone)]
 pub struct StreamExecutionEnvironment {
-    pub(crate) inner: Rc<RefCell<EnvInner>>,
+    pub(crate) inner: EnvCell,
 }
 
 impl Default for StreamExecutionEnvironment {
@@ -62,11 +88,12 @@ impl StreamExecutionEnvironment {
     /// An environment with `config`.
     pub fn with_config(config: Config) -> Self {
         StreamExecutionEnvironment {
-            inner: Rc::new(RefCell::new(EnvInner {
+            inner: EnvCell(Arc::new(Mutex::new(EnvInner {
                 config,
                 nodes: Vec::new(),
                 errors: Vec::new(),
-            })),
+                pool: None,
+            }))),
         }
     }
 
@@ -151,6 +178,16 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// Runs the job on `pool`'s threads instead of threads of its own
+    /// (which are `RuntimeConfig::arbiters` subtask threads, one for the
+    /// checkpoint coordinator, one for the supervisor and, off an actix
+    /// arbiter, one for the job's actix system). Jobs of many environments
+    /// can share one pool.
+    pub fn set_arbiter_pool(&self, pool: &ArbiterPool) -> &Self {
+        self.inner.borrow_mut().pool = Some(pool.clone());
+        self
+    }
+
     /// Never fuse operators into chains.
     pub fn disable_operator_chaining(&self) -> &Self {
         self.inner.borrow_mut().config.chaining = false;
@@ -180,27 +217,28 @@ impl StreamExecutionEnvironment {
         T: Clone + Send + 'static,
         F: Fn(&SourceContext) -> Result<Box<dyn SourceFunction<T>>> + Send + Sync + 'static,
     {
-        let build = Arc::new(move |ctx: &super::graph::NodeCtx, main: ErasedChain| {
-            let next = *main
-                .downcast::<Box<dyn ChainInput<T>>>()
-                .map_err(|_| Error::Config("source output type mismatch".into()))?;
-            let mut source = create(&ctx.source_context())?;
-            if let Some(state) = ctx.restored.clone() {
-                source
-                    .restore_union_state(state.union_list)
-                    .and_then(|()| source.restore_state(state.split_list))
-                    .map_err(|e| super::datastream::restore_error(&ctx.name, ctx.subtask, e))?;
-            }
-            let mut driver =
-                SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
-            if let Some((records, request)) = ctx.savepoint_pause.clone() {
-                driver = driver.with_savepoint_pause(records, request);
-            }
-            if let Some(hold) = ctx.hold.clone() {
-                driver = driver.with_hold(hold);
-            }
-            Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
-        });
+        let build = Arc::new(
+            move |ctx: &crate::runtime::graph::NodeCtx, main: ErasedChain| {
+                let next: Box<dyn ChainInput<T>> =
+                    crate::runtime::graph::downcast(main, "source output")?;
+                let mut source = create(&ctx.source_context())?;
+                if let Some(state) = ctx.restored.clone() {
+                    source
+                        .restore_union_state(state.union_list)
+                        .and_then(|()| source.restore_state(state.split_list))
+                        .map_err(|e| super::datastream::restore_error(&ctx.name, ctx.subtask, e))?;
+                }
+                let mut driver =
+                    SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
+                if let Some((records, request)) = ctx.savepoint_pause.clone() {
+                    driver = driver.with_savepoint_pause(records, request);
+                }
+                if let Some(hold) = ctx.hold.clone() {
+                    driver = driver.with_hold(hold);
+                }
+                Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
+            },
+        );
         let id = self.add_node(Node {
             name: name.to_string(),
             uid: None,
@@ -312,8 +350,9 @@ impl StreamExecutionEnvironment {
         })
     }
 
-    fn take_plan(&self) -> Result<(Plan, Config)> {
+    fn take_plan(&self) -> Result<(Job, Config, Option<ArbiterPool>)> {
         let mut inner = self.inner.borrow_mut();
+        let pool = inner.pool.clone();
         let config = inner.config.clone();
         config.validate()?;
         if !inner.errors.is_empty() {
@@ -328,8 +367,8 @@ impl StreamExecutionEnvironment {
                 n.parallelism = config.parallelism;
             }
         }
-        super::graph::share_channel_codecs(&mut nodes);
-        Ok((Plan::new(nodes, &config)?, config))
+        crate::runtime::graph::share_channel_codecs(&mut nodes);
+        Ok((Job::new(nodes, &config)?, config, pool))
     }
 
     /// Starts the job and returns at once with its handle.
@@ -340,10 +379,18 @@ impl StreamExecutionEnvironment {
     /// runtime, a thread where an actix system ran earlier and ended) the job
     /// gets an actix system of its own on a background thread. The job's
     /// operators are taken out of the environment.
+    ///
+    /// With an [`ArbiterPool`](Self::set_arbiter_pool) the job starts on the
+    /// pool's threads wherever it is called from. Either way the caller
+    /// waits for the job's deployment only (spawning its subtasks, loading
+    /// what it restores), never for the job.
     pub fn execute_async(&self) -> Result<JobHandle> {
-        let (plan, config) = self.take_plan()?;
+        let (plan, config, pool) = self.take_plan()?;
+        if let Some(pool) = pool {
+            return pool.launch(plan, config);
+        }
         if on_running_arbiter() {
-            return launch(plan, config);
+            return launch(plan, config, None);
         }
         launch_on_own_thread(plan, config)
     }
@@ -356,8 +403,11 @@ impl StreamExecutionEnvironment {
     /// (the job itself does not need it); use
     /// [`execute_async`](Self::execute_async) there to keep the arbiter free.
     pub fn execute(&self) -> Result<JobResult> {
-        let (plan, config) = self.take_plan()?;
-        let handle = launch_on_own_thread(plan, config)?;
+        let (plan, config, pool) = self.take_plan()?;
+        let handle = match pool {
+            Some(pool) => pool.launch(plan, config)?,
+            None => launch_on_own_thread(plan, config)?,
+        };
         futures::executor::block_on(handle.wait())
     }
 }
@@ -379,13 +429,13 @@ fn on_running_arbiter() -> bool {
 
 /// Starts the job in an actix system of its own on a new thread, which
 /// lives until the job ends.
-fn launch_on_own_thread(plan: Plan, config: Config) -> Result<JobHandle> {
+fn launch_on_own_thread(plan: Job, config: Config) -> Result<JobHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("floe-job".into())
         .spawn(move || {
             actix::System::new().block_on(async move {
-                match launch(plan, config) {
+                match launch(plan, config, None) {
                     Ok(handle) => {
                         // Not a clone of the handle: the caller's last
                         // clone must be the last (cancel on drop).

@@ -8,22 +8,25 @@
 
 mod connected;
 mod datastream;
-pub(crate) mod deploy;
 mod environment;
-mod events;
-pub(crate) mod graph;
-mod job;
+pub(crate) mod events;
+pub(crate) mod job;
 mod keyed;
-pub(crate) mod manager;
 pub mod status;
 mod windowed;
 
+/// The restart loop moved to `crate::runtime`; its statistics keep their
+/// paths here.
+pub(crate) mod manager {
+    pub use crate::runtime::FailoverStats;
+}
+
+pub use crate::runtime::FailoverStats;
 pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use events::{FallbackEvent, JobEvent, RestartEvent, SkippedCheckpoint};
 pub use job::{JobEnd, JobHandle, JobResult};
 pub use keyed::KeyedStream;
-pub use manager::FailoverStats;
 pub use status::{JobStatusSnapshot, StatusReporter};
 pub use windowed::WindowedStream;

@@ -11,9 +11,8 @@
 //! every channel starts at the lowest old watermark.
 
 use super::{CheckpointError, LoadedSnapshot};
-use crate::api::deploy::Plan;
-use crate::api::graph::node_uid;
 use crate::operators::RestoredState;
+use crate::plan::Plan;
 use crate::state::KeyGroupBytes;
 use floe_actors::element::MIN_WATERMARK;
 use floe_actors::keygroup::key_group_range;
@@ -62,7 +61,7 @@ impl RestorePlan {
             .nodes
             .iter()
             .enumerate()
-            .map(|(id, n)| (node_uid(id, n), id))
+            .map(|(id, n)| (n.uid(id), id))
             .collect();
         for op in &meta.operators {
             if !uids.contains_key(&op.uid) {
@@ -79,9 +78,9 @@ impl RestorePlan {
             meta.runtime.iter().map(|r| r.head_uid.as_str()).collect();
         let mut operators = HashMap::new();
         for (id, node) in plan.nodes.iter().enumerate() {
-            let uid = node_uid(id, node);
+            let uid = node.uid(id);
             let v = plan.vertex_of[id];
-            let head_uid = node_uid(plan.heads[v], &plan.nodes[plan.heads[v]]);
+            let head_uid = plan.uid(plan.heads[v]);
             let state = meta.operators.iter().find(|o| o.uid == uid);
             if state.is_none() && !known_heads.contains(head_uid.as_str()) {
                 continue;
@@ -147,7 +146,7 @@ impl RestorePlan {
         }
         let mut runtime = HashMap::new();
         for (v, &head) in plan.heads.iter().enumerate() {
-            let head_uid = node_uid(head, &plan.nodes[head]);
+            let head_uid = plan.uid(head);
             let entries: Vec<_> = meta
                 .runtime
                 .iter()

@@ -14,9 +14,9 @@
 //!    With `finish_after_checkpoints` they also hold until that many
 //!    checkpoints completed.
 
-use super::deploy::{Attempt, Plan, Shared};
-use super::events::{JobEvent, RestartEvent};
-use super::job::JobControl;
+use super::deploy::{Attempt, Job, Shared};
+use crate::api::events::{JobEvent, RestartEvent};
+use crate::api::job::JobControl;
 use crate::config::Config;
 use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
 use floe_actors::error::Error;
@@ -43,7 +43,7 @@ pub struct FailoverStats {
 }
 
 pub(crate) struct Manager {
-    pub plan: Arc<Plan>,
+    pub plan: Arc<Job>,
     pub config: Arc<Config>,
     pub shared: Shared,
     pub control: Arc<JobControl>,

@@ -3,17 +3,28 @@
 //! Each node keeps closures, created where its record types were known, that
 //! build its operator for one subtask, fan out or write its output, and spawn a
 //! subtask actor headed by it. Deployment (`deploy.rs`) then works on this graph
-//! without knowing any record type.
+//! without knowing any record type; the plan (`crate::plan`) sees only each
+//! node's [`NodeShape`].
+//!
+//! What stays erased and why: a chain element (`Box<dyn ChainInput<T>>`), a
+//! partitioner and a subtask address travel through the deployment loop as
+//! `Box<dyn Any>`, because one loop wires chains of many record types
+//! together. The node's [`TypeOps`], made where `T` was known, is the only
+//! place that opens them again; a mismatch is a bug in floe, reported as
+//! [`Error::Internal`] naming the place, never a panic.
 
 use crate::config::Config;
 use crate::connectors::SourceContext;
 use crate::operators::node::{NodeInfo, SidePort, TypedSidePort};
+use crate::plan::{EdgeShape, NodeShape};
+pub(crate) use crate::plan::{NodeId, Port};
+use crate::{Error, Result};
 use actix::{Addr, ArbiterHandle, Recipient};
 use floe_actors::chain::{ChainInput, Discard, Fanout};
 use floe_actors::ids::{ChannelId, OperatorId, SubtaskIndex};
 use floe_actors::messages::CancelSubtask;
 use floe_actors::metrics::{JobMetrics, QueueMetrics};
-use floe_actors::partitioner::{Partitioner, Pattern};
+use floe_actors::partitioner::{PartitionKind, Partitioner};
 use floe_actors::snapshot::{ElementCodec, SerdeCodec};
 use floe_actors::source::SourceDriver;
 use floe_actors::subtask::{ChainBuilder, Head, SubtaskActor, SubtaskSetup};
@@ -21,27 +32,17 @@ use floe_actors::writer::{OutputTarget, RecordWriter};
 use std::any::Any;
 use std::sync::Arc;
 
-pub(crate) type NodeId = usize;
-
 /// A chain element for records of some type: `Box<dyn ChainInput<T>>`, erased.
 pub(crate) type ErasedChain = Box<dyn Any>;
-
-/// Which output of a node an edge reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Port {
-    Main,
-    Side(u64),
-}
 
 /// How an edge distributes records; `make` builds a
 /// `Box<dyn Partitioner<T>>` (boxed again as `Any`) for one sending subtask.
 #[derive(Clone)]
 pub(crate) struct Partition {
-    pub pattern: Pattern,
+    pub kind: PartitionKind,
     pub make: MakePartitioner,
     /// Set by the user (rebalance, key_by, ...); a default edge may chain.
     pub explicit: bool,
-    pub name: &'static str,
     /// For default edges: the round-robin factory used when the two sides end up
     /// with different parallelism (as Flink does).
     pub fallback: Option<MakePartitioner>,
@@ -167,6 +168,32 @@ pub(crate) struct Node {
     pub side_types: Vec<(u64, Arc<dyn TypeOps>)>,
 }
 
+impl Node {
+    /// What the plan needs to know of this node.
+    pub fn shape(&self) -> NodeShape {
+        NodeShape {
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            parallelism: self.parallelism,
+            chainable: self.chainable,
+            suspends: self.suspends,
+            source: matches!(self.kind, NodeKind::Source(_)),
+            transactional: self.transactional,
+            inputs: self
+                .inputs
+                .iter()
+                .map(|e| EdgeShape {
+                    from: e.from,
+                    port: e.port,
+                    kind: e.partition.kind,
+                    explicit: e.partition.explicit,
+                    can_rebalance: e.partition.fallback.is_some(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A spawned subtask: its address (erased) and its cancel handle.
 pub(crate) struct Spawned {
     pub addr: Arc<dyn Any + Send + Sync>,
@@ -187,11 +214,14 @@ pub(crate) type BuildHead =
 /// Type-specific operations on streams of one record type.
 pub(crate) trait TypeOps: Send + Sync {
     /// Combines the consumers of an output into one chain input.
-    fn fanout(&self, outs: Vec<ErasedChain>) -> ErasedChain;
+    fn fanout(&self, outs: Vec<ErasedChain>) -> Result<ErasedChain>;
     /// Wraps a chain input as a side port for `tag`.
-    fn side_port(&self, tag: u64, next: ErasedChain) -> Box<dyn SidePort>;
+    fn side_port(&self, tag: u64, next: ErasedChain) -> Result<Box<dyn SidePort>>;
     /// The output targets for `(subtask address, channel)` pairs.
-    fn targets(&self, to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)]) -> Box<dyn Any + Send>;
+    fn targets(
+        &self,
+        to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)],
+    ) -> Result<Box<dyn Any + Send>>;
     /// A record writer over `targets`, registered with `builder`.
     fn writer(
         &self,
@@ -200,7 +230,7 @@ pub(crate) trait TypeOps: Send + Sync {
         config: &Config,
         metrics: Arc<QueueMetrics>,
         builder: &mut ChainBuilder,
-    ) -> ErasedChain;
+    ) -> Result<ErasedChain>;
     /// Spawns a subtask actor whose chain takes records of this type.
     fn spawn(&self, arbiter: &ArbiterHandle, setup: SubtaskSetup, build: BuildHead) -> Spawned;
     /// Whether elements of this type can be encoded (unaligned channel state).
@@ -255,44 +285,62 @@ pub(crate) fn share_channel_codecs(nodes: &mut [Node]) {
     }
 }
 
-fn downcast<X: 'static>(b: Box<dyn Any>, what: &str) -> X {
-    *b.downcast::<X>()
-        .unwrap_or_else(|_| panic!("stream graph type mismatch in {what}"))
+/// Opens an erased value that must hold an `X`; anything else is a broken
+/// invariant of the stream graph (see the module doc), reported as
+/// [`Error::Internal`].
+pub(crate) fn downcast<X: 'static>(b: Box<dyn Any>, what: &str) -> Result<X> {
+    b.downcast::<X>()
+        .map(|x| *x)
+        .map_err(|_| mismatch::<X>(what))
+}
+
+/// The error of a value of the wrong type at `what`.
+pub(crate) fn mismatch<X>(what: &str) -> Error {
+    Error::Internal(format!(
+        "stream graph type mismatch in {what}: expected {}",
+        std::any::type_name::<X>()
+    ))
 }
 
 impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
-    fn fanout(&self, mut outs: Vec<ErasedChain>) -> ErasedChain {
-        let chain: Box<dyn ChainInput<T>> = match outs.len() {
-            0 => Box::new(Discard),
-            1 => downcast(outs.pop().expect("one output"), "fanout"),
-            _ => Box::new(Fanout::new(
-                outs.into_iter()
-                    .map(|o| downcast::<Box<dyn ChainInput<T>>>(o, "fanout"))
-                    .collect(),
-            )),
+    fn fanout(&self, mut outs: Vec<ErasedChain>) -> Result<ErasedChain> {
+        let chain: Box<dyn ChainInput<T>> = match outs.pop() {
+            None => Box::new(Discard),
+            Some(one) if outs.is_empty() => downcast(one, "fanout")?,
+            Some(last) => {
+                outs.push(last);
+                Box::new(Fanout::new(
+                    outs.into_iter()
+                        .map(|o| downcast::<Box<dyn ChainInput<T>>>(o, "fanout"))
+                        .collect::<Result<Vec<_>>>()?,
+                ))
+            }
         };
-        Box::new(chain)
+        Ok(Box::new(chain))
     }
 
-    fn side_port(&self, tag: u64, next: ErasedChain) -> Box<dyn SidePort> {
-        Box::new(TypedSidePort::<T> {
+    fn side_port(&self, tag: u64, next: ErasedChain) -> Result<Box<dyn SidePort>> {
+        Ok(Box::new(TypedSidePort::<T> {
             tag,
             buffer: Vec::new(),
-            next: downcast(next, "side output"),
-        })
+            next: downcast(next, "side output")?,
+        }))
     }
 
-    fn targets(&self, to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)]) -> Box<dyn Any + Send> {
-        let targets: Vec<OutputTarget<T>> = to
+    fn targets(
+        &self,
+        to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)],
+    ) -> Result<Box<dyn Any + Send>> {
+        let targets = to
             .iter()
             .map(|(addr, channel)| {
                 let addr = addr
                     .downcast_ref::<Addr<SubtaskActor<T>>>()
-                    .expect("edge connects subtasks of matching record types");
-                SubtaskActor::target(addr, *channel)
+                    .ok_or_else(|| mismatch::<Addr<SubtaskActor<T>>>("output targets"))?;
+                Ok(SubtaskActor::target(addr, *channel))
             })
-            .collect();
-        Box::new(targets)
+            .collect::<Result<Vec<OutputTarget<T>>>>()?;
+        Ok(Box::new(targets))
     }
 
     fn writer(
@@ -302,17 +350,17 @@ impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
         config: &Config,
         metrics: Arc<QueueMetrics>,
         builder: &mut ChainBuilder,
-    ) -> ErasedChain {
+    ) -> Result<ErasedChain> {
         let targets = *targets
             .downcast::<Vec<OutputTarget<T>>>()
-            .expect("targets of matching record type");
-        let partitioner: Box<dyn Partitioner<T>> = downcast(partitioner, "partitioner");
+            .map_err(|_| mismatch::<Vec<OutputTarget<T>>>("record writer"))?;
+        let partitioner: Box<dyn Partitioner<T>> = downcast(partitioner, "partitioner")?;
         let (input, control) = RecordWriter::new(targets, partitioner, &config.runtime, metrics)
             .with_codec(self.codec.clone())
             .shared();
         builder.add_writer(control);
         let chain: Box<dyn ChainInput<T>> = Box::new(input);
-        Box::new(chain)
+        Ok(Box::new(chain))
     }
 
     fn has_codec(&self) -> bool {
@@ -323,7 +371,10 @@ impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
         let addr = SubtaskActor::<T>::spawn(arbiter, setup, self.codec.clone(), move |builder| {
             Ok(match build(builder)? {
                 ErasedHead::Source(s) => Head::Source(s),
-                ErasedHead::Inputs(c) => Head::Inputs(downcast(c, "chain head")),
+                ErasedHead::Inputs(c) => Head::Inputs(
+                    downcast(c, "chain head")
+                        .map_err(|e| floe_actors::Error::Runtime(e.to_string()).non_retriable())?,
+                ),
             })
         });
         Spawned {
@@ -348,54 +399,49 @@ pub(crate) mod partition {
 
     pub fn forward<T: 'static>(explicit: bool) -> Partition {
         Partition {
-            pattern: Pattern::Pointwise,
+            kind: PartitionKind::Forward,
             make: Arc::new(|_, _| make::<T, _>(Forward)),
             explicit,
-            name: "forward",
             fallback: Some(rebalance::<T>().make),
         }
     }
 
     pub fn rebalance<T: 'static>() -> Partition {
         Partition {
-            pattern: Pattern::AllToAll,
             make: Arc::new(|i, _| make::<T, _>(RoundRobin::starting_at(i))),
+            kind: PartitionKind::Rebalance,
             explicit: true,
-            name: "rebalance",
             fallback: None,
         }
     }
 
     pub fn rescale<T: 'static>() -> Partition {
         Partition {
-            pattern: Pattern::Rescale,
             make: Arc::new(|_, _| make::<T, _>(RoundRobin::default())),
+            kind: PartitionKind::Rescale,
             explicit: true,
-            name: "rescale",
             fallback: None,
         }
     }
 
     pub fn shuffle<T: 'static>() -> Partition {
         Partition {
-            pattern: Pattern::AllToAll,
             make: Arc::new(|i, seed| {
                 make::<T, _>(Shuffle::new(
                     seed ^ floe_actors::keygroup::fmix64(i as u64 + 1),
                 ))
             }),
+            kind: PartitionKind::Shuffle,
             explicit: true,
-            name: "shuffle",
             fallback: None,
         }
     }
 
     pub fn broadcast<T: 'static>() -> Partition {
         Partition {
-            pattern: Pattern::AllToAll,
             make: Arc::new(|_, _| make::<T, _>(Broadcast)),
+            kind: PartitionKind::Broadcast,
             explicit: true,
-            name: "broadcast",
             fallback: None,
         }
     }
@@ -405,33 +451,27 @@ pub(crate) mod partition {
         max_parallelism: u32,
     ) -> Partition {
         Partition {
-            pattern: Pattern::AllToAll,
             make: Arc::new(move |_, _| make::<T, _>(KeyGroups::new(hash.clone(), max_parallelism))),
+            kind: PartitionKind::Hash,
             explicit: true,
-            name: "hash",
             fallback: None,
         }
     }
 
     pub fn custom<T: 'static>(f: floe_actors::partitioner::ChooseChannel<T>) -> Partition {
         Partition {
-            pattern: Pattern::AllToAll,
             make: Arc::new(move |_, _| make::<T, _>(Custom::new(f.clone()))),
+            kind: PartitionKind::Custom,
             explicit: true,
-            name: "custom",
             fallback: None,
         }
     }
 }
 
-/// Graph-wide helper: builds a `NodeCtx`.
 /// The uid of node `id`: the user's, or one derived from its position and
 /// name (stable as long as the job graph is built the same way).
 pub(crate) fn node_uid(id: NodeId, node: &Node) -> String {
-    match &node.uid {
-        Some(u) => u.clone(),
-        None => format!("{id}:{}", node.name),
-    }
+    crate::plan::operator_uid(id, node.uid.as_deref(), &node.name)
 }
 
 pub(crate) fn node_ctx(
@@ -453,5 +493,33 @@ pub(crate) fn node_ctx(
         parallelism: node.parallelism,
         config: config.clone(),
         metrics: metrics.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain input of one record type handed where another is expected
+    /// is an internal error naming the place, not a panic.
+    #[test]
+    fn a_type_mismatch_is_an_internal_error() {
+        let strings: Box<dyn ChainInput<String>> = Box::new(Discard);
+        let erased: ErasedChain = Box::new(strings);
+        let Err(e) = ops::<u64>().fanout(vec![erased]) else {
+            panic!("a chain of strings cannot take u64 records");
+        };
+        assert!(matches!(e, Error::Internal(_)), "{e:?}");
+        assert!(e.to_string().contains("fanout"), "{e}");
+
+        let strings: Box<dyn ChainInput<String>> = Box::new(Discard);
+        let Err(e) = ops::<u64>().side_port(7, Box::new(strings)) else {
+            panic!("a side port of u64 cannot feed a chain of strings");
+        };
+        assert!(e.to_string().contains("side output"), "{e}");
+
+        // The matching type passes.
+        let numbers: Box<dyn ChainInput<u64>> = Box::new(Discard);
+        assert!(ops::<u64>().fanout(vec![Box::new(numbers)]).is_ok());
     }
 }

@@ -1,0 +1,242 @@
+//! Region failover of one attempt: which pipelined region each subtask is
+//! in, and how to redeploy a failed region from the latest completed
+//! checkpoint while the others run on.
+
+use super::deploy::{Shared, report_fallback, to_runtime};
+use super::spawn::Spawner;
+use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::coordinator::{CheckpointCoordinator, CheckpointStats};
+use crate::checkpoint::restore::RestorePlan;
+use floe_actors::ids::{SubtaskIndex, VertexId};
+use floe_actors::supervisor::SubtaskKey;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Region failover of one attempt: the pipelined regions (connected
+/// components of the execution graph) and how to redeploy one of them from
+/// the latest completed checkpoint while the others run on.
+pub(super) struct Regions {
+    spawner: Spawner,
+    store: Option<Arc<CheckpointStore>>,
+    coordinator: actix::Addr<CheckpointCoordinator>,
+    fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
+    tracker: crate::failover::RestartTracker,
+    failover: Arc<Mutex<super::manager::FailoverStats>>,
+    events: Arc<crate::api::events::EventLog>,
+    /// The restart strategy's last delay, for the restart's event.
+    last_delay_ms: u64,
+    stats: Arc<Mutex<CheckpointStats>>,
+    region_of: HashMap<(usize, usize), usize>,
+    members: Vec<Vec<(usize, usize)>>,
+    /// Told of each restart before it picks its checkpoint.
+    region_fence: crate::checkpoint::coordinator::RegionFence,
+}
+
+impl Regions {
+    pub(super) fn new(
+        spawner: Spawner,
+        store: Option<Arc<CheckpointStore>>,
+        coordinator: actix::Addr<CheckpointCoordinator>,
+        fail: Arc<
+            Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>,
+        >,
+        shared: &Shared,
+    ) -> Self {
+        let (region_of, members) = spawner.plan.regions();
+        let tracker = crate::failover::RestartTracker::new(
+            spawner.config.restart_strategy(),
+            spawner.config.seed,
+        );
+        Regions {
+            spawner,
+            store,
+            coordinator,
+            fail,
+            tracker,
+            failover: shared.failover.clone(),
+            events: shared.events.clone(),
+            last_delay_ms: 0,
+            stats: shared.stats.clone(),
+            region_of,
+            members,
+            region_fence: shared.region_fence.clone(),
+        }
+    }
+}
+
+impl floe_actors::supervisor::RegionFailover for Regions {
+    fn region_of(&self, vertex: VertexId, subtask: SubtaskIndex) -> usize {
+        self.region_of
+            .get(&(vertex.0 as usize, subtask.0 as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn members(&self, region: usize) -> Vec<SubtaskKey> {
+        self.members
+            .get(region)
+            .map(|m| {
+                m.iter()
+                    .map(|&(v, j)| (VertexId(v as u32), SubtaskIndex(j as u32)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn on_failure(&mut self) -> Option<std::time::Duration> {
+        let delay = self.tracker.on_failure(std::time::Instant::now());
+        self.last_delay_ms = delay.map_or(0, |d| d.as_millis() as u64);
+        delay
+    }
+
+    fn restarting(&mut self, region: usize) {
+        // Before `redeploy` picks the checkpoint to restore: checkpoints
+        // still pending hold the failed incarnation's state and must not
+        // complete after that choice.
+        self.region_fence.region_restarting();
+        if let (Some(mode), Some(members)) =
+            (self.spawner.config.deterministic(), self.members.get(region))
+        {
+            mode.retire(members.iter().map(|&(v, j)| (v as u32, j as u32)));
+        }
+    }
+
+    fn redeploy(
+        &mut self,
+        region: usize,
+    ) -> floe_actors::Result<
+        Vec<(
+            SubtaskKey,
+            actix::Recipient<floe_actors::messages::CancelSubtask>,
+        )>,
+    > {
+        let members: std::collections::HashSet<(usize, usize)> = self
+            .members
+            .get(region)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let completed = self.stats.lock().ok().and_then(|s| s.last_completed);
+        let plan = &self.spawner.plan;
+        let restore = match (completed, &self.store) {
+            (Some(_), Some(store)) => {
+                let loaded =
+                    crate::checkpoint::load_latest(store).map_err(|e| to_runtime(e.into()))?;
+                report_fallback(&self.events, &loaded);
+                Some(
+                    RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
+                        .map_err(to_runtime)?,
+                )
+            }
+            _ => match &self.spawner.config.restore_from {
+                Some(path) => {
+                    let loaded =
+                        crate::checkpoint::load_snapshot(path).map_err(|e| to_runtime(e.into()))?;
+                    Some(
+                        RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
+                            .map_err(to_runtime)?,
+                    )
+                }
+                None => None,
+            },
+        };
+        let restored = restore.as_ref().map(|r| r.checkpoint_id);
+        let restored_id = restored.unwrap_or(0);
+        tracing::info!(
+            region,
+            checkpoint = restored_id,
+            subtasks = members.len(),
+            "redeploying a region"
+        );
+        // Recovery: from the failure to the region's subtasks processing
+        // records again.
+        let failed_at = self.spawner.metrics.last_failure_at();
+        let mut spawner = self.spawner.clone();
+        spawner.activity = Arc::default();
+        let activity = spawner.activity.clone();
+        let failover = self.failover.clone();
+        let deterministic = self.spawner.config.deterministic().cloned();
+        if let Some(mode) = &deterministic {
+            let mut subtasks: Vec<(u32, u32)> =
+                members.iter().map(|&(v, j)| (v as u32, j as u32)).collect();
+            subtasks.sort_unstable();
+            mode.record(crate::failover::deterministic::TraceEvent::Restarted {
+                subtasks,
+                checkpoint: restored_id,
+            });
+        }
+        actix::spawn(async move {
+            // Not in deterministic execution: it wakes on the wall clock.
+            let (Some(failed_at), None) = (failed_at, deterministic) else {
+                return;
+            };
+            for _ in 0..60_000 {
+                if let Some(t) = activity.get() {
+                    let ms = t.saturating_duration_since(failed_at).as_millis() as u64;
+                    if let Ok(mut f) = failover.lock() {
+                        f.max_recovery_ms = f.max_recovery_ms.max(ms);
+                    }
+                    return;
+                }
+                actix_rt::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        });
+        let from_scratch = restore.is_none().then(|| spawner.next_scratch_restart());
+        let spawned = spawner
+            .spawn(Some(&members), &Arc::new(restore), from_scratch)
+            .map_err(to_runtime)?;
+        let tasks = self.spawner.tasks(&spawned);
+        self.coordinator
+            .do_send(crate::checkpoint::coordinator::ReplaceTasks { tasks });
+        if let Ok(mut f) = self.fail.lock() {
+            for (&(v, j), s) in &spawned {
+                f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());
+            }
+        }
+        let attempt = match self.failover.lock() {
+            Ok(mut f) => {
+                f.restarts += 1;
+                f.restarted_subtasks += members.len() as u64;
+                f.restored_checkpoints.push(restored_id);
+                f.restarts
+            }
+            Err(_) => 0,
+        };
+        let cause = self
+            .spawner
+            .metrics
+            .failures()
+            .last()
+            .map(|f| f.message.clone())
+            .unwrap_or_default();
+        tracing::warn!(
+            attempt,
+            region,
+            cause = %cause,
+            checkpoint = restored_id,
+            "restarted a region"
+        );
+        self.events.emit(crate::api::events::JobEvent::Restarted(
+            crate::api::events::RestartEvent {
+                attempt,
+                cause,
+                restored_checkpoint: restored,
+                subtasks: members.len() as u64,
+                delay_ms: self.last_delay_ms,
+            },
+        ));
+        self.spawner
+            .metrics
+            .record_restart(members.len() as u64, restored_id);
+        Ok(spawned
+            .iter()
+            .map(|(&(v, j), s)| {
+                (
+                    (VertexId(v as u32), SubtaskIndex(j as u32)),
+                    s.cancel.clone(),
+                )
+            })
+            .collect())
+    }
+}
