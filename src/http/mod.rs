@@ -292,34 +292,46 @@ pub fn router(jobs: Jobs) -> Router {
         .with_state(jobs)
 }
 
-fn error(code: StatusCode, message: impl Into<String>) -> Response {
-    (code, Json(serde_json::json!({ "error": message.into() }))).into_response()
+/// A failed request: its status code and message, answered as
+/// `{"error": message}`.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+type Answer = Result<Response, ApiError>;
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
 fn json_text(body: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn find(jobs: &Jobs, name: &str) -> Result<JobHandle, Response> {
+fn find(jobs: &Jobs, name: &str) -> Result<JobHandle, ApiError> {
     jobs.get(name)
-        .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no job named {name:?}")))
+        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no job named {name:?}")))
 }
 
-async fn metrics(State(jobs): State<Jobs>) -> Response {
-    match jobs.render_metrics() {
-        Some(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        None => error(
+async fn metrics(State(jobs): State<Jobs>) -> Answer {
+    let text = jobs.render_metrics().ok_or_else(|| {
+        ApiError(
             StatusCode::NOT_FOUND,
-            "no Prometheus recorder: see floe::http::install_prometheus",
-        ),
-    }
+            "no Prometheus recorder: see floe::http::install_prometheus".into(),
+        )
+    })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }
 
 /// `?job=NAME` of `/status`.
@@ -328,24 +340,18 @@ struct JobQuery {
     job: Option<String>,
 }
 
-async fn status(State(jobs): State<Jobs>, Query(q): Query<JobQuery>) -> Response {
-    let handle = match q.job {
-        Some(name) => find(&jobs, &name),
+async fn status(State(jobs): State<Jobs>, Query(q): Query<JobQuery>) -> Answer {
+    let h = match q.job {
+        Some(name) => find(&jobs, &name)?,
         None => jobs
             .latest()
-            .ok_or_else(|| error(StatusCode::NOT_FOUND, "no job registered")),
+            .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, "no job registered".into()))?,
     };
-    match handle {
-        Ok(h) => json_text(h.status_reporter().to_json()),
-        Err(e) => e,
-    }
+    Ok(json_text(h.status_reporter().to_json()))
 }
 
-async fn job_status(State(jobs): State<Jobs>, Path(name): Path<String>) -> Response {
-    match find(&jobs, &name) {
-        Ok(h) => json_text(h.status_reporter().to_json()),
-        Err(e) => e,
-    }
+async fn job_status(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
+    Ok(json_text(find(&jobs, &name)?.status_reporter().to_json()))
 }
 
 async fn list(State(jobs): State<Jobs>) -> Response {
@@ -363,65 +369,49 @@ async fn list(State(jobs): State<Jobs>) -> Response {
     Json(list).into_response()
 }
 
-async fn forget(State(jobs): State<Jobs>, Path(name): Path<String>) -> Response {
-    let h = match find(&jobs, &name) {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
-    if !h.status().is_terminal() {
-        return error(
+async fn forget(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
+    if !find(&jobs, &name)?.status().is_terminal() {
+        return Err(ApiError(
             StatusCode::CONFLICT,
             format!("job {name:?} is still running: cancel or stop it first"),
-        );
+        ));
     }
     jobs.remove(&name);
-    StatusCode::NO_CONTENT.into_response()
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn savepoint_dir(jobs: &Jobs) -> Result<PathBuf, Response> {
+fn savepoint_dir(jobs: &Jobs) -> Result<PathBuf, ApiError> {
     jobs.inner.savepoint_dir.clone().ok_or_else(|| {
-        error(
+        ApiError(
             StatusCode::CONFLICT,
-            "no savepoint directory: see Jobs::with_savepoint_dir",
+            "no savepoint directory: see Jobs::with_savepoint_dir".into(),
         )
     })
 }
 
-async fn savepoint(State(jobs): State<Jobs>, Path(name): Path<String>) -> Response {
-    let (h, dir) = match (find(&jobs, &name), savepoint_dir(&jobs)) {
-        (Ok(h), Ok(d)) => (h, d),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
-    match h.trigger_savepoint(dir).await {
-        Ok(path) => Json(serde_json::json!({ "job": name, "path": path })).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+async fn savepoint(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
+    let h = find(&jobs, &name)?;
+    let dir = savepoint_dir(&jobs)?;
+    let path = h.trigger_savepoint(dir).await.map_err(internal)?;
+    Ok(Json(serde_json::json!({ "job": name, "path": path })).into_response())
 }
 
-async fn stop(State(jobs): State<Jobs>, Path(name): Path<String>) -> Response {
-    let (h, dir) = match (find(&jobs, &name), savepoint_dir(&jobs)) {
-        (Ok(h), Ok(d)) => (h, d),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
-    let path = match h.stop_with_checkpoint(Some(dir)).await {
-        Ok(path) => path,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    };
+async fn stop(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
+    let h = find(&jobs, &name)?;
+    let dir = savepoint_dir(&jobs)?;
+    let path = h.stop_with_checkpoint(Some(dir)).await.map_err(internal)?;
     // The job finishes once every subtask was notified: wait for that, so
     // the answer's state is final and a restart finds the savepoint whole.
-    let state = match h.wait().await {
-        Ok(_) => h.status(),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    };
-    Json(serde_json::json!({ "job": name, "path": path, "state": format!("{state:?}") }))
-        .into_response()
+    h.wait().await.map_err(internal)?;
+    let state = h.status();
+    Ok(
+        Json(serde_json::json!({ "job": name, "path": path, "state": format!("{state:?}") }))
+            .into_response(),
+    )
 }
 
-async fn cancel(State(jobs): State<Jobs>, Path(name): Path<String>) -> Response {
-    let h = match find(&jobs, &name) {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
+async fn cancel(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
+    let h = find(&jobs, &name)?;
     h.cancel();
     let timeout = jobs.inner.cancel_timeout.unwrap_or(DEFAULT_CANCEL_TIMEOUT);
     // The job's end (canceled or not) is what the client waits for; the
@@ -430,11 +420,11 @@ async fn cancel(State(jobs): State<Jobs>, Path(name): Path<String>) -> Response 
         Ok(_) => StatusCode::OK,
         Err(_) => StatusCode::ACCEPTED,
     };
-    (
+    Ok((
         code,
         Json(serde_json::json!({ "job": name, "state": format!("{:?}", h.status()) })),
     )
-        .into_response()
+        .into_response())
 }
 
 #[cfg(test)]
