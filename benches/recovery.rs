@@ -58,8 +58,11 @@ fn environment(interval: Duration, seed: u64) -> StreamExecutionEnvironment {
         attempts: 1,
         delay: Duration::ZERO,
     });
-    config.fault_injection.random_failures = 1;
-    config.fault_injection.seed = seed;
+    let config = config.with_fault_injector(std::sync::Arc::new(floe::failover::FaultInjection {
+        random_failures: 1,
+        seed,
+        faults: Vec::new(),
+    }));
     env.set_config(config);
     env
 }

@@ -140,7 +140,8 @@ pub fn start_job(
     }
     let counts = LatestCounts::default();
     sum.add_sink(counts.clone()).name("Latest Counts");
-    Ok((env.execute_async()?, counts))
+    // A job whose handles are all gone (the service shut down) is canceled.
+    Ok((env.execute_async()?.cancel_on_drop(true), counts))
 }
 
 fn error(code: actix_web::http::StatusCode, message: String) -> HttpResponse {
@@ -195,10 +196,12 @@ async fn cancel(app: web::Data<AppState>, name: web::Path<String>) -> HttpRespon
     let Some(h) = app.jobs.get(&name) else {
         return not_found(&name);
     };
-    h.cancel();
     // Awaiting the job's end parks this request only, not the worker.
-    let _ = h.wait().await;
-    HttpResponse::Ok().json(serde_json::json!({ "job": *name, "state": h.status().to_string() }))
+    match h.cancel_and_wait(Duration::from_secs(30)).await {
+        Ok(_) => HttpResponse::Ok()
+            .json(serde_json::json!({ "job": *name, "state": h.status().to_string() })),
+        Err(e) => error(actix_web::http::StatusCode::ACCEPTED, e.to_string()),
+    }
 }
 
 async fn stop(app: web::Data<AppState>, name: web::Path<String>) -> HttpResponse {
@@ -206,13 +209,11 @@ async fn stop(app: web::Data<AppState>, name: web::Path<String>) -> HttpResponse
         return not_found(&name);
     };
     let dir = app.work.join("savepoints");
-    match h.stop_with_checkpoint(Some(dir)).await {
-        Ok(path) => {
-            let _ = h.wait().await;
-            HttpResponse::Ok().json(
-                serde_json::json!({ "job": *name, "path": path, "state": h.status().to_string() }),
-            )
-        }
+    // Returns once the job ended, with the savepoint's path.
+    match h.stop_with_savepoint(dir).await {
+        Ok(path) => HttpResponse::Ok().json(
+            serde_json::json!({ "job": *name, "path": path, "state": h.status().to_string() }),
+        ),
         Err(e) => error(
             actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
             e.to_string(),

@@ -147,7 +147,8 @@ pub fn start_job(
     }
     let counts = LatestCounts::default();
     sum.add_sink(counts.clone()).name("Latest Counts");
-    Ok((env.execute_async()?, counts))
+    // A job whose handles are all gone (the service shut down) is canceled.
+    Ok((env.execute_async()?.cancel_on_drop(true), counts))
 }
 
 fn error(code: StatusCode, message: String) -> Response {

@@ -50,7 +50,8 @@ pub fn start_job(records: u64, rate: Option<f64>, work: &Path) -> floe::Result<J
         sum = sum.set_input_rate(rate);
     }
     sum.add_sink(Discard);
-    env.execute_async()
+    // Dropping the last handle (the program's end) cancels the job.
+    Ok(env.execute_async()?.cancel_on_drop(true))
 }
 
 /// Serves floe's router for `jobs` on `listener` until `job` ends; returns

@@ -4,6 +4,20 @@ use floe_actors::RuntimeConfig;
 use floe_actors::keygroup::DEFAULT_MAX_PARALLELISM;
 use std::time::Duration;
 
+/// What a job does when [`Config::restore_from`] names nothing to restore.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RestoreMode {
+    /// The restore must succeed: no checkpoint there fails the job's start
+    /// ("no checkpoint or savepoint at ...").
+    #[default]
+    Required,
+    /// Restore the latest completed checkpoint in the directory if there is
+    /// one, else start fresh (a service's first start). A checkpoint that is
+    /// there but cannot be restored (damaged, incompatible) still fails.
+    LatestOrFresh,
+}
+
 /// The settings of a job, set on the environment before operators are added.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -21,18 +35,20 @@ pub struct Config {
     pub checkpoint: crate::checkpoint::CheckpointConfig,
     /// Start from this checkpoint directory, checkpoint or savepoint.
     pub restore_from: Option<std::path::PathBuf>,
+    /// What `restore_from` on a directory without a completed checkpoint
+    /// does: fail (default) or start fresh ([`RestoreMode::LatestOrFresh`],
+    /// see [`resume_latest`](Self::resume_latest)).
+    pub restore_mode: RestoreMode,
     /// Whether and when a failed job restarts; `None` here means the
     /// default: [`RestartStrategy::exponential_default`] with checkpointing
     /// on, no restart without.
     pub restart: Option<crate::failover::RestartStrategy>,
     /// What restarts.
     pub failover: crate::failover::FailoverStrategy,
-    /// Failures to inject (tests, demos).
-    pub fault_injection: crate::failover::FaultInjection,
-    /// Deterministic execution (tests): every actor of the job on one
-    /// thread, processing time and checkpoint triggers on the mode's clock,
-    /// events recorded in its trace. See [`crate::testing::chaos`].
-    pub deterministic: Option<crate::testing::chaos::DeterministicMode>,
+    /// A fault injector and observers, given as trait objects (see
+    /// [`with_fault_injector`](Self::with_fault_injector) and
+    /// [`with_observer`](Self::with_observer)); none by default.
+    pub hooks: crate::failover::JobHooks,
     /// The job's name: the `job` label of its metrics, in its status and
     /// logs. `None`: `job-N`, N counting the jobs the process started.
     pub job_name: Option<String>,
@@ -49,10 +65,10 @@ impl Default for Config {
             runtime,
             checkpoint: Default::default(),
             restore_from: None,
+            restore_mode: RestoreMode::Required,
             restart: None,
             failover: Default::default(),
-            fault_injection: Default::default(),
-            deterministic: None,
+            hooks: Default::default(),
             job_name: None,
         }
     }
@@ -72,7 +88,7 @@ impl Config {
             ));
         }
         self.checkpoint.validate()?;
-        if let Some(mode) = &self.deterministic {
+        if let Some(mode) = self.deterministic() {
             mode.validate(self)?;
         }
         self.runtime
@@ -89,6 +105,88 @@ impl Config {
             }
             None => crate::failover::RestartStrategy::None,
         }
+    }
+
+    /// Injects failures through `injector` (tests, demos): the planned
+    /// faults and random kills it returns fail their subtasks with the typed
+    /// [`floe_actors::Error::InjectedFault`]. Replaces an earlier injector.
+    pub fn with_fault_injector(
+        mut self,
+        injector: std::sync::Arc<dyn crate::failover::FaultInjector>,
+    ) -> Self {
+        self.hooks.fault_injector = Some(injector);
+        self
+    }
+
+    /// Adds `observer`, told the job's checkpoint, failure, restart and end
+    /// events as they happen.
+    pub fn with_observer(
+        mut self,
+        observer: std::sync::Arc<dyn crate::failover::JobObserver>,
+    ) -> Self {
+        self.hooks.observers.push(observer);
+        self
+    }
+
+    /// The planned faults of the injector, if any.
+    pub(crate) fn planned_faults(&self) -> &[crate::failover::Fault] {
+        match &self.hooks.fault_injector {
+            Some(i) => i.faults(),
+            None => &[],
+        }
+    }
+
+    /// Random kills to inject and their seed.
+    pub(crate) fn random_failures(&self) -> (u32, u64) {
+        self.hooks
+            .fault_injector
+            .as_ref()
+            .map_or((0, 0), |i| i.random_failures())
+    }
+
+    /// Deterministic execution (the chaos harness's injector sets it).
+    pub(crate) fn deterministic(
+        &self,
+    ) -> Option<&crate::failover::deterministic::DeterministicMode> {
+        self.hooks.fault_injector.as_ref()?.deterministic()
+    }
+
+    /// Checkpoints into `dir` and, at start, resumes from the latest
+    /// completed checkpoint there if there is one, else starts fresh: the
+    /// setting for a service that always restores, first start included.
+    /// Checkpointing must be on (an interval) for checkpoints to be taken.
+    pub fn resume_latest(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        let dir = dir.into();
+        self.checkpoint.dir = Some(dir.clone());
+        self.restore_from = Some(dir);
+        self.restore_mode = RestoreMode::LatestOrFresh;
+        self
+    }
+
+    /// Applies [`RestoreMode::LatestOrFresh`]: drops `restore_from` when it
+    /// names a checkpoint directory without a completed checkpoint (or a
+    /// path that does not exist yet). Anything else is left to the restore,
+    /// which reports its errors.
+    pub(crate) fn resolve_restore(&mut self) -> crate::Result<()> {
+        let (RestoreMode::LatestOrFresh, Some(path)) = (self.restore_mode, &self.restore_from)
+        else {
+            return Ok(());
+        };
+        use crate::checkpoint::store::{DATABASE_FILE, METADATA_FILE};
+        // Only whether there is something: the restore itself reads and
+        // verifies it (reading every blob twice would double the start).
+        let fresh = if path.join(DATABASE_FILE).is_file() {
+            crate::checkpoint::CheckpointStore::open_existing(path)?
+                .list()?
+                .is_empty()
+        } else {
+            !path.join(METADATA_FILE).is_file() && !path.is_file()
+        };
+        if fresh {
+            tracing::info!(dir = %path.display(), "no completed checkpoint to resume; starting fresh");
+            self.restore_from = None;
+        }
+        Ok(())
     }
 
     /// Sets the buffer timeout (zero flushes after every step).

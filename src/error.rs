@@ -16,6 +16,18 @@ pub enum Error {
     /// The configuration or the job graph is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The job was canceled ([`JobHandle::cancel`](crate::JobHandle::cancel),
+    /// a dropped handle with `cancel_on_drop`) before it finished.
+    #[error("job was cancelled")]
+    Canceled,
+    /// A bounded wait ran out.
+    #[error("timed out after {after:?} waiting for {waiting_for}")]
+    TimedOut {
+        /// What was waited for.
+        waiting_for: &'static str,
+        /// The bound.
+        after: std::time::Duration,
+    },
     /// A file could not be opened, read or written.
     #[error("{action} '{path}': {source}")]
     Io {
@@ -126,6 +138,7 @@ impl Error {
         match self {
             Error::Runtime(e) => e.is_retriable(),
             Error::Config(_)
+            | Error::Canceled
             | Error::BadRecord { .. }
             | Error::OutputInUse { .. }
             | Error::Aggregate { .. }
@@ -144,7 +157,9 @@ impl Error {
             Error::Checkpoint(
                 C::Corrupt { .. } | C::Version { .. } | C::Incompatible { .. } | C::NotFound { .. },
             ) => false,
-            Error::State(_) | Error::Checkpoint(_) | Error::User(_) => true,
+            Error::State(_) | Error::Checkpoint(_) | Error::User(_) | Error::TimedOut { .. } => {
+                true
+            }
         }
     }
 

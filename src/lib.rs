@@ -52,17 +52,19 @@ pub mod failover;
 pub mod http;
 pub mod operators;
 pub mod state;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod text;
 pub mod time;
 pub mod window;
 
 pub use api::{
-    DataStream, FallbackEvent, JobEvent, JobHandle, JobResult, JobStatusSnapshot, KeyedStream,
-    RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment, WindowedStream,
+    DataStream, FallbackEvent, JobEnd, JobEvent, JobHandle, JobResult, JobStatusSnapshot,
+    KeyedStream, RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment,
+    WindowedStream,
 };
 pub use checkpoint::{CheckpointConfig, CheckpointError, CheckpointStats, CheckpointingMode};
-pub use config::Config;
+pub use config::{Config, RestoreMode};
 pub use error::{Error, Result};
 // The runtime's types a program names (in results, errors, sources and
 // metrics), so that it needs no direct dependency on `floe-actors`.

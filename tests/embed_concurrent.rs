@@ -60,8 +60,9 @@ impl Drop for Watchdog {
     }
 }
 
+/// A canceled job's `wait` error: its own variant, not a failure.
 fn is_cancelled(e: &floe::Error) -> bool {
-    matches!(e, floe::Error::Runtime(floe_actors::Error::Cancelled))
+    matches!(e, floe::Error::Canceled)
 }
 
 /// A one-shot flag a job can wait on (with a limit) and another can raise.

@@ -19,7 +19,7 @@
 //!   into wrong output for some seed: alignment is what makes it exact.
 //! - A restart strategy that runs out fails the job with one `error:` line
 //!   naming the injected failure.
-//! - The library: `Config.restart` and `fault_injection` through
+//! - The library: `Config.restart` and a fault injector through
 //!   `set_config`, `failover_stats`, a two-phase-commit sink, `Finished`.
 
 mod cli_common;
@@ -594,8 +594,11 @@ fn library_job_restarts_with_its_strategy_and_commits_exactly_once() {
         attempts: 3,
         delay: Duration::ZERO,
     });
-    config.fault_injection.random_failures = 3;
-    config.fault_injection.seed = 99;
+    let config = config.with_fault_injector(std::sync::Arc::new(floe::failover::FaultInjection {
+        random_failures: 3,
+        seed: 99,
+        faults: Vec::new(),
+    }));
     env.set_config(config);
     let generator = std::sync::Arc::new(floe::text::WordGenerator::new(VOCABULARY, seed));
     env.from_generator(records, move |i| (generator.word(i), 1u64))

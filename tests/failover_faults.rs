@@ -8,7 +8,7 @@ use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::transactional_file::TransactionalFileSink;
 use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
-use gated::{Gate, gated_generator, wait_until};
+use gated::{Gate, gated_generator};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -54,10 +54,10 @@ fn run(
         attempts: 5,
         delay: Duration::ZERO,
     });
-    config.fault_injection = FaultInjection {
+    let config = config.with_fault_injector(std::sync::Arc::new(FaultInjection {
         faults,
         ..Default::default()
-    };
+    }));
     env.set_config(config);
     let out = dir.join("out.txt");
     let gate = Gate::new();
@@ -81,7 +81,10 @@ fn run(
 
 /// Waits until the job restarted `n` times.
 fn wait_for_restarts(handle: &floe::JobHandle, n: u64) {
-    wait_until("restarts", || handle.failover_stats().restarts >= n);
+    assert!(
+        futures::executor::block_on(handle.wait_for_restarts(n)),
+        "the job ended before {n} restarts"
+    );
 }
 
 #[test]

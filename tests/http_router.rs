@@ -150,6 +150,7 @@ fn router_serves_metrics_status_jobs_savepoint_and_cancel() {
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(v["state"], "Canceled");
+    assert_eq!(v["end"], "canceled");
     assert_eq!(handle.status(), JobStatus::Canceled);
     assert_eq!(get_json(addr, "/jobs")[0]["state"], "Canceled");
 

@@ -46,6 +46,22 @@ pub enum Error {
     /// The runtime could not start or lost its actor system.
     #[error("runtime error: {0}")]
     Runtime(String),
+    /// A failure injected on purpose (fault-injection tests and demos): a
+    /// planned fault at `point`, or a random kill (`point` is `None`). Typed,
+    /// so that the job manager and test harnesses tell it from a real
+    /// failure without reading the message.
+    #[error(
+        "operator '{operator}' subtask {subtask} failed: injected failure{}",
+        point.map(|p| format!(" {p}")).unwrap_or_default()
+    )]
+    InjectedFault {
+        /// Name of the operator (or chain, for a random kill) that failed.
+        operator: String,
+        /// The failing subtask.
+        subtask: SubtaskIndex,
+        /// Where the planned fault fired; `None` for a random kill.
+        point: Option<FaultPoint>,
+    },
     /// A failure that no restart can mend: it would repeat on every attempt
     /// (input that is bad the same way each time, an output that cannot be
     /// written, a setting that does not fit). The job fails at once, whatever
@@ -54,7 +70,45 @@ pub enum Error {
     NonRetriable(Box<Error>),
 }
 
+/// Where an injected fault fires in its subtask (see floe's
+/// `failover::Fault`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultPoint {
+    /// Once the operator's subtask has taken in this many records.
+    Records(u64),
+    /// When the subtask snapshots this checkpoint (the synchronous part).
+    Checkpoint(u64),
+    /// In the asynchronous part (serialize and write) of this checkpoint:
+    /// the checkpoint is declined, and fails the job beyond the tolerable
+    /// failed checkpoints.
+    AsyncWrite(u64),
+    /// While the subtask restores a checkpoint (the first restore after
+    /// the fault was configured).
+    Restore,
+}
+
+impl std::fmt::Display for FaultPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FaultPoint::Records(n) => write!(f, "after {n} records"),
+            FaultPoint::Checkpoint(id) => write!(f, "during the snapshot of checkpoint {id}"),
+            FaultPoint::AsyncWrite(id) => write!(f, "while writing checkpoint {id}"),
+            FaultPoint::Restore => f.write_str("while restoring"),
+        }
+    }
+}
+
 impl Error {
+    /// The injected fault behind this error (also through
+    /// [`Error::NonRetriable`]), if it is one.
+    pub fn injected(&self) -> Option<&Error> {
+        match self {
+            e @ Error::InjectedFault { .. } => Some(e),
+            Error::NonRetriable(inner) => inner.injected(),
+            _ => None,
+        }
+    }
+
     /// Wraps an operator failure with the names of the operator and subtask.
     pub fn operator(
         operator: impl Into<String>,
@@ -112,5 +166,29 @@ mod tests {
         assert_eq!(fatal.to_string(), e.to_string());
         assert_eq!(fatal.clone().non_retriable(), fatal);
         assert!(!Error::InvalidJob("no sources".into()).is_retriable());
+    }
+
+    #[test]
+    fn injected_faults_are_typed_and_keep_their_message() {
+        let planned = Error::InjectedFault {
+            operator: "Map".into(),
+            subtask: SubtaskIndex(1),
+            point: Some(FaultPoint::Records(7)),
+        };
+        assert_eq!(
+            planned.to_string(),
+            "operator 'Map' subtask #1 failed: injected failure after 7 records"
+        );
+        let kill = Error::InjectedFault {
+            operator: "Source".into(),
+            subtask: SubtaskIndex(0),
+            point: None,
+        };
+        assert_eq!(
+            kill.to_string(),
+            "operator 'Source' subtask #0 failed: injected failure"
+        );
+        assert_eq!(kill.clone().non_retriable().injected(), Some(&kill));
+        assert_eq!(Error::Cancelled.injected(), None);
     }
 }

@@ -1669,11 +1669,11 @@ impl<IN: Send + 'static> Handler<InjectFailure> for SubtaskActor<IN> {
     type Result = ();
 
     fn handle(&mut self, _: InjectFailure, ctx: &mut Context<Self>) {
-        let e = Error::operator(
-            self.setup.name.clone(),
-            self.setup.index,
-            "injected failure",
-        );
+        let e = Error::InjectedFault {
+            operator: self.setup.name.clone(),
+            subtask: self.setup.index,
+            point: None,
+        };
         self.fail(e, ctx);
     }
 }

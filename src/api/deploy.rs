@@ -320,6 +320,8 @@ pub(crate) struct Shared {
     pub events: Arc<super::events::EventLog>,
     /// Region restarts begun, against which checkpoints complete.
     pub region_fence: crate::checkpoint::coordinator::RegionFence,
+    /// The job's progress and the configured observers.
+    pub observers: Arc<crate::failover::Observers>,
 }
 
 /// One deployment of the job.
@@ -343,6 +345,7 @@ pub(crate) struct Attempt {
 pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
     config.validate()?;
     let mut config = config;
+    config.resolve_restore()?;
     let mut temporary = None;
     if config.checkpoint.enabled() && config.checkpoint.dir.is_none() {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -356,7 +359,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         config.job_name = Some(format!("job-{n}"));
     }
-    if let Some(mode) = &config.deterministic {
+    if let Some(mode) = config.deterministic().cloned() {
         // One thread, no wall-clock timer: see `testing::chaos`.
         config.runtime.deterministic = true;
         config.runtime.buffer_timeout = std::time::Duration::ZERO;
@@ -365,9 +368,13 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
     }
     let config = Arc::new(config);
     let plan = Arc::new(plan);
-    let injected = config.fault_injection.random_failures;
+    let injected = config.random_failures().0;
     let held = injected + u32::from(config.checkpoint.finish_after_checkpoints > 0);
+    let observers = Arc::new(crate::failover::Observers::new(
+        config.hooks.observers.clone(),
+    ));
     let shared = Shared {
+        observers: observers.clone(),
         status: Arc::new(Mutex::new(JobStatus::Created)),
         metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
@@ -376,13 +383,12 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),
-        events: Arc::default(),
+        events: Arc::new(super::events::EventLog::with_observer(observers)),
         region_fence: Default::default(),
-        fault_fired: (!config.fault_injection.faults.is_empty()).then(|| {
+        fault_fired: (!config.planned_faults().is_empty()).then(|| {
             Arc::new(
                 config
-                    .fault_injection
-                    .faults
+                    .planned_faults()
                     .iter()
                     .map(|_| std::sync::atomic::AtomicBool::new(false))
                     .collect(),
@@ -403,6 +409,7 @@ pub(crate) fn launch(plan: Plan, config: Config) -> Result<JobHandle> {
         first.coordinator.clone(),
         shared.failover.clone(),
         shared.events.clone(),
+        shared.observers.clone(),
     ));
     let handle = JobHandle::new(
         control.clone(),
@@ -437,7 +444,7 @@ pub(crate) fn deploy_attempt(
     let (status, metrics) = (shared.status.clone(), shared.metrics.clone());
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
     // Deterministic execution: every actor on the current arbiter.
-    let deterministic = config.deterministic.is_some();
+    let deterministic = config.deterministic().is_some();
     let new_arbiter = || (!deterministic).then(Arbiter::new);
     let arbiters: Vec<Arbiter> = (0..config.runtime.arbiters)
         .filter_map(|_| new_arbiter())
@@ -455,7 +462,7 @@ pub(crate) fn deploy_attempt(
     };
     let restored = restore.as_ref().map(|r| r.checkpoint_id);
     let restore = Arc::new(restore);
-    let checkpoints = checkpoint_setup(
+    let mut checkpoints = checkpoint_setup(
         &plan,
         &config,
         restore.as_ref().as_ref(),
@@ -464,6 +471,7 @@ pub(crate) fn deploy_attempt(
         shared.checkpoint_ids.clone(),
         shared.region_fence.clone(),
     )?;
+    checkpoints.observer = Some(shared.observers.clone());
     let router = checkpoints.router.clone();
     let store = checkpoints.store.clone();
     let coordinator_arbiter = new_arbiter();
@@ -668,7 +676,7 @@ impl Spawner {
                     inputs: plan.inputs_per_subtask[v][j],
                     config: config.runtime.clone(),
                     on_finished: self.supervisor.clone().recipient(),
-                    on_failed: match &config.deterministic {
+                    on_failed: match config.deterministic() {
                         Some(mode) => mode.tap_failures(
                             v as u32,
                             j as u32,
@@ -840,9 +848,10 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         // still pending hold the failed incarnation's state and must not
         // complete after that choice.
         self.region_fence.region_restarting();
-        if let (Some(mode), Some(members)) =
-            (&self.spawner.config.deterministic, self.members.get(region))
-        {
+        if let (Some(mode), Some(members)) = (
+            self.spawner.config.deterministic(),
+            self.members.get(region),
+        ) {
             mode.retire(members.iter().map(|&(v, j)| (v as u32, j as u32)));
         }
     }
@@ -902,12 +911,12 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         spawner.activity = Arc::default();
         let activity = spawner.activity.clone();
         let failover = self.failover.clone();
-        let deterministic = self.spawner.config.deterministic.clone();
+        let deterministic = self.spawner.config.deterministic().cloned();
         if let Some(mode) = &deterministic {
             let mut subtasks: Vec<(u32, u32)> =
                 members.iter().map(|&(v, j)| (v as u32, j as u32)).collect();
             subtasks.sort_unstable();
-            mode.record(crate::testing::chaos::TraceEvent::Restarted {
+            mode.record(crate::failover::deterministic::TraceEvent::Restarted {
                 subtasks,
                 checkpoint: restored_id,
             });
@@ -1038,7 +1047,8 @@ fn checkpoint_setup(
         stats,
         status,
         job: config.job_name.clone().unwrap_or_default(),
-        deterministic: config.deterministic.clone(),
+        deterministic: config.deterministic().cloned(),
+        observer: None,
         region_fence,
     })
 }

@@ -386,9 +386,11 @@ fn launch_on_own_thread(plan: Plan, config: Config) -> Result<JobHandle> {
             actix::System::new().block_on(async move {
                 match launch(plan, config) {
                     Ok(handle) => {
-                        let waiter = handle.clone();
+                        // Not a clone of the handle: the caller's last
+                        // clone must be the last (cancel on drop).
+                        let ended = handle.ended();
                         let _ = tx.send(Ok(handle));
-                        let _ = waiter.wait().await;
+                        let _ = ended.await;
                     }
                     Err(e) => {
                         let _ = tx.send(Err(e));

@@ -61,6 +61,8 @@ pub struct SkippedCheckpoint {
 #[derive(Default)]
 pub(crate) struct EventLog {
     inner: Mutex<Inner>,
+    /// Told each restart.
+    observer: Option<std::sync::Arc<dyn crate::failover::JobObserver>>,
 }
 
 #[derive(Default)]
@@ -71,15 +73,27 @@ struct Inner {
 }
 
 impl EventLog {
-    /// Records `event` and hands it to every live subscriber.
+    /// A log that also tells `observer` each restart.
+    pub fn with_observer(observer: std::sync::Arc<dyn crate::failover::JobObserver>) -> Self {
+        EventLog {
+            inner: Mutex::default(),
+            observer: Some(observer),
+        }
+    }
+
+    /// Records `event` and hands it to every live subscriber (and a
+    /// restart to the observer).
     pub fn emit(&self, event: JobEvent) {
-        let Ok(mut inner) = self.inner.lock() else {
-            return;
-        };
-        inner
-            .subscribers
-            .retain(|s| s.unbounded_send(event.clone()).is_ok());
-        inner.events.push(event);
+        if let Ok(mut inner) = self.inner.lock() {
+            inner
+                .subscribers
+                .retain(|s| s.unbounded_send(event.clone()).is_ok());
+            inner.events.push(event.clone());
+        }
+        // Outside the lock: an observer may subscribe.
+        if let (Some(o), JobEvent::Restarted(r)) = (&self.observer, &event) {
+            o.restarted(r.attempt, r.restored_checkpoint);
+        }
     }
 
     /// A stream of every event so far, then of each new one until

@@ -107,8 +107,7 @@ impl NodeCtx {
             return Vec::new();
         };
         self.config
-            .fault_injection
-            .faults
+            .planned_faults()
             .iter()
             .enumerate()
             .filter(|(_, f)| f.operator == self.name && f.subtask == self.subtask.0 as usize)
@@ -116,6 +115,7 @@ impl NodeCtx {
                 at: f.at,
                 index: i,
                 fired: fired.clone(),
+                injector: self.config.hooks.fault_injector.clone(),
             })
             .collect()
     }

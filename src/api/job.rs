@@ -1,4 +1,9 @@
-//! Job handles: status, wait, cancel, live metrics of a running job.
+//! Job handles: status, wait, cancel, live metrics of a running job, and
+//! its lifecycle: stop with a savepoint, cancel and wait, cancel on drop.
+//!
+//! By default dropping every clone of a [`JobHandle`] leaves the job
+//! running (it ends on its own, or with the process);
+//! [`JobHandle::cancel_on_drop`] makes the last drop cancel it.
 //!
 //! [`JobHandle::status_snapshot`] gives the whole observable state of a job in
 //! one serializable value (see [`super::status`]).
@@ -18,10 +23,25 @@ use std::sync::{Arc, Mutex};
 /// What a finished job reports: elapsed time, records per operator, queue peaks.
 pub type JobResult = JobOutcome;
 
+/// How a job ended ([`JobHandle::outcome`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum JobEnd {
+    /// Every subtask finished (or the job stopped with a savepoint).
+    Finished(JobResult),
+    /// The job was canceled.
+    Canceled,
+    /// The job failed for good.
+    Failed(Error),
+}
+
 /// A handle on a running job. Cloning it is cheap; every clone sees the same job.
 #[derive(Clone)]
 pub struct JobHandle {
     control: Arc<JobControl>,
+    /// Shared by every clone: cancels the job when the last one drops, if
+    /// asked to.
+    guard: Arc<DropGuard>,
     status: Arc<Mutex<JobStatus>>,
     metrics: Arc<JobMetrics>,
     graph: Arc<JobGraphInfo>,
@@ -35,6 +55,7 @@ pub(crate) struct JobControl {
     cancelled: std::sync::atomic::AtomicBool,
     failover: Arc<Mutex<super::manager::FailoverStats>>,
     events: Arc<super::events::EventLog>,
+    observers: Arc<crate::failover::Observers>,
 }
 
 impl JobControl {
@@ -43,12 +64,14 @@ impl JobControl {
         coordinator: Addr<CheckpointCoordinator>,
         failover: Arc<Mutex<super::manager::FailoverStats>>,
         events: Arc<super::events::EventLog>,
+        observers: Arc<crate::failover::Observers>,
     ) -> Self {
         JobControl {
             current: Mutex::new((supervisor, coordinator)),
             cancelled: Default::default(),
             failover,
             events,
+            observers,
         }
     }
 
@@ -88,6 +111,20 @@ impl JobControl {
     }
 }
 
+/// Cancels the job when dropped, if [`JobHandle::cancel_on_drop`] asked.
+struct DropGuard {
+    control: Arc<JobControl>,
+    cancel: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if self.cancel.load(std::sync::atomic::Ordering::Acquire) {
+            self.control.cancel();
+        }
+    }
+}
+
 impl JobHandle {
     pub(crate) fn new(
         control: Arc<JobControl>,
@@ -107,6 +144,10 @@ impl JobHandle {
         .boxed()
         .shared();
         JobHandle {
+            guard: Arc::new(DropGuard {
+                control: control.clone(),
+                cancel: Default::default(),
+            }),
             control,
             status,
             metrics,
@@ -223,14 +264,121 @@ impl JobHandle {
         *self.status.lock().expect("status lock poisoned")
     }
 
-    /// Waits for the job to end: its result, or the error that ended it.
+    /// Waits for the job to end: its result, [`Error::Canceled`] when it
+    /// was canceled, or the error that failed it.
     pub async fn wait(&self) -> Result<JobResult> {
-        self.done.clone().await.map_err(Error::Runtime)
+        self.ended().await
     }
 
-    /// Asks the job to cancel; `wait` then returns `Cancelled`.
+    /// The job's end, without holding a clone of the handle (so that a
+    /// waiter does not keep [`cancel_on_drop`](Self::cancel_on_drop) from
+    /// firing).
+    pub(crate) fn ended(&self) -> impl std::future::Future<Output = Result<JobResult>> + use<> {
+        self.done.clone().map(|r| {
+            r.map_err(|e| match e {
+                floe_actors::Error::Cancelled => Error::Canceled,
+                e => Error::Runtime(e),
+            })
+        })
+    }
+
+    /// Waits for the job to end and tells how: finished (with its result),
+    /// canceled, or failed (with the error).
+    pub async fn outcome(&self) -> JobEnd {
+        match self.wait().await {
+            Ok(r) => JobEnd::Finished(r),
+            Err(Error::Canceled) => JobEnd::Canceled,
+            Err(e) => JobEnd::Failed(e),
+        }
+    }
+
+    /// Asks the job to cancel; `wait` then returns [`Error::Canceled`].
     pub fn cancel(&self) {
         self.control.cancel();
+    }
+
+    /// Cancels the job and waits for it to end, at most `timeout`: how it
+    /// ended (a job that finished or failed before the cancel took effect
+    /// says so), or [`Error::TimedOut`] (the job may still be stopping).
+    ///
+    /// The timer runs on a thread of its own, so this works from any
+    /// executor (tokio, actix, `futures::executor::block_on`).
+    pub async fn cancel_and_wait(&self, timeout: std::time::Duration) -> Result<JobEnd> {
+        self.cancel();
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let timer = std::thread::Builder::new()
+            .name("floe-cancel-timer".into())
+            .spawn(move || {
+                std::thread::sleep(timeout);
+                let _ = tx.send(());
+            });
+        let outcome = std::pin::pin!(self.outcome());
+        if timer.is_err() {
+            // No thread for the timer: wait without a bound.
+            return Ok(outcome.await);
+        }
+        match futures::future::select(outcome, rx).await {
+            futures::future::Either::Left((end, _)) => Ok(end),
+            futures::future::Either::Right(_) => Err(Error::TimedOut {
+                waiting_for: "the canceled job to end",
+                after: timeout,
+            }),
+        }
+    }
+
+    /// Whether dropping the last clone of this handle cancels the job
+    /// (default `false`: the job runs on without a handle, as before).
+    /// Returns the handle, for `env.execute_async()?.cancel_on_drop(true)`.
+    pub fn cancel_on_drop(self, cancel: bool) -> Self {
+        self.guard
+            .cancel
+            .store(cancel, std::sync::atomic::Ordering::Release);
+        self
+    }
+
+    /// Flink's stop-with-savepoint: takes a savepoint into a new directory
+    /// under `dir`, then the sources stop where they are, every subtask is
+    /// notified of the savepoint (two-phase-commit sinks commit up to it)
+    /// and the job finishes. Returns once the job ended, with the
+    /// savepoint's path: a job started from it (`Config::restore_from`)
+    /// goes on exactly from there.
+    ///
+    /// When the savepoint fails the job runs on and the error is returned.
+    pub async fn stop_with_savepoint(
+        &self,
+        dir: impl Into<std::path::PathBuf>,
+    ) -> Result<std::path::PathBuf> {
+        let path = self
+            .stop_with_checkpoint(Some(dir.into()))
+            .await?
+            .ok_or_else(|| {
+                Error::Runtime(floe_actors::Error::Runtime(
+                    "the final savepoint reported no path".into(),
+                ))
+            })?;
+        self.wait().await?;
+        Ok(path)
+    }
+
+    /// Waits until the job completed `n` checkpoints in all (savepoints not
+    /// counted); `false` if it ended before. Wakes on the completion, no
+    /// polling.
+    pub async fn wait_for_checkpoints(&self, n: u64) -> bool {
+        self.control
+            .observers
+            .progress
+            .reached(crate::failover::Count::Checkpoints, n)
+            .await
+    }
+
+    /// Waits until the job restarted `n` times in all (restart-all or a
+    /// region); `false` if it ended before.
+    pub async fn wait_for_restarts(&self, n: u64) -> bool {
+        self.control
+            .observers
+            .progress
+            .reached(crate::failover::Count::Restarts, n)
+            .await
     }
 
     /// Records in and out per operator so far.

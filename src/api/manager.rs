@@ -18,13 +18,13 @@ use super::deploy::{Attempt, Plan, Shared};
 use super::events::{JobEvent, RestartEvent};
 use super::job::JobControl;
 use crate::config::Config;
-use crate::failover::RestartTracker;
+use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
 use floe_actors::error::Error;
 use floe_actors::messages::InjectFailure;
 use floe_actors::supervisor::{JobOutcome, JobStatus};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,28 +64,25 @@ impl Manager {
         let mut tracker = RestartTracker::new(self.config.restart_strategy(), self.config.seed);
         let mut attempt = first;
         let mut failed_at: Option<Instant> = None;
-        let mut rng = self.config.fault_injection.seed ^ 0x9e37_79b9_7f4a_7c15;
-        let job_ended = Arc::new(AtomicBool::new(false));
+        let mut rng = self.config.random_failures().1 ^ 0x9e37_79b9_7f4a_7c15;
         let wanted = self.config.checkpoint.finish_after_checkpoints;
         if let (true, Some(hold)) = (wanted > 0, &self.shared.hold) {
             actix::spawn(release_after_checkpoints(
-                self.shared.stats.clone(),
+                self.shared.observers.clone(),
                 hold.clone(),
-                job_ended.clone(),
                 wanted,
             ));
         }
         let result = loop {
             self.control
                 .set_current(attempt.supervisor.clone(), attempt.coordinator.clone());
-            let ended = Arc::new(AtomicBool::new(false));
+            let ended = Arc::new(Latch::default());
             if let (Some(kills), Some(hold)) = (&self.shared.kills, &self.shared.hold)
                 && kills.load(Ordering::Acquire) > 0
             {
                 rng = crate::text::mix64(rng);
                 actix::spawn(inject_failures(
-                    self.shared.stats.clone(),
-                    self.shared.failover.clone(),
+                    self.shared.observers.clone(),
                     attempt.fail.clone(),
                     (kills.clone(), hold.clone()),
                     ended.clone(),
@@ -102,8 +99,8 @@ impl Manager {
                     "the job supervisor stopped without a result".into(),
                 )),
             };
-            ended.store(true, Ordering::Release);
-            if self.config.deterministic.is_some() {
+            ended.set();
+            if self.config.deterministic().is_some() {
                 // Its arbiter is the job's thread, not stopped with the
                 // attempt: stop it before anything reads what it completed.
                 let _ = attempt
@@ -113,7 +110,7 @@ impl Manager {
             }
             if let (Err(e), Some(kills), Some(hold)) =
                 (&outcome, &self.shared.kills, &self.shared.hold)
-                && e.to_string().contains("injected failure")
+                && e.injected().is_some()
             {
                 // A kill of restart-all took effect; the sources stay held
                 // until the last one has.
@@ -131,6 +128,7 @@ impl Manager {
                 }
                 Err(e) => e,
             };
+            self.shared.observers.failed(&error);
             let now = Instant::now();
             if self.config.failover == crate::failover::FailoverStrategy::Region {
                 // Regions restarted in place until the strategy ran out.
@@ -152,7 +150,7 @@ impl Manager {
             failed_at = Some(self.shared.metrics.last_failure_at().unwrap_or(now));
             self.set_status(JobStatus::Restarting);
             tracing::info!(error = %error, delay_ms = delay.as_millis() as u64, "restarting the job");
-            if !delay.is_zero() && self.config.deterministic.is_none() {
+            if !delay.is_zero() && self.config.deterministic().is_none() {
                 actix_rt::time::sleep(delay).await;
             }
             if self.control.cancelled() {
@@ -179,7 +177,7 @@ impl Manager {
                     // older one when the newest is damaged), or the
                     // configured restore path, or nothing.
                     let restored_id = a.restored.unwrap_or(0);
-                    if let Some(mode) = &self.config.deterministic {
+                    if let Some(mode) = self.config.deterministic() {
                         let plan = &self.plan;
                         let subtasks = (0..plan.heads.len())
                             .flat_map(|v| {
@@ -187,7 +185,7 @@ impl Manager {
                                 (0..p as u32).map(move |j| (v as u32, j))
                             })
                             .collect();
-                        mode.record(crate::testing::chaos::TraceEvent::Restarted {
+                        mode.record(crate::failover::deterministic::TraceEvent::Restarted {
                             subtasks,
                             checkpoint: restored_id,
                         });
@@ -220,7 +218,6 @@ impl Manager {
                 Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),
             }
         };
-        job_ended.store(true, Ordering::Release);
         let result = result.map(|mut o| {
             o.elapsed = started.elapsed();
             o.operators = self.shared.metrics.operator_summaries();
@@ -231,8 +228,11 @@ impl Manager {
             Err(Error::Cancelled) => JobStatus::Canceled,
             Err(_) => JobStatus::Failed,
         });
-        if self.config.deterministic.is_some() {
-            crate::testing::chaos::DeterministicMode::uninstall();
+        if self.config.deterministic().is_some() {
+            crate::failover::deterministic::DeterministicMode::uninstall();
+        }
+        if let Some(status) = self.shared.status.lock().ok().map(|s| *s) {
+            self.shared.observers.ended(status);
         }
         // Subscribers' streams end before the job's result is out.
         self.shared.events.close();
@@ -257,10 +257,10 @@ impl Drop for Manager {
 /// the previous kill (plus a seeded jitter of up to half an interval), while
 /// kills remain and the attempt runs. A restart-all ends the attempt after
 /// its first kill; a region restart keeps it, with the region's new
-/// subtasks among the targets.
+/// subtasks among the targets. It waits on the job's progress (completed
+/// checkpoints, restarts) and the attempt's end, never polls.
 async fn inject_failures(
-    stats: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
-    failover: Arc<Mutex<FailoverStats>>,
+    observers: Arc<Observers>,
     targets: Arc<
         Mutex<
             std::collections::HashMap<
@@ -273,23 +273,20 @@ async fn inject_failures(
         Arc<std::sync::atomic::AtomicU32>,
         Arc<std::sync::atomic::AtomicU32>,
     ),
-    ended: Arc<AtomicBool>,
+    ended: Arc<Latch>,
     mut seed: u64,
     interval: Duration,
 ) {
-    let completed = || stats.lock().map(|s| s.completed).unwrap_or(0);
+    let progress = &observers.progress;
     while remaining.load(Ordering::Acquire) > 0 {
-        let base = completed();
-        while completed() <= base {
-            if ended.load(Ordering::Acquire) {
-                return;
-            }
-            actix_rt::time::sleep(Duration::from_millis(1)).await;
+        let next = progress.get(Count::Checkpoints) + 1;
+        if !unless_ended(&ended, progress.reached(Count::Checkpoints, next)).await {
+            return;
         }
         seed = crate::text::mix64(seed);
         let jitter_ms = seed % (interval.as_millis() as u64 / 2).max(1);
         actix_rt::time::sleep(Duration::from_millis(jitter_ms)).await;
-        if ended.load(Ordering::Acquire) {
+        if ended.is_set() {
             return;
         }
         let target = {
@@ -304,21 +301,26 @@ async fn inject_failures(
             let key = keys[(crate::text::mix64(seed) % keys.len() as u64) as usize];
             t[&key].clone()
         };
-        let restarts = || failover.lock().map(|f| f.restarts).unwrap_or(0);
-        let before = restarts();
+        let restarted = progress.reached(Count::Restarts, progress.get(Count::Restarts) + 1);
         target.do_send(InjectFailure);
         // The kill counts once it took effect: the region restarted, or the
-        // attempt ended (restart-all). Until then the sources stay held, so
-        // the job cannot reach its end under the kill.
-        while restarts() == before && !ended.load(Ordering::Acquire) {
-            actix_rt::time::sleep(Duration::from_millis(1)).await;
-        }
-        if ended.load(Ordering::Acquire) {
-            // Restart-all: the manager counts the kill when the attempt
-            // failed with it.
+        // attempt ended (restart-all; the manager counts the kill when the
+        // attempt failed with it). Until then the sources stay held, so the
+        // job cannot reach its end under the kill.
+        if !unless_ended(&ended, restarted).await {
             return;
         }
         release(&remaining, &hold);
+    }
+}
+
+/// `wait`'s outcome, or `false` as soon as `ended` is set.
+async fn unless_ended(ended: &Latch, wait: impl std::future::Future<Output = bool>) -> bool {
+    let wait = std::pin::pin!(wait);
+    let end = std::pin::pin!(ended.wait());
+    match futures::future::select(wait, end).await {
+        futures::future::Either::Left((reached, _)) => reached && !ended.is_set(),
+        futures::future::Either::Right(_) => false,
     }
 }
 
@@ -337,17 +339,11 @@ fn release(kills: &std::sync::atomic::AtomicU32, hold: &std::sync::atomic::Atomi
 /// on them) once `wanted` checkpoints completed, over every attempt; gives
 /// up when the job ended without them.
 async fn release_after_checkpoints(
-    stats: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
+    observers: Arc<Observers>,
     hold: Arc<std::sync::atomic::AtomicU32>,
-    job_ended: Arc<AtomicBool>,
     wanted: u64,
 ) {
-    let completed = || stats.lock().map(|s| s.completed).unwrap_or(0);
-    while completed() < wanted {
-        if job_ended.load(Ordering::Acquire) {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(1)).await;
+    if observers.progress.reached(Count::Checkpoints, wanted).await {
+        let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
     }
-    let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
 }

@@ -22,7 +22,7 @@ pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastCon
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use events::{FallbackEvent, JobEvent, RestartEvent, SkippedCheckpoint};
-pub use job::{JobHandle, JobResult};
+pub use job::{JobEnd, JobHandle, JobResult};
 pub use keyed::KeyedStream;
 pub use manager::FailoverStats;
 pub use status::{JobStatusSnapshot, StatusReporter};

@@ -26,7 +26,7 @@ use super::format::{
 use super::savepoint::SavepointWriter;
 use super::store::{BlobSink, CheckpointStore};
 use super::{CheckpointConfig, CheckpointError};
-use crate::testing::chaos::TraceEvent;
+use crate::failover::deterministic::TraceEvent;
 use actix::prelude::*;
 use floe_actors::element::{Barrier, BarrierKind, now_ms};
 use floe_actors::ids::{CheckpointId, SubtaskIndex, VertexId};
@@ -170,7 +170,10 @@ pub(crate) struct CoordinatorSetup {
     pub status: Arc<Mutex<floe_actors::supervisor::JobStatus>>,
     /// Deterministic execution: triggers and timeouts on the mode's clock,
     /// checkpoint events into its trace.
-    pub deterministic: Option<crate::testing::chaos::DeterministicMode>,
+    pub deterministic: Option<crate::failover::deterministic::DeterministicMode>,
+    /// Told of completed and failed checkpoints (the job's progress and
+    /// its observers).
+    pub observer: Option<Arc<dyn crate::failover::JobObserver>>,
     /// The job's name: the `job` label of the checkpoint metrics.
     pub job: String,
     /// Region restarts begun so far (see [`RegionFence`]).
@@ -525,6 +528,9 @@ impl CheckpointCoordinator {
                     "checkpoint completed"
                 );
                 self.trace(TraceEvent::CheckpointCompleted { id });
+                if let (SnapshotKind::Checkpoint, Some(o)) = (p.kind, &self.setup.observer) {
+                    o.checkpoint_completed(id);
+                }
                 if p.kind == SnapshotKind::Checkpoint {
                     self.last_completion = Some(Instant::now());
                     self.abort_subsumed(id, ctx);
@@ -678,7 +684,11 @@ impl CheckpointCoordinator {
         self.aborted.insert(id);
         self.trace(TraceEvent::CheckpointAborted {
             id,
-            fault: crate::testing::chaos::injected_fault(&reason),
+            fault: self
+                .setup
+                .deterministic
+                .as_ref()
+                .and_then(|m| m.fired_async_write(id)),
             reason: reason.clone(),
         });
         if counts {
@@ -727,6 +737,9 @@ impl CheckpointCoordinator {
                 stats.failed += 1;
             }
             stats.record(record.clone());
+        }
+        if let (SnapshotKind::Checkpoint, true, Some(o)) = (p.kind, counts, &self.setup.observer) {
+            o.checkpoint_failed(id, &reason);
         }
         publish_metrics(&self.setup.job, &record);
         if p.stop

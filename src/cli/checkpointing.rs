@@ -198,8 +198,12 @@ impl CheckpointArgs {
             if !self.enabled() {
                 return bad("--inject-failures needs --checkpoint-interval");
             }
-            config.fault_injection.random_failures = k;
-            config.fault_injection.seed = seed;
+            config =
+                config.with_fault_injector(std::sync::Arc::new(floe::failover::FaultInjection {
+                    random_failures: k,
+                    seed,
+                    faults: Vec::new(),
+                }));
         }
         env.set_config(config);
         if let Some(c) = self.credits {

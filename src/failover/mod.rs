@@ -6,12 +6,21 @@
 //! one. Either way the restarted subtasks restore the latest completed
 //! checkpoint (or start from the beginning when there is none).
 //!
-//! [`FaultInjection`] fails chosen subtasks at chosen points; for runs that
-//! replay exactly (one thread, a logical clock, a seeded plan of faults, a
-//! trace), see [`crate::testing::chaos`].
+//! A [`FaultInjector`] (set with [`Config::with_fault_injector`](crate::Config::with_fault_injector);
+//! [`FaultInjection`] is the plain one) fails chosen subtasks at chosen
+//! points, with the typed [`floe_actors::Error::InjectedFault`]; a
+//! [`JobObserver`] is told checkpoint, failure, restart and end events. For
+//! runs that replay exactly (one thread, a logical clock, a seeded plan of
+//! faults, a trace), see `floe::testing::chaos` (`testing` feature).
 //!
 //! See `docs/fault-tolerance.md`.
 
+#[doc(hidden)]
+pub mod deterministic;
+mod hooks;
+
+pub(crate) use hooks::{Count, Latch, Observers};
+pub use hooks::{FaultInjector, JobHooks, JobObserver};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -264,21 +273,28 @@ pub struct Fault {
     pub at: FaultPoint,
 }
 
-/// When a [`Fault`] fires.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultPoint {
-    /// Once the operator's subtask has taken in this many records.
-    Records(u64),
-    /// When the subtask snapshots this checkpoint (the synchronous part).
-    Checkpoint(u64),
-    /// In the asynchronous part (serialize and write) of this checkpoint:
-    /// the checkpoint is declined, and fails the job beyond the tolerable
-    /// failed checkpoints.
-    AsyncWrite(u64),
-    /// While the subtask restores a checkpoint (the first restore after
-    /// the fault was configured).
-    Restore,
+impl Fault {
+    /// The planned fault behind `error`, if it is an injected one (a random
+    /// kill has none).
+    pub fn from_error(error: &floe_actors::Error) -> Option<Fault> {
+        match error.injected()? {
+            floe_actors::Error::InjectedFault {
+                operator,
+                subtask,
+                point: Some(at),
+            } => Some(Fault {
+                operator: operator.clone(),
+                subtask: subtask.0 as usize,
+                at: *at,
+            }),
+            _ => None,
+        }
+    }
 }
+
+/// When a [`Fault`] fires (defined with the runtime's typed
+/// [`floe_actors::Error::InjectedFault`], which names it).
+pub use floe_actors::error::FaultPoint;
 
 /// Where a subtask is when it checks for a due fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,9 +309,10 @@ pub(crate) enum FaultMoment {
     Restore,
 }
 
-impl FaultPoint {
-    pub(crate) fn due(self, at: FaultMoment) -> bool {
-        match (self, at) {
+impl FaultMoment {
+    /// Whether a fault at `point` is due at this moment.
+    pub(crate) fn reached(self, point: FaultPoint) -> bool {
+        match (point, self) {
             (FaultPoint::Records(n), FaultMoment::Records(total)) => total >= n,
             (FaultPoint::Checkpoint(a), FaultMoment::Snapshot(b))
             | (FaultPoint::AsyncWrite(a), FaultMoment::AsyncWrite(b)) => a == b,

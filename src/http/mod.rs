@@ -11,7 +11,7 @@
 //! | `GET /jobs/{name}` | that job's status snapshot |
 //! | `POST /jobs/{name}/savepoint` | takes a savepoint into the registry's savepoint directory: `{"job", "path"}` |
 //! | `POST /jobs/{name}/stop` | stops the job with a savepoint there: `{"job", "path", "state"}` |
-//! | `POST /jobs/{name}/cancel` | cancels the job and waits for its end: `{"job", "state"}` |
+//! | `POST /jobs/{name}/cancel` | cancels the job and waits for its end: `{"job", "state", "end"}` (`end`: `canceled`, or `finished` / `failed` when it ended first; 202 and no `end` after the cancel timeout) |
 //! | `DELETE /jobs/{name}` | forgets an ended job; its series leave `/metrics` |
 //!
 //! Errors answer a status code and `{"error": "..."}`. Jobs are registered
@@ -23,7 +23,7 @@
 //! hides the series of a job removed from the registry (and of an ended job
 //! replaced by a new one of the same name) from `/metrics`.
 
-use crate::JobHandle;
+use crate::{JobEnd, JobHandle};
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -399,10 +399,9 @@ async fn savepoint(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer
 async fn stop(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
     let h = find(&jobs, &name)?;
     let dir = savepoint_dir(&jobs)?;
-    let path = h.stop_with_checkpoint(Some(dir)).await.map_err(internal)?;
-    // The job finishes once every subtask was notified: wait for that, so
-    // the answer's state is final and a restart finds the savepoint whole.
-    h.wait().await.map_err(internal)?;
+    // Returns once the job ended: the answer's state is final and a
+    // restart finds the savepoint whole.
+    let path = h.stop_with_savepoint(dir).await.map_err(internal)?;
     let state = h.status();
     Ok(
         Json(serde_json::json!({ "job": name, "path": path, "state": format!("{state:?}") }))
@@ -414,15 +413,17 @@ async fn cancel(State(jobs): State<Jobs>, Path(name): Path<String>) -> Answer {
     let h = find(&jobs, &name)?;
     h.cancel();
     let timeout = jobs.inner.cancel_timeout.unwrap_or(DEFAULT_CANCEL_TIMEOUT);
-    // The job's end (canceled or not) is what the client waits for; the
-    // result itself is in `/status`.
-    let code = match tokio::time::timeout(timeout, h.wait()).await {
-        Ok(_) => StatusCode::OK,
-        Err(_) => StatusCode::ACCEPTED,
+    // The server's own timer bounds the wait (no thread per request). A job
+    // that finished or failed before the cancel took effect says so.
+    let (code, end) = match tokio::time::timeout(timeout, h.outcome()).await {
+        Ok(JobEnd::Finished(_)) => (StatusCode::OK, Some("finished")),
+        Ok(JobEnd::Canceled) => (StatusCode::OK, Some("canceled")),
+        Ok(JobEnd::Failed(_)) => (StatusCode::OK, Some("failed")),
+        Err(_) => (StatusCode::ACCEPTED, None),
     };
     Ok((
         code,
-        Json(serde_json::json!({ "job": name, "state": format!("{:?}", h.status()) })),
+        Json(serde_json::json!({ "job": name, "state": format!("{:?}", h.status()), "end": end })),
     )
         .into_response())
 }

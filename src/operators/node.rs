@@ -133,6 +133,8 @@ pub struct FaultTrigger {
     pub index: usize,
     /// Fired flags of every configured fault, shared by all attempts.
     pub fired: Arc<Vec<std::sync::atomic::AtomicBool>>,
+    /// The injector the fault came from, told when it fires.
+    pub injector: Option<Arc<dyn crate::failover::FaultInjector>>,
 }
 
 impl NodeInfo {
@@ -141,23 +143,23 @@ impl NodeInfo {
         &self,
         at: crate::failover::FaultMoment,
     ) -> floe_actors::Result<()> {
-        use crate::failover::FaultPoint;
         for f in &self.faults {
-            if f.at.due(at)
+            if at.reached(f.at)
                 && let Some(flag) = f.fired.get(f.index)
                 && !flag.swap(true, std::sync::atomic::Ordering::AcqRel)
             {
-                let at = match f.at {
-                    FaultPoint::Records(n) => format!("after {n} records"),
-                    FaultPoint::Checkpoint(id) => format!("during the snapshot of checkpoint {id}"),
-                    FaultPoint::AsyncWrite(id) => format!("while writing checkpoint {id}"),
-                    FaultPoint::Restore => "while restoring".to_string(),
-                };
-                return Err(floe_actors::Error::operator(
-                    self.name.clone(),
-                    self.subtask,
-                    format!("injected failure {at}"),
-                ));
+                if let Some(injector) = &f.injector {
+                    injector.fired(&crate::failover::Fault {
+                        operator: self.name.clone(),
+                        subtask: self.subtask.0 as usize,
+                        at: f.at,
+                    });
+                }
+                return Err(floe_actors::Error::InjectedFault {
+                    operator: self.name.clone(),
+                    subtask: self.subtask,
+                    point: Some(f.at),
+                });
             }
         }
         Ok(())

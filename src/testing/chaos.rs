@@ -7,8 +7,8 @@
 //! wall-clock timers: two runs of one job interleave differently, so a
 //! failure found by a fault-injection test may never show again.
 //!
-//! With [`Config::deterministic`](crate::Config::deterministic) set to a
-//! [`DeterministicMode`], the job runs so that the order of every message is
+//! With a [`ChaosInjector`] (a [`DeterministicMode`] and faults) as the
+//! job's [`FaultInjector`] ([`Config::with_fault_injector`]), the job runs so that the order of every message is
 //! a function of its configuration:
 //!
 //! 1. **One arbiter.** Every subtask, the checkpoint coordinator and the
@@ -51,294 +51,42 @@
 
 use crate::Config;
 use crate::connectors::two_phase::TwoPhaseCommitSink;
-use crate::failover::{FailoverStrategy, Fault, FaultInjection, FaultPoint, RestartStrategy};
-use crate::time::{Clock, ManualClock};
-use actix::{Actor, Context, Handler, Recipient};
-use floe_actors::element::{Batch, Timestamp};
-use floe_actors::messages::SubtaskFailed;
+use crate::failover::{
+    FailoverStrategy, Fault, FaultInjection, FaultInjector, FaultPoint, RestartStrategy,
+};
+use floe_actors::element::Batch;
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The switch to deterministic execution: the job's clock and its trace.
-///
-/// Clones share the clock and the trace; two modes are equal when they
-/// share them.
+pub use crate::failover::deterministic::{DeterministicMode, Trace, TraceEvent, Traced};
+
+/// The fault injector of a deterministic run: the plan's faults, and the
+/// [`DeterministicMode`] that runs the job on one thread and traces it.
 #[derive(Clone, Debug)]
-pub struct DeterministicMode {
-    /// The job's processing time; it advances on every read by the job.
-    pub clock: ManualClock,
-    /// How far the clock advances per read (logical milliseconds, > 0).
-    pub tick_ms: i64,
-    /// What the job records.
-    pub trace: Trace,
-    /// Per subtask, whether its current incarnation's failures still count.
-    taps: Arc<Mutex<Incarnations>>,
+pub struct ChaosInjector {
+    /// The faults (random failures are refused in deterministic execution).
+    pub faults: FaultInjection,
+    /// The job's clock and trace.
+    pub mode: DeterministicMode,
 }
 
-/// Per `(vertex, subtask)`, the "still current" flag of its latest
-/// incarnation's failure tap.
-type Incarnations = HashMap<(u32, u32), Arc<AtomicBool>>;
-
-impl DeterministicMode {
-    /// A mode whose clock starts at `start_ms` and advances `tick_ms` per read.
-    pub fn new(start_ms: Timestamp, tick_ms: i64) -> Self {
-        DeterministicMode {
-            clock: ManualClock::new(start_ms),
-            tick_ms,
-            trace: Trace::default(),
-            taps: Arc::default(),
-        }
+impl FaultInjector for ChaosInjector {
+    fn faults(&self) -> &[Fault] {
+        &self.faults.faults
     }
 
-    /// Makes processing time on this thread read (and advance) the mode's
-    /// clock; the deployment calls it on the job's thread.
-    pub(crate) fn install(&self) {
-        let (clock, tick) = (self.clock.clone(), self.tick_ms);
-        floe_actors::element::set_thread_clock(Some(Box::new(move || clock.advance(tick))));
+    fn random_failures(&self) -> (u32, u64) {
+        (self.faults.random_failures, self.faults.seed)
     }
 
-    /// Gives this thread the wall clock back.
-    pub(crate) fn uninstall() {
-        floe_actors::element::set_thread_clock(None);
+    fn fired(&self, fault: &Fault) {
+        self.mode.note_fired(fault);
     }
 
-    /// Records `event` at the clock's current time (without advancing it).
-    pub(crate) fn record(&self, event: TraceEvent) {
-        self.trace.push(Traced {
-            at_ms: self.clock.now_ms(),
-            event,
-        });
-    }
-
-    /// Passes every `SubtaskFailed` of a new incarnation of subtask
-    /// `(vertex, subtask)` through the trace on its way to `to`.
-    pub(crate) fn tap_failures(
-        &self,
-        vertex: u32,
-        subtask: u32,
-        to: Recipient<SubtaskFailed>,
-    ) -> Recipient<SubtaskFailed> {
-        let live = Arc::new(AtomicBool::new(true));
-        if let Ok(mut taps) = self.taps.lock() {
-            taps.insert((vertex, subtask), live.clone());
-        }
-        FailureTap {
-            mode: self.clone(),
-            to,
-            live,
-        }
-        .start()
-        .recipient()
-    }
-
-    /// The current incarnations of `subtasks` are being restarted: what they
-    /// report from now on is traced but no longer reaches the supervisor
-    /// (it would restart their successors).
-    pub(crate) fn retire(&self, subtasks: impl IntoIterator<Item = (u32, u32)>) {
-        if let Ok(taps) = self.taps.lock() {
-            for key in subtasks {
-                if let Some(live) = taps.get(&key) {
-                    live.store(false, Ordering::Release);
-                }
-            }
-        }
-    }
-
-    /// Checks the rest of the configuration can run deterministically.
-    pub(crate) fn validate(&self, config: &Config) -> crate::Result<()> {
-        let bad = |what: &str| {
-            Err(crate::Error::Config(format!(
-                "deterministic execution: {what}"
-            )))
-        };
-        if self.tick_ms <= 0 {
-            return bad("the clock's tick must be at least 1 ms");
-        }
-        if config.fault_injection.random_failures > 0 {
-            return bad(
-                "random failures are timed by the wall clock; list them in fault_injection.faults",
-            );
-        }
-        if config.checkpoint.finish_after_checkpoints > 0 {
-            return bad(
-                "holding the sources for checkpoints waits on the wall clock; leave finish_after_checkpoints 0",
-            );
-        }
-        if config.checkpoint.alignment_timeout.is_some() {
-            return bad("alignment timeouts run on the wall clock; leave alignment_timeout unset");
-        }
-        if !config.checkpoint.min_pause.is_zero() {
-            return bad(
-                "the minimum pause between checkpoints runs on the wall clock; leave it zero",
-            );
-        }
-        Ok(())
-    }
-}
-
-impl PartialEq for DeterministicMode {
-    fn eq(&self, other: &Self) -> bool {
-        self.tick_ms == other.tick_ms
-            && self.clock.shares_time_with(&other.clock)
-            && Arc::ptr_eq(&self.trace.events, &other.trace.events)
-    }
-}
-
-/// The events of a deterministic run, in order. Clones share the events.
-#[derive(Clone, Default)]
-pub struct Trace {
-    events: Arc<Mutex<Vec<Traced>>>,
-}
-
-impl Trace {
-    fn push(&self, t: Traced) {
-        if let Ok(mut e) = self.events.lock() {
-            e.push(t);
-        }
-    }
-
-    /// The events so far.
-    pub fn events(&self) -> Vec<Traced> {
-        self.events.lock().map(|e| e.clone()).unwrap_or_default()
-    }
-}
-
-impl fmt::Debug for Trace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.events()).finish()
-    }
-}
-
-/// One event of a [`Trace`], at the logical time it happened.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Traced {
-    /// The job's clock when it was recorded.
-    pub at_ms: Timestamp,
-    /// What happened.
-    pub event: TraceEvent,
-}
-
-/// What a deterministic run records.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TraceEvent {
-    /// The coordinator triggered checkpoint `id` at the sources.
-    CheckpointTriggered {
-        /// The checkpoint.
-        id: u64,
-    },
-    /// Checkpoint `id` is in the store.
-    CheckpointCompleted {
-        /// The checkpoint.
-        id: u64,
-    },
-    /// Checkpoint `id` was aborted.
-    CheckpointAborted {
-        /// The checkpoint.
-        id: u64,
-        /// Why (a decline names the subtask and its error).
-        reason: String,
-        /// The injected fault behind it (a failed asynchronous write).
-        fault: Option<Fault>,
-    },
-    /// A subtask failed.
-    SubtaskFailed {
-        /// Its vertex (chain).
-        vertex: u32,
-        /// Its index.
-        subtask: u32,
-        /// The error, naming the operator.
-        error: String,
-        /// The injected fault it came from, if it was one.
-        fault: Option<Fault>,
-    },
-    /// Subtasks were redeployed from a checkpoint (a restart-all attempt, or
-    /// a region).
-    Restarted {
-        /// `(vertex, subtask)` of every redeployed subtask, sorted.
-        subtasks: Vec<(u32, u32)>,
-        /// The checkpoint restored (0: from the beginning).
-        checkpoint: u64,
-    },
-}
-
-impl TraceEvent {
-    /// The injected fault behind this event, if any.
-    pub fn fault(&self) -> Option<&Fault> {
-        match self {
-            TraceEvent::CheckpointAborted { fault, .. }
-            | TraceEvent::SubtaskFailed { fault, .. } => fault.as_ref(),
-            _ => None,
-        }
-    }
-}
-
-/// The injected fault an error message reports, parsed from the message
-/// operators give (`operator 'NAME' subtask #I failed: injected failure
-/// AT`), anywhere in `message`.
-pub fn injected_fault(message: &str) -> Option<Fault> {
-    const MARK: &str = " failed: injected failure ";
-    let end = message.find(MARK)?;
-    let head = &message[..end];
-    let start = head.rfind("operator '")?;
-    let (name, subtask) = head[start + "operator '".len()..].rsplit_once("' subtask ")?;
-    let subtask = subtask.trim_start_matches('#').parse().ok()?;
-    let at = &message[end + MARK.len()..];
-    let number = |prefix: &str, suffix: &str| -> Option<u64> {
-        let rest = at.strip_prefix(prefix)?;
-        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        rest[digits.len()..].starts_with(suffix).then_some(())?;
-        digits.parse().ok()
-    };
-    let point = if let Some(n) = number("after ", " records") {
-        FaultPoint::Records(n)
-    } else if let Some(id) = number("during the snapshot of checkpoint ", "") {
-        FaultPoint::Checkpoint(id)
-    } else if let Some(id) = number("while writing checkpoint ", "") {
-        FaultPoint::AsyncWrite(id)
-    } else if at.starts_with("while restoring") {
-        FaultPoint::Restore
-    } else {
-        return None;
-    };
-    Some(Fault {
-        operator: name.to_string(),
-        subtask,
-        at: point,
-    })
-}
-
-/// Records subtask failures on their way to the supervisor.
-struct FailureTap {
-    mode: DeterministicMode,
-    to: Recipient<SubtaskFailed>,
-    /// Cleared when this incarnation of the subtask is being restarted.
-    live: Arc<AtomicBool>,
-}
-
-impl Actor for FailureTap {
-    type Context = Context<Self>;
-}
-
-impl Handler<SubtaskFailed> for FailureTap {
-    type Result = ();
-
-    fn handle(&mut self, msg: SubtaskFailed, _: &mut Context<Self>) {
-        if msg.error != floe_actors::Error::Cancelled {
-            let error = msg.error.to_string();
-            self.mode.record(TraceEvent::SubtaskFailed {
-                vertex: msg.vertex.0,
-                subtask: msg.subtask.0,
-                fault: injected_fault(&error),
-                error,
-            });
-        }
-        if self.live.load(Ordering::Acquire) {
-            self.to.do_send(msg);
-        }
+    fn deterministic(&self) -> Option<&DeterministicMode> {
+        Some(&self.mode)
     }
 }
 
@@ -537,13 +285,14 @@ impl FaultPlan {
             attempts: self.faults.len() as u32 + 3,
             delay: Duration::ZERO,
         });
-        config.fault_injection = FaultInjection {
-            random_failures: 0,
-            seed: self.seed,
-            faults: self.faults.clone(),
-        };
-        config.deterministic = Some(DeterministicMode::new(0, 1));
-        config
+        config.with_fault_injector(Arc::new(ChaosInjector {
+            faults: FaultInjection {
+                random_failures: 0,
+                seed: self.seed,
+                faults: self.faults.clone(),
+            },
+            mode: DeterministicMode::new(0, 1),
+        }))
     }
 }
 
@@ -777,7 +526,7 @@ where
     T: Clone + Send + 'static,
     F: FnOnce(&crate::StreamExecutionEnvironment) -> ExactlyOnceCollector<T>,
 {
-    let trace = config.deterministic.as_ref().map(|m| m.trace.clone());
+    let trace = config.deterministic().map(|m| m.trace.clone());
     let env = crate::StreamExecutionEnvironment::with_config(config);
     let out = build(&env);
     let result = match (&trace, env.execute_async()) {
@@ -866,10 +615,22 @@ mod tests {
     fn the_mode_refuses_what_runs_on_the_wall_clock() {
         let mut config = FaultPlan::generate(1, &spec()).config(Config::default());
         assert!(config.validate().is_ok());
-        config.fault_injection.random_failures = 2;
+        let injector = |random_failures, tick_ms| {
+            let mut mode = DeterministicMode::new(0, 1);
+            mode.tick_ms = tick_ms;
+            Arc::new(ChaosInjector {
+                faults: FaultInjection {
+                    random_failures,
+                    ..Default::default()
+                },
+                mode,
+            })
+        };
+        config = config.with_fault_injector(injector(2, 1));
         let e = config.validate().unwrap_err().to_string();
         assert!(e.contains("random failures"), "{e}");
-        config.fault_injection.random_failures = 0;
+        config = config.with_fault_injector(injector(0, 1));
+        assert!(config.validate().is_ok());
         config.checkpoint.finish_after_checkpoints = 1;
         assert!(config.validate().is_err());
         config.checkpoint.finish_after_checkpoints = 0;
@@ -879,9 +640,7 @@ mod tests {
         config.checkpoint.min_pause = Duration::from_millis(5);
         assert!(config.validate().is_err());
         config.checkpoint.min_pause = Duration::ZERO;
-        if let Some(mode) = config.deterministic.as_mut() {
-            mode.tick_ms = 0;
-        }
+        config = config.with_fault_injector(injector(0, 0));
         assert!(config.validate().is_err());
     }
 
@@ -893,35 +652,40 @@ mod tests {
     }
 
     #[test]
-    fn injected_faults_are_read_back_from_error_messages() {
-        let cases = [
-            (FaultPoint::Records(120), "after 120 records"),
-            (
-                FaultPoint::Checkpoint(3),
-                "during the snapshot of checkpoint 3",
-            ),
-            (FaultPoint::AsyncWrite(14), "while writing checkpoint 14"),
-            (FaultPoint::Restore, "while restoring"),
+    fn injected_faults_are_read_back_from_the_typed_error() {
+        let points = [
+            FaultPoint::Records(120),
+            FaultPoint::Checkpoint(3),
+            FaultPoint::AsyncWrite(14),
+            FaultPoint::Restore,
         ];
-        for (at, text) in cases {
-            let e = floe_actors::Error::operator(
-                "Keyed Sum",
-                floe_actors::ids::SubtaskIndex(2),
-                format!("injected failure {text}"),
-            );
-            let message = format!("declined by subtask #2 of vertex v1: {e}");
+        for at in points {
+            let e = floe_actors::Error::InjectedFault {
+                operator: "Keyed Sum".into(),
+                subtask: floe_actors::ids::SubtaskIndex(2),
+                point: Some(at),
+            };
             let expected = Fault {
                 operator: "Keyed Sum".into(),
                 subtask: 2,
                 at,
             };
-            assert_eq!(injected_fault(&message), Some(expected), "{message}");
+            assert_eq!(Fault::from_error(&e), Some(expected.clone()));
+            assert_eq!(Fault::from_error(&e.non_retriable()), Some(expected));
         }
-        assert_eq!(injected_fault("operator 'x' subtask #0 failed: boom"), None);
-        assert_eq!(
-            injected_fault("operator 'x' subtask #0 failed: injected failure"),
-            None
+        // The text alone is not a fault, nor is a random kill.
+        let text = floe_actors::Error::operator(
+            "x",
+            floe_actors::ids::SubtaskIndex(0),
+            "injected failure after 3 records",
         );
+        assert_eq!(Fault::from_error(&text), None);
+        let kill = floe_actors::Error::InjectedFault {
+            operator: "x".into(),
+            subtask: floe_actors::ids::SubtaskIndex(0),
+            point: None,
+        };
+        assert_eq!(Fault::from_error(&kill), None);
     }
 
     fn batch(values: &[u32]) -> Batch<u32> {

@@ -29,7 +29,7 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// Wall-clock time: milliseconds since the Unix epoch (on the thread of a
-/// deterministic job, the job's clock: see [`crate::testing::chaos`]).
+/// deterministic job, the job's clock: see `floe::testing::chaos`).
 ///
 /// # Examples
 /// ```

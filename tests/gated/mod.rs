@@ -15,7 +15,7 @@ use floe::connectors::generator::GeneratorSource;
 use floe::connectors::{SourceContext, SourceFunction, SourcePoll};
 use floe::{Record, StreamExecutionEnvironment};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the sources of one job share with the test: the stop they may
@@ -26,6 +26,8 @@ pub struct Gate {
     stop: AtomicUsize,
     /// Per stop: source subtasks holding there.
     held: Mutex<Vec<usize>>,
+    /// Signalled when a subtask starts holding at a stop.
+    arrived: Condvar,
     /// Records emitted so far, over all subtasks.
     emitted: AtomicU64,
 }
@@ -52,16 +54,23 @@ impl Gate {
         self.emitted.load(Ordering::Acquire)
     }
 
-    /// Waits until `subtasks` source subtasks hold at the current stop.
+    /// Waits until `subtasks` source subtasks hold at the current stop
+    /// (woken by each arrival, no polling). The long limit only turns a
+    /// hang (a bug) into a failure.
     pub fn wait_held(&self, subtasks: usize) {
         let stop = self.stop.load(Ordering::Acquire);
-        wait_until("every source subtask at the gate", || {
-            self.held
-                .lock()
-                .unwrap()
-                .get(stop)
-                .is_some_and(|&n| n >= subtasks)
-        });
+        let held = self.held.lock().unwrap();
+        let (held, timeout) = self
+            .arrived
+            .wait_timeout_while(held, Duration::from_secs(300), |held| {
+                held.get(stop).is_none_or(|&n| n < subtasks)
+            })
+            .unwrap();
+        drop(held);
+        assert!(
+            !timeout.timed_out(),
+            "hung waiting for every source subtask at the gate"
+        );
     }
 }
 
@@ -77,14 +86,16 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// Waits until `handle`'s job completed `n` more checkpoints than it had
-/// when called. With one checkpoint in progress at a time and `n >= 2`, the
-/// last of them was triggered after the call (so, called once every source
-/// holds at a stop, it holds exactly the records emitted before the stop).
+/// when called (woken by the completions). With one checkpoint in progress
+/// at a time and `n >= 2`, the last of them was triggered after the call
+/// (so, called once every source holds at a stop, it holds exactly the
+/// records emitted before the stop).
 pub fn wait_for_new_checkpoints(handle: &floe::JobHandle, n: u64) {
     let base = handle.checkpoint_stats().completed;
-    wait_until("checkpoints", || {
-        handle.checkpoint_stats().completed >= base + n
-    });
+    assert!(
+        futures::executor::block_on(handle.wait_for_checkpoints(base + n)),
+        "the job ended before {n} more checkpoints completed"
+    );
 }
 
 /// A source of `f(0..count)` whose subtasks hold at each of `stops`
@@ -143,6 +154,7 @@ impl<T: Send + 'static> SourceFunction<T> for Gated<T> {
                     held.resize(stop + 1, 0);
                 }
                 held[stop] += 1;
+                self.gate.arrived.notify_all();
             }
             return Ok(SourcePoll::Wait(Duration::from_millis(1)));
         }

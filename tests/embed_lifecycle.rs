@@ -1,0 +1,318 @@
+//! The lifecycle of an embedded job through its `JobHandle`:
+//! stop-with-savepoint and a restore from it, cancel-and-wait, cancel on
+//! drop, `wait` telling canceled from failed, resume-latest-or-fresh, and
+//! the observer and fault-injector hooks (typed injected faults).
+//!
+//! Every count is checked against a plain `HashMap` over the whole input;
+//! every wait is for an event (sources holding at a gate, a completed
+//! checkpoint, the job's end), never for time.
+
+mod gated;
+use floe::checkpoint::CheckpointConfig;
+use floe::failover::{Fault, FaultInjection, FaultPoint, JobObserver, RestartStrategy};
+use floe::{Config, Error, JobEnd, JobStatus, StreamExecutionEnvironment};
+use gated::{Gate, gated_generator, wait_for_new_checkpoints};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+const RECORDS: u64 = 40_000;
+const WORDS: u64 = 29;
+const P: usize = 2;
+
+/// Turns a hang (a bug) into a failure; a slow machine only waits longer.
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn word(i: u64) -> String {
+    format!("w{}", floe::text::mix64(i) % WORDS)
+}
+
+fn oracle() -> HashMap<String, u64> {
+    let mut m = HashMap::new();
+    for i in 0..RECORDS {
+        *m.entry(word(i)).or_insert(0) += 1;
+    }
+    m
+}
+
+/// A keyed count of `word(0..RECORDS)`; with a `gate` its sources hold at
+/// half of their input until it opens. `config` is the job's whole
+/// configuration.
+fn job(
+    config: Config,
+    gate: Option<&Arc<Gate>>,
+) -> (
+    StreamExecutionEnvironment,
+    floe::connectors::collect::Collected<(String, u64)>,
+) {
+    let env = StreamExecutionEnvironment::with_config(config);
+    env.set_batch_size(64);
+    let words = match gate {
+        Some(g) => gated_generator(&env, g, RECORDS, &[0.5], |i| (word(i), 1u64)),
+        None => env.from_generator(RECORDS, |i| (word(i), 1u64)),
+    }
+    .uid("words");
+    let counts = words
+        .key_by_field(|t: &(String, u64)| &t.0)
+        .sum(|t: &mut (String, u64)| &mut t.1)
+        .uid("sum")
+        .collect();
+    (env, counts)
+}
+
+fn checkpointing(dir: &Path) -> Config {
+    let mut config = Config {
+        parallelism: P,
+        ..Default::default()
+    };
+    config.checkpoint = CheckpointConfig {
+        interval: Some(Duration::from_millis(30)),
+        dir: Some(dir.to_path_buf()),
+        ..Default::default()
+    };
+    config
+}
+
+fn last_per_key(updates: Vec<(String, u64)>) -> HashMap<String, u64> {
+    updates.into_iter().collect()
+}
+
+fn block<F: std::future::Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}
+
+/// Records what the job reports through the observer hook.
+#[derive(Default)]
+struct Recorder {
+    completed: Mutex<Vec<u64>>,
+    failures: Mutex<Vec<floe_actors::Error>>,
+    restarts: Mutex<Vec<(u64, Option<u64>)>>,
+    ended: Mutex<Option<mpsc::Sender<JobStatus>>>,
+}
+
+impl Recorder {
+    fn with_end() -> (Arc<Self>, mpsc::Receiver<JobStatus>) {
+        let (tx, rx) = mpsc::channel();
+        let r = Recorder {
+            ended: Mutex::new(Some(tx)),
+            ..Default::default()
+        };
+        (Arc::new(r), rx)
+    }
+}
+
+impl JobObserver for Recorder {
+    fn checkpoint_completed(&self, id: u64) {
+        self.completed.lock().unwrap().push(id);
+    }
+
+    fn failed(&self, error: &floe_actors::Error) {
+        self.failures.lock().unwrap().push(error.clone());
+    }
+
+    fn restarted(&self, attempt: u64, restored: Option<u64>) {
+        self.restarts.lock().unwrap().push((attempt, restored));
+    }
+
+    fn ended(&self, status: JobStatus) {
+        if let Some(tx) = self.ended.lock().unwrap().as_ref() {
+            let _ = tx.send(status);
+        }
+    }
+}
+
+#[test]
+fn stop_with_savepoint_then_restore_continues_the_counts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::new();
+    let (env, _) = job(checkpointing(&dir.path().join("ck")), Some(&gate));
+    let handle = env.execute_async().expect("job starts");
+    gate.wait_held(P);
+    let savepoint = block(handle.stop_with_savepoint(dir.path().join("sp"))).expect("stops");
+    // The job finished (not canceled, not failed) with the savepoint.
+    assert_eq!(handle.status(), JobStatus::Finished);
+    assert!(matches!(block(handle.outcome()), JobEnd::Finished(_)));
+    assert!(
+        savepoint.starts_with(dir.path().join("sp")),
+        "{savepoint:?}"
+    );
+    let emitted = gate.emitted();
+    assert!(emitted > 0 && emitted < RECORDS, "{emitted}");
+
+    let mut config = checkpointing(&dir.path().join("ck2"));
+    config.restore_from = Some(savepoint);
+    let (env, counts) = job(config, None);
+    let result = env.execute().expect("the restored job finishes");
+    // It read on exactly from the savepoint: only what followed the gate,
+    // and its keyed counts continue the stopped job's.
+    assert_eq!(
+        result.operator("Keyed Sum").unwrap().records_in,
+        RECORDS - emitted
+    );
+    assert_eq!(last_per_key(counts.take()), oracle());
+}
+
+#[test]
+fn resume_latest_starts_fresh_on_an_empty_directory_then_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("service");
+    // The configuration a service uses on every start.
+    let service = || checkpointing(&ck).resume_latest(&ck);
+
+    // First start: nothing to resume, so it starts fresh (a plain
+    // `restore_from` fails here with "no checkpoint").
+    let gate = Gate::new();
+    let (env, _) = job(service(), Some(&gate));
+    let handle = env
+        .execute_async()
+        .expect("first start without a checkpoint");
+    gate.wait_held(P);
+    wait_for_new_checkpoints(&handle, 2);
+    let emitted = gate.emitted();
+    assert!(matches!(
+        block(handle.cancel_and_wait(LIMIT)).expect("cancel took effect"),
+        JobEnd::Canceled
+    ));
+
+    // Second start: resumes the latest completed checkpoint.
+    let (env, counts) = job(service(), None);
+    let result = env.execute().expect("the resumed job finishes");
+    assert_eq!(
+        result.operator("Keyed Sum").unwrap().records_in,
+        RECORDS - emitted
+    );
+    assert_eq!(last_per_key(counts.take()), oracle());
+}
+
+#[test]
+fn a_fresh_start_under_resume_latest_counts_the_whole_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("never-used");
+    let (env, counts) = job(checkpointing(&ck).resume_latest(&ck), None);
+    env.execute().expect("starts fresh");
+    assert_eq!(last_per_key(counts.take()), oracle());
+}
+
+#[test]
+fn wait_tells_canceled_from_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::new();
+    let (env, _) = job(checkpointing(dir.path()), Some(&gate));
+    let handle = env.execute_async().unwrap();
+    gate.wait_held(P);
+    handle.cancel();
+    assert!(matches!(block(handle.wait()), Err(Error::Canceled)));
+    assert!(matches!(block(handle.outcome()), JobEnd::Canceled));
+
+    // A job whose operator fails for good.
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    env.from_generator(100, |i| i)
+        .map(|i: u64| {
+            assert!(i < 50, "boom at {i}");
+            i
+        })
+        .collect();
+    let handle = env.execute_async().unwrap();
+    match block(handle.outcome()) {
+        JobEnd::Failed(e) => assert!(e.to_string().contains("boom at 50"), "{e}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn cancel_on_drop_cancels_with_the_last_handle_and_is_off_by_default() {
+    for cancel_on_drop in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Gate::new();
+        let (recorder, ended) = Recorder::with_end();
+        let (env, counts) = job(
+            checkpointing(dir.path()).with_observer(recorder),
+            Some(&gate),
+        );
+        let handle = env.execute_async().unwrap().cancel_on_drop(cancel_on_drop);
+        let clone = handle.clone();
+        gate.wait_held(P);
+        drop(handle);
+        // A clone is still there: the job runs on.
+        assert_eq!(clone.status(), JobStatus::Running);
+        drop(clone);
+        if cancel_on_drop {
+            // The sources still hold: only the cancel can end the job.
+            let status = ended.recv_timeout(LIMIT).expect("the job ended");
+            assert_eq!(status, JobStatus::Canceled);
+        } else {
+            // Let the sources run to their end: a job still running
+            // finishes, with every record counted.
+            gate.open();
+            let status = ended.recv_timeout(LIMIT).expect("the job ended");
+            assert_eq!(status, JobStatus::Finished);
+            assert_eq!(last_per_key(counts.take()), oracle());
+        }
+    }
+}
+
+#[test]
+fn cancel_and_wait_reports_a_job_that_ended_before_the_cancel() {
+    let (env, counts) = job(
+        Config {
+            parallelism: P,
+            ..Default::default()
+        },
+        None,
+    );
+    let handle = env.execute_async().unwrap();
+    block(handle.wait()).expect("finishes");
+    assert!(matches!(
+        block(handle.cancel_and_wait(LIMIT)),
+        Ok(JobEnd::Finished(_))
+    ));
+    assert_eq!(last_per_key(counts.take()), oracle());
+}
+
+#[test]
+fn observers_see_typed_injected_faults_checkpoints_and_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let fault = Fault {
+        operator: "Keyed Sum".into(),
+        subtask: 1,
+        at: FaultPoint::Records(3_000),
+    };
+    let (recorder, ended) = Recorder::with_end();
+    let mut config = checkpointing(dir.path())
+        .with_observer(recorder.clone())
+        .with_fault_injector(Arc::new(FaultInjection {
+            faults: vec![fault.clone()],
+            ..Default::default()
+        }));
+    config.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 2,
+        delay: Duration::ZERO,
+    });
+    let (env, counts) = job(config, None);
+    let handle = env.execute_async().unwrap();
+    block(handle.wait()).expect("recovers and finishes");
+    assert_eq!(ended.recv_timeout(LIMIT), Ok(JobStatus::Finished));
+    // The failure arrives typed: the planned fault is read from the error,
+    // not from its text.
+    let failures = recorder.failures.lock().unwrap().clone();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(Fault::from_error(&failures[0]), Some(fault));
+    assert!(matches!(
+        failures[0],
+        floe_actors::Error::InjectedFault {
+            point: Some(FaultPoint::Records(3_000)),
+            ..
+        }
+    ));
+    // One restart, reported as the handle counts it.
+    let restarts = recorder.restarts.lock().unwrap().clone();
+    assert_eq!(restarts.len() as u64, handle.failover_stats().restarts);
+    assert_eq!(restarts.len(), 1);
+    // Every completed checkpoint was reported, in order.
+    let completed = recorder.completed.lock().unwrap().clone();
+    assert_eq!(completed.len() as u64, handle.checkpoint_stats().completed);
+    assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
+    assert_eq!(last_per_key(counts.take()), oracle());
+}
