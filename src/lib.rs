@@ -11,6 +11,15 @@
 //! Keyed process functions keep per-key [`state`] (value, list, map, reducing,
 //! aggregating), partitioned into key groups and held by a state backend.
 //!
+//! # Features
+//! - `cli` (default): the `floe` binary and what only it needs (argument
+//!   parsing, progress bars, the allocator, log output). A library user
+//!   writes `floe = { version = "0.1", default-features = false }` and
+//!   compiles the engine alone.
+//! - `http` (implied by `cli`): [`http`], an axum router serving `/metrics`,
+//!   `/status`, the jobs, cancel and savepoint, for a service to mount in its
+//!   own app. See `docs/embedding.md`.
+//!
 //! # Examples
 //! ```
 //! use floe::StreamExecutionEnvironment;
@@ -39,6 +48,8 @@ pub mod config;
 pub mod connectors;
 pub mod error;
 pub mod failover;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod operators;
 pub(crate) mod plan;
 pub mod runtime;
@@ -54,9 +65,16 @@ pub use api::{
     KeyedStream, RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment,
     WindowedStream,
 };
+pub use checkpoint::{CheckpointConfig, CheckpointError, CheckpointStats, CheckpointingMode};
 pub use config::{Config, RestoreMode};
 pub use error::{Error, Result};
-pub use floe_actors::element::{Record, Timestamp};
-pub use floe_actors::supervisor::JobStatus;
+// The runtime's types a program names (in results, errors, sources and
+// metrics), so that it needs no direct dependency on `floe-actors`.
+pub use floe_actors::Error as RuntimeError;
+pub use floe_actors::element::{Batch, Record, Timestamp};
+pub use floe_actors::ids::{CheckpointId, OperatorId, SubtaskIndex, VertexId};
+pub use floe_actors::metrics::{OperatorSummary, StateSize};
+pub use floe_actors::supervisor::{JobOutcome, JobStatus};
 pub use operators::OutputTag;
+pub use state::StateError;
 pub use text::tokenize;

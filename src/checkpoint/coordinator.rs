@@ -817,20 +817,25 @@ fn publish_metrics(job: &str, r: &CheckpointRecord) {
     match (r.status.as_str(), r.savepoint) {
         ("completed", false) => {
             metrics::counter!("floe_checkpoints_completed_total", &labels).increment(1);
-            metrics::histogram!("floe_checkpoint_duration_ms", &labels)
-                .record(r.duration_ms as f64);
-            metrics::histogram!("floe_checkpoint_alignment_ms", &labels)
-                .record(r.alignment_ms as f64);
-            metrics::histogram!("floe_checkpoint_sync_ms", &labels).record(r.sync_ms as f64);
-            metrics::histogram!("floe_checkpoint_async_ms", &labels).record(r.async_ms as f64);
+            metrics::histogram!("floe_checkpoint_duration_seconds", &labels)
+                .record(r.duration_ms as f64 / 1e3);
+            metrics::histogram!("floe_checkpoint_alignment_seconds", &labels)
+                .record(r.alignment_ms as f64 / 1e3);
+            metrics::histogram!("floe_checkpoint_sync_seconds", &labels)
+                .record(r.sync_ms as f64 / 1e3);
+            metrics::histogram!("floe_checkpoint_async_seconds", &labels)
+                .record(r.async_ms as f64 / 1e3);
             metrics::histogram!("floe_checkpoint_state_bytes", &labels)
                 .record(r.state_bytes as f64);
             metrics::gauge!("floe_last_checkpoint_id", &labels).set(r.id as f64);
-            metrics::gauge!("floe_last_checkpoint_duration_ms", &labels).set(r.duration_ms as f64);
-            metrics::gauge!("floe_last_checkpoint_alignment_ms", &labels)
-                .set(r.alignment_ms as f64);
-            metrics::gauge!("floe_last_checkpoint_sync_ms", &labels).set(r.sync_ms as f64);
-            metrics::gauge!("floe_last_checkpoint_async_ms", &labels).set(r.async_ms as f64);
+            metrics::gauge!("floe_last_checkpoint_duration_seconds", &labels)
+                .set(r.duration_ms as f64 / 1e3);
+            metrics::gauge!("floe_last_checkpoint_alignment_seconds", &labels)
+                .set(r.alignment_ms as f64 / 1e3);
+            metrics::gauge!("floe_last_checkpoint_sync_seconds", &labels)
+                .set(r.sync_ms as f64 / 1e3);
+            metrics::gauge!("floe_last_checkpoint_async_seconds", &labels)
+                .set(r.async_ms as f64 / 1e3);
             metrics::gauge!("floe_last_checkpoint_state_bytes", &labels).set(r.state_bytes as f64);
             metrics::gauge!("floe_last_checkpoint_channel_state_bytes", &labels)
                 .set(r.channel_state_bytes as f64);

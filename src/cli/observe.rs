@@ -1,16 +1,15 @@
-//! The CLI's metrics endpoint: `/metrics` (Prometheus text) and `/status`
-//! (the job's status snapshot as JSON), served by `tiny_http` on a background
-//! thread for the life of the job, and for `--metrics-linger-ms` after it.
+//! The CLI's metrics endpoint: `floe::http`'s router (`/metrics` in
+//! Prometheus text, `/status` as JSON, the job's controls) served on a
+//! thread of its own for the life of the job, and for `--metrics-linger-ms`
+//! after it.
 //!
 //! The Prometheus recorder is installed globally, so only the binary does it;
 //! every scrape first copies the job's counters into the `metrics` facade, so
 //! the answer is current whatever the publishing interval.
 
-use floe::{Error, Result, StatusReporter, StreamExecutionEnvironment};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use floe::http::{BackgroundServer, Jobs};
+use floe::{Error, JobHandle, Result, StreamExecutionEnvironment};
+use metrics_exporter_prometheus::PrometheusHandle;
 use std::time::Duration;
 
 /// Options shared by the `run` jobs.
@@ -40,8 +39,7 @@ pub struct ObserveArgs {
 
 /// A running endpoint; stops serving when dropped.
 pub struct Endpoint {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: BackgroundServer,
     linger: Duration,
 }
 
@@ -64,68 +62,31 @@ impl ObserveArgs {
         if self.metrics_addr.is_none() {
             return Ok(None);
         }
-        PrometheusBuilder::new()
-            .install_recorder()
+        floe::http::install_prometheus()
             .map(Some)
-            .map_err(|e| Error::Config(format!("cannot install the metrics recorder: {e}")))
+            .map_err(|e| Error::Config(e.to_string()))
     }
 
     /// Starts serving, if an address was given.
     pub fn serve(
         &self,
         prometheus: Option<PrometheusHandle>,
-        reporter: StatusReporter,
+        job: &JobHandle,
     ) -> Result<Option<Endpoint>> {
         let (Some(addr), Some(prometheus)) = (&self.metrics_addr, prometheus) else {
             return Ok(None);
         };
-        let server = tiny_http::Server::http(addr.as_str())
-            .map_err(|e| Error::Config(format!("cannot serve metrics on {addr}: {e}")))?;
-        if let Some(a) = server.server_addr().to_ip() {
-            eprintln!("metrics: http://{a}/metrics status: http://{a}/status");
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                match server.recv_timeout(Duration::from_millis(50)) {
-                    Ok(Some(request)) => respond(request, &prometheus, &reporter),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics endpoint stopped");
-                        break;
-                    }
-                }
-            }
-        });
+        let jobs = Jobs::new().with_prometheus(prometheus);
+        // A new registry holds no job yet: the insert cannot be refused.
+        let _ = jobs.insert(job.clone());
+        let server = BackgroundServer::start(addr, floe::http::router(jobs))
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let a = server.local_addr();
+        eprintln!("metrics: http://{a}/metrics status: http://{a}/status");
         Ok(Some(Endpoint {
-            stop,
-            thread: Some(thread),
+            _server: server,
             linger: Duration::from_millis(self.metrics_linger_ms),
         }))
-    }
-}
-
-fn respond(request: tiny_http::Request, prometheus: &PrometheusHandle, reporter: &StatusReporter) {
-    let path = request.url().split('?').next().unwrap_or("").to_string();
-    let (body, content_type, code) = match path.as_str() {
-        "/metrics" => {
-            reporter.publish_metrics();
-            (prometheus.render(), "text/plain; version=0.0.4", 200)
-        }
-        "/status" => (reporter.to_json(), "application/json", 200),
-        _ => (
-            "not found: try /metrics or /status\n".to_string(),
-            "text/plain",
-            404,
-        ),
-    };
-    let mut response = tiny_http::Response::from_string(body).with_status_code(code);
-    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", content_type) {
-        response = response.with_header(h);
-    }
-    if let Err(e) = request.respond(response) {
-        tracing::debug!(error = %e, "metrics scrape not answered");
     }
 }
 
@@ -142,15 +103,6 @@ impl Endpoint {
         if !self.linger.is_zero() {
             // Deliberate: the endpoint stays up this long for late scrapers.
             std::thread::sleep(self.linger);
-        }
-    }
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
     }
 }

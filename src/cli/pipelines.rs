@@ -162,7 +162,7 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.savepoint_dir.clone())?;
-    let endpoint = args.observe.serve(prometheus, handle.status_reporter())?;
+    let endpoint = args.observe.serve(prometheus, &handle)?;
     let waited = {
         let _progress = super::progress::Progress::start_with(
             &handle,
