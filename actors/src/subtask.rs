@@ -1492,7 +1492,7 @@ fn remaining(timeout: std::time::Duration, barrier: Barrier) -> std::time::Durat
 
 /// Serializes a capture and writes its blobs (runs on a blocking thread).
 fn write_capture(
-    writer: &dyn crate::snapshot::BlobWriter,
+    writer: &dyn crate::snapshot::BlobSink,
     vertex: VertexId,
     subtask: SubtaskIndex,
     capture: PendingCapture,

@@ -17,8 +17,8 @@ use super::job::JobHandle;
 use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, VertexInfo};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
-    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterTasks,
-    RequestSavepoint, TaskInfo,
+    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterSubtasks,
+    RequestSavepoint, SubtaskInfo,
 };
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
@@ -448,7 +448,7 @@ pub(crate) fn deploy_attempt(
         Some(path) => {
             let loaded = crate::checkpoint::load_snapshot(path)?;
             report_fallback(&shared.events, &loaded);
-            tracing::info!(checkpoint = loaded.meta.id, from = %loaded.source.display(), "restoring");
+            tracing::info!(checkpoint = loaded.meta.id.0, from = %loaded.source.display(), "restoring");
             Some(RestorePlan::build(&loaded, &plan, config.max_parallelism)?)
         }
         None => None,
@@ -544,8 +544,8 @@ pub(crate) fn deploy_attempt(
     let fail = Arc::new(Mutex::new(fail));
     let tasks = spawner.tasks(&spawned);
     let subtasks = tasks.len();
-    coordinator.do_send(RegisterTasks {
-        tasks,
+    coordinator.do_send(RegisterSubtasks {
+        subtasks: tasks,
         supervisor: supervisor.clone().recipient(),
     });
     let region = (config.failover == crate::failover::FailoverStrategy::Region).then(|| {
@@ -582,12 +582,12 @@ fn report_fallback(events: &super::events::EventLog, loaded: &crate::checkpoint:
         return;
     }
     events.emit(JobEvent::RestoreFellBack(FallbackEvent {
-        restored_checkpoint: loaded.meta.id,
+        restored_checkpoint: loaded.meta.id.0,
         skipped: loaded
             .skipped
             .iter()
             .map(|(id, e)| SkippedCheckpoint {
-                checkpoint: *id,
+                checkpoint: id.0,
                 reason: e.to_string(),
             })
             .collect(),
@@ -736,7 +736,7 @@ impl Spawner {
     }
 
     /// The coordinator's view of spawned subtasks.
-    fn tasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<TaskInfo> {
+    fn tasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<SubtaskInfo> {
         let plan = &self.plan;
         let mut keys: Vec<&(usize, usize)> = spawned.keys().collect();
         keys.sort();
@@ -744,7 +744,7 @@ impl Spawner {
             .map(|&(v, j)| {
                 let head = plan.heads[v];
                 let s = &spawned[&(v, j)];
-                TaskInfo {
+                SubtaskInfo {
                     vertex: VertexId(v as u32),
                     subtask: SubtaskIndex(j as u32),
                     is_source: matches!(plan.nodes[head].kind, NodeKind::Source(_)),
@@ -932,7 +932,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         let spawned = spawner.spawn(Some(&members), &Arc::new(restore), from_scratch);
         let tasks = self.spawner.tasks(&spawned);
         self.coordinator
-            .do_send(crate::checkpoint::coordinator::ReplaceTasks { tasks });
+            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks: tasks });
         if let Ok(mut f) = self.fail.lock() {
             for (&(v, j), s) in &spawned {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());
@@ -1004,7 +1004,7 @@ fn checkpoint_setup(
         _ => None,
     };
     let stored = match &store {
-        Some(s) => s.max_id()?,
+        Some(s) => s.max_id()?.0,
         None => 0,
     };
     let restored = restore.map(|r| r.checkpoint_id).unwrap_or(0);
