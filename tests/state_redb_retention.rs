@@ -84,7 +84,7 @@ fn retention_keeps_the_bases_of_retained_checkpoints_and_nothing_else() {
                 oracle.insert(k, v);
             }
         }
-        let snapshot = b.snapshot_for(id, false);
+        let snapshot = b.snapshot_for(CheckpointId(id), false);
         let base = snapshot.base();
         let groups = snapshot.serialize().unwrap();
         let bytes = postcard::to_allocvec(&groups).unwrap();
@@ -100,7 +100,7 @@ fn retention_keeps_the_bases_of_retained_checkpoints_and_nothing_else() {
         };
         chain.push(own);
         store.commit(&metadata(id, chain.clone()), 1).unwrap();
-        b.notify_checkpoint_complete(id);
+        b.notify_checkpoint_complete(CheckpointId(id));
         chains.insert(id, chain.clone());
 
         // On disk: the directories of the retained checkpoint's blobs.

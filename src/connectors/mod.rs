@@ -19,7 +19,7 @@ use crate::Result;
 use crate::operators::node::NodeInfo;
 use floe_actors::chain::ChainInput;
 use floe_actors::element::{MAX_WATERMARK, Record};
-use floe_actors::ids::SubtaskIndex;
+use floe_actors::ids::{CheckpointId, SubtaskIndex};
 use floe_actors::source::{SourceDriver, SourceStep};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
@@ -80,7 +80,7 @@ pub trait SourceFunction<T>: Send + 'static {
     }
 
     /// A checkpoint completed.
-    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         Ok(())
     }
 }
@@ -204,7 +204,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         if completed {
             let source = &mut self.source;
             let r = catch_unwind(AssertUnwindSafe(|| {
-                source.notify_checkpoint_complete(checkpoint.0)
+                source.notify_checkpoint_complete(checkpoint)
             }));
             self.info.check(r)?;
         }
