@@ -46,7 +46,7 @@ enum Event {
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         3 => Just(Event::Tick),
-        8 => (0..3usize, 0..4usize).prop_map(|(pick, subtask)| Event::Ack { pick, subtask }),
+        12 => (0..3usize, 0..4usize).prop_map(|(pick, subtask)| Event::Ack { pick, subtask }),
         1 => (0..3usize, 0..4usize).prop_map(|(pick, subtask)| Event::Decline { pick, subtask }),
         1 => (0..3usize).prop_map(|pick| Event::Timeout { pick }),
         1 => (0..4usize).prop_map(|subtask| Event::Ended { subtask }),
@@ -199,12 +199,22 @@ impl Harness {
                 | Action::TakeRequestedSavepoint(_) => {}
             }
         }
-        let periodic = self
+        let periodic: Vec<CheckpointId> = self
             .tracker
             .pending()
             .filter(|id| self.log.kinds.get(id) != Some(&BarrierKind::Savepoint))
-            .count();
-        prop_assert!(periodic <= self.config.max_concurrent);
+            .collect();
+        prop_assert!(periodic.len() <= self.config.max_concurrent);
+        // A completed checkpoint subsumes the older pending ones.
+        let newest = self
+            .log
+            .completed
+            .iter()
+            .filter(|id| self.log.kinds.get(id) != Some(&BarrierKind::Savepoint))
+            .max();
+        if let (Some(newest), Some(oldest)) = (newest, periodic.first()) {
+            prop_assert!(oldest > newest, "{oldest} pending after {newest} completed");
+        }
         Ok(())
     }
 
