@@ -82,8 +82,9 @@ pub enum CheckpointError {
     },
     /// The coordinator refused a request (a savepoint with every source
     /// finished, a second stop, a stop without checkpointing): nothing was
-    /// triggered. The embedding layer reports it as a configuration error.
-    #[error("{message}")]
+    /// triggered. The embedding layer reports it as a configuration error,
+    /// worded the same.
+    #[error("invalid configuration: {message}")]
     Refused {
         /// Why.
         message: String,
