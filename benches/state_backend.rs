@@ -16,6 +16,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use floe::StreamExecutionEnvironment;
+use floe::checkpoint::CheckpointId;
 use floe::operators::process::ProcessContext;
 use floe::operators::sink::SinkFunction;
 use floe::state::{
@@ -100,8 +101,11 @@ fn incremental_size(c: &mut Criterion) {
     let desc = ValueStateDescriptor::<u64>::new("v");
     let mut b = RedbStateBackend::<u64>::temp("bench", MAXP, 0..MAXP).expect("redb file");
     prefill(&mut b, &desc);
-    let full = b.snapshot_for(1, false).serialize().expect("full snapshot");
-    b.notify_checkpoint_complete(1);
+    let full = b
+        .snapshot_for(CheckpointId(1), false)
+        .serialize()
+        .expect("full snapshot");
+    b.notify_checkpoint_complete(CheckpointId(1));
     let mut seed = 7u64;
     for _ in 0..KEYS / 100 {
         seed += 1;
@@ -111,7 +115,7 @@ fn incremental_size(c: &mut Criterion) {
             .and_then(|mut s| s.update(seed))
             .expect("put");
     }
-    let snapshot = b.snapshot_for(2, false);
+    let snapshot = b.snapshot_for(CheckpointId(2), false);
     let incremental = snapshot.base().is_some();
     let delta = snapshot.serialize().expect("delta snapshot");
     let (f, d) = (size(&full), size(&delta));
@@ -126,7 +130,7 @@ fn incremental_size(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("1pct-delta", |bench| {
         bench.iter(|| {
-            b.notify_checkpoint_complete(checkpoint);
+            b.notify_checkpoint_complete(CheckpointId(checkpoint));
             checkpoint += 1;
             for _ in 0..KEYS / 100 {
                 seed += 1;
@@ -137,7 +141,7 @@ fn incremental_size(c: &mut Criterion) {
                     .expect("put");
             }
             black_box(size(
-                &b.snapshot_for(checkpoint, false)
+                &b.snapshot_for(CheckpointId(checkpoint), false)
                     .serialize()
                     .expect("snapshot"),
             ))

@@ -10,9 +10,9 @@ mod cli_common;
 use cli_common::SplitMix;
 use floe::checkpoint::store::{DATABASE_FILE, METADATA_FILE};
 use floe::checkpoint::{
-    BlobRef, BlobSink, CHECKPOINT_FORMAT_VERSION, CheckpointError, CheckpointMetadata,
-    CheckpointStore, LoadedSnapshot, OperatorState, SavepointWriter, SnapshotId, SnapshotKind,
-    SubtaskOperatorState, SubtaskRuntimeState, load_latest, load_snapshot,
+    BlobRef, BlobSink, CHECKPOINT_FORMAT_VERSION, CheckpointError, CheckpointId,
+    CheckpointMetadata, CheckpointStore, LoadedSnapshot, OperatorState, SavepointWriter,
+    SnapshotKind, SubtaskOperatorState, SubtaskRuntimeState, load_latest, load_snapshot,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The bytes a test writes for blob `name` of snapshot `id`.
-fn content(id: SnapshotId, name: &str) -> Vec<u8> {
+fn content(id: u64, name: &str) -> Vec<u8> {
     let n = 10 + (id as usize * 7 + name.len()) % 50;
     format!("{id}:{name};").into_bytes().repeat(n)
 }
@@ -30,7 +30,7 @@ fn content(id: SnapshotId, name: &str) -> Vec<u8> {
 /// subtask; `keyed` blobs (e.g. shared ones) are prepended to the first
 /// keyed chain.
 fn metadata(
-    id: SnapshotId,
+    id: u64,
     kind: SnapshotKind,
     own: &[BlobRef],
     keyed: &[BlobRef],
@@ -41,7 +41,7 @@ fn metadata(
     chain.push(own[0].clone());
     CheckpointMetadata {
         version: CHECKPOINT_FORMAT_VERSION,
-        id,
+        id: CheckpointId(id),
         kind,
         trigger_ms: 1_700_000_000_000 + id as i64 * 1000,
         duration_ms: 10 + id,
@@ -105,7 +105,7 @@ const BLOB_NAMES: [&str; 4] = [
 /// committed) with the bytes of each blob by path.
 fn write_checkpoint(
     store: &CheckpointStore,
-    id: SnapshotId,
+    id: u64,
     shared: &[BlobRef],
     sinks: &[&str],
     written: &mut HashMap<String, Vec<u8>>,
@@ -114,7 +114,7 @@ fn write_checkpoint(
         .iter()
         .map(|name| {
             let bytes = content(id, name);
-            let blob = store.write_blob(id, name, &bytes).unwrap();
+            let blob = store.write_blob(CheckpointId(id), name, &bytes).unwrap();
             assert_eq!(blob.path, format!("chk-{id}/{name}"));
             assert_eq!(blob.len, bytes.len() as u64);
             written.insert(blob.path.clone(), bytes);
@@ -136,12 +136,12 @@ fn shared_blob(
     blob
 }
 
-fn ids(metas: &[CheckpointMetadata]) -> Vec<SnapshotId> {
-    metas.iter().map(|m| m.id).collect()
+fn ids(metas: &[CheckpointMetadata]) -> Vec<u64> {
+    metas.iter().map(|m| m.id.0).collect()
 }
 
 /// The `chk-<id>` directories present.
-fn chk_dirs(dir: &Path) -> BTreeSet<SnapshotId> {
+fn chk_dirs(dir: &Path) -> BTreeSet<u64> {
     fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| {
@@ -224,7 +224,7 @@ fn commit_list_load_round_trip() {
     let store = CheckpointStore::open(&dir).unwrap();
     assert_eq!(store.root(), dir);
     assert!(dir.join(DATABASE_FILE).is_file());
-    assert_eq!(store.max_id().unwrap(), 0);
+    assert_eq!(store.max_id().unwrap(), CheckpointId(0));
     assert!(store.list().unwrap().is_empty());
 
     let mut written = HashMap::new();
@@ -235,12 +235,12 @@ fn commit_list_load_round_trip() {
         committed.push(meta);
     }
     assert_eq!(store.list().unwrap(), committed);
-    assert_eq!(store.max_id().unwrap(), 3);
+    assert_eq!(store.max_id().unwrap(), CheckpointId(3));
     for meta in &committed {
         store.verify(meta.id).unwrap();
         assert_blobs(meta, &written, |b| store.read_blob(meta.id, b));
         assert!(
-            dir.join(format!("chk-{}", meta.id))
+            dir.join(format!("chk-{}", meta.id.0))
                 .join(METADATA_FILE)
                 .is_file()
         );
@@ -248,14 +248,17 @@ fn commit_list_load_round_trip() {
     // A committed id is refused a second time.
     assert!(matches!(
         store.commit(&committed[1], 10),
-        Err(CheckpointError::Failed { checkpoint: 2, .. })
+        Err(CheckpointError::Failed {
+            checkpoint: CheckpointId(2),
+            ..
+        })
     ));
     drop(store);
 
     // Reopened: the same checkpoints, and numbering continues after 3.
     let store = CheckpointStore::open(&dir).unwrap();
     assert_eq!(store.list().unwrap(), committed);
-    assert_eq!(store.max_id().unwrap(), 3);
+    assert_eq!(store.max_id().unwrap(), CheckpointId(3));
     drop(store);
 
     let loaded = load_snapshot(&dir).unwrap();
@@ -329,10 +332,10 @@ fn retention_keeps_the_newest_and_their_shared_blobs() {
     assert_eq!(store.list().unwrap(), [meta4.clone(), meta5.clone()]);
     assert_eq!(chk_dirs(dir), BTreeSet::from([4, 5]));
     assert_eq!(shared_files(dir), BTreeSet::from([for_4.path.clone()]));
-    assert_eq!(store.max_id().unwrap(), 5);
-    store.verify(4).unwrap();
+    assert_eq!(store.max_id().unwrap(), CheckpointId(5));
+    store.verify(CheckpointId(4)).unwrap();
     assert!(matches!(
-        store.verify(3),
+        store.verify(CheckpointId(3)),
         Err(CheckpointError::NotFound { .. })
     ));
 
@@ -357,14 +360,16 @@ fn uncommitted_checkpoints_are_invisible_and_cleaned_up() {
     let _meta2 = write_checkpoint(&store, 2, &[], &[], &mut written);
     assert_eq!(ids(&store.list().unwrap()), [1]);
     assert!(matches!(
-        store.verify(2),
+        store.verify(CheckpointId(2)),
         Err(CheckpointError::NotFound { .. })
     ));
-    assert_eq!(store.max_id().unwrap(), 1);
+    assert_eq!(store.max_id().unwrap(), CheckpointId(1));
 
     // Checkpoint 5 is in flight while 3 commits: it must survive.
-    let sink = store.blob_sink(5);
-    let in_flight = sink.put("window/0/keyed", b"in flight").unwrap();
+    let sink: Arc<dyn BlobSink> = store.clone();
+    let in_flight = sink
+        .put(CheckpointId(5), "window/0/keyed", b"in flight")
+        .unwrap();
     assert_eq!(in_flight.path, "chk-5/window/0/keyed");
     assert_eq!(in_flight.checksum, crc32fast::hash(b"in flight"));
     let meta3 = write_checkpoint(&store, 3, &[], &[], &mut written);
@@ -373,13 +378,13 @@ fn uncommitted_checkpoints_are_invisible_and_cleaned_up() {
     assert_eq!(chk_dirs(dir), BTreeSet::from([1, 3, 5]));
 
     // Aborted: discard removes its files, and ignores missing ones.
-    store.discard(5);
-    store.discard(5);
-    store.discard(99);
+    store.discard(CheckpointId(5));
+    store.discard(CheckpointId(5));
+    store.discard(CheckpointId(99));
     assert_eq!(chk_dirs(dir), BTreeSet::from([1, 3]));
     // Discarding a committed checkpoint does nothing.
-    store.discard(3);
-    store.verify(3).unwrap();
+    store.discard(CheckpointId(3));
+    store.verify(CheckpointId(3)).unwrap();
 
     // An uncommitted checkpoint cannot be restored from its directory.
     let meta4 = write_checkpoint(&store, 4, &[], &[], &mut written);
@@ -393,7 +398,7 @@ fn uncommitted_checkpoints_are_invisible_and_cleaned_up() {
     drop(store);
     let err = load_snapshot(&dir.join("chk-4")).unwrap_err();
     assert_corrupt(err, "4", &dir.join("chk-4").join(METADATA_FILE));
-    assert_eq!(load_snapshot(dir).unwrap().meta.id, 3);
+    assert_eq!(load_snapshot(dir).unwrap().meta.id, CheckpointId(3));
 }
 
 #[test]
@@ -410,46 +415,50 @@ fn a_damaged_blob_or_metadata_is_refused() {
     // A flipped byte.
     let blob = dir.join("chk-1").join(BLOB_NAMES[1]);
     flip_byte(&blob, 3);
-    let reason = assert_corrupt(store.verify(1).unwrap_err(), "1", &blob);
+    let reason = assert_corrupt(store.verify(CheckpointId(1)).unwrap_err(), "1", &blob);
     assert!(reason.contains("checksum"), "{reason}");
     let meta1 = &store.list().unwrap()[0];
     let blob_ref = meta1.operators[0].subtasks[1].keyed[0].clone();
-    assert_corrupt(store.read_blob(1, &blob_ref).unwrap_err(), "1", &blob);
+    assert_corrupt(
+        store.read_blob(CheckpointId(1), &blob_ref).unwrap_err(),
+        "1",
+        &blob,
+    );
 
     // A truncated blob.
     let blob = dir.join("chk-2").join(BLOB_NAMES[3]);
     truncate(&blob, 1);
-    let reason = assert_corrupt(store.verify(2).unwrap_err(), "2", &blob);
+    let reason = assert_corrupt(store.verify(CheckpointId(2)).unwrap_err(), "2", &blob);
     assert!(reason.contains("length"), "{reason}");
 
     // A missing blob.
     let blob = dir.join("chk-2").join(BLOB_NAMES[0]);
     fs::remove_file(&blob).unwrap();
-    assert_corrupt(store.verify(2).unwrap_err(), "2", &blob);
+    assert_corrupt(store.verify(CheckpointId(2)).unwrap_err(), "2", &blob);
 
     // A truncated `_metadata`: in the body, then in the header.
     let file = dir.join("chk-3").join(METADATA_FILE);
     let original = fs::read(&file).unwrap();
     truncate(&file, 5);
-    let reason = assert_corrupt(store.verify(3).unwrap_err(), "3", &file);
+    let reason = assert_corrupt(store.verify(CheckpointId(3)).unwrap_err(), "3", &file);
     assert!(reason.contains("truncated"), "{reason}");
     fs::write(&file, &original[..12]).unwrap();
-    assert_corrupt(store.verify(3).unwrap_err(), "3", &file);
+    assert_corrupt(store.verify(CheckpointId(3)).unwrap_err(), "3", &file);
     // A flipped byte in the body, and garbage.
     fs::write(&file, &original).unwrap();
-    store.verify(3).unwrap();
+    store.verify(CheckpointId(3)).unwrap();
     flip_byte(&file, original.len() - 2);
-    let reason = assert_corrupt(store.verify(3).unwrap_err(), "3", &file);
+    let reason = assert_corrupt(store.verify(CheckpointId(3)).unwrap_err(), "3", &file);
     assert!(reason.contains("checksum"), "{reason}");
     fs::write(&file, b"not a checkpoint").unwrap();
-    assert_corrupt(store.verify(3).unwrap_err(), "3", &file);
+    assert_corrupt(store.verify(CheckpointId(3)).unwrap_err(), "3", &file);
 
     // Another format version.
     let file = dir.join("chk-4").join(METADATA_FILE);
     let mut bytes = fs::read(&file).unwrap();
     bytes[8..12].copy_from_slice(&(CHECKPOINT_FORMAT_VERSION + 1).to_le_bytes());
     fs::write(&file, bytes).unwrap();
-    match store.verify(4).unwrap_err() {
+    match store.verify(CheckpointId(4)).unwrap_err() {
         CheckpointError::Version {
             checkpoint,
             found,
@@ -507,7 +516,7 @@ fn restore_falls_back_past_damage_but_not_past_committed_sinks() {
             assert_eq!(loaded.meta, committed[1]);
             assert_eq!(loaded.source, dir.join("chk-2"));
             assert_eq!(loaded.skipped.len(), 1);
-            assert_eq!(loaded.skipped[0].0, 3);
+            assert_eq!(loaded.skipped[0].0, CheckpointId(3));
             assert_corrupt(loaded.skipped[0].1.clone(), "3", &blob);
             assert_blobs(&loaded.meta, &written, |b| loaded.read_blob(b));
         } else {
@@ -520,7 +529,7 @@ fn restore_falls_back_past_damage_but_not_past_committed_sinks() {
 fn savepoints_are_self_contained() {
     let tmp = tempfile::tempdir().unwrap();
     let savepoints = tmp.path().join("savepoints");
-    let writer = SavepointWriter::new(&savepoints, 7).unwrap();
+    let writer = SavepointWriter::new(&savepoints, CheckpointId(7)).unwrap();
     assert_eq!(writer.dir(), savepoints.join("savepoint-7"));
     let mut written = HashMap::new();
     let own: Vec<BlobRef> = BLOB_NAMES
@@ -541,13 +550,15 @@ fn savepoints_are_self_contained() {
         ..meta.clone()
     };
     let writer = match writer.finish(&wrong) {
-        Err(CheckpointError::Failed { checkpoint: 7, .. }) => {
-            SavepointWriter::new(&savepoints, 7).expect("a failed finish removes the directory")
-        }
+        Err(CheckpointError::Failed {
+            checkpoint: CheckpointId(7),
+            ..
+        }) => SavepointWriter::new(&savepoints, CheckpointId(7))
+            .expect("a failed finish removes the directory"),
         other => panic!("expected Failed, got {other:?}"),
     };
     for name in BLOB_NAMES {
-        writer.put(name, &written[name]).unwrap();
+        writer.put(CheckpointId(7), name, &written[name]).unwrap();
     }
     let path = writer.finish(&meta).unwrap();
     assert_eq!(path, savepoints.join("savepoint-7"));
@@ -577,9 +588,18 @@ fn savepoints_are_self_contained() {
 #[test]
 fn an_unfinished_savepoint_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let writer: Arc<SavepointWriter> = Arc::new(SavepointWriter::new(tmp.path(), 3).unwrap());
+    let writer: Arc<SavepointWriter> =
+        Arc::new(SavepointWriter::new(tmp.path(), CheckpointId(3)).unwrap());
     let sink: Arc<dyn BlobSink> = writer.clone();
-    sink.put("a", b"bytes").unwrap();
+    sink.put(CheckpointId(3), "a", b"bytes").unwrap();
+    // A savepoint holds its own blobs only.
+    assert!(matches!(
+        sink.put(CheckpointId(4), "b", b"bytes"),
+        Err(CheckpointError::Failed {
+            checkpoint: CheckpointId(4),
+            ..
+        })
+    ));
     let dir = writer.dir().to_path_buf();
     assert!(dir.join("a").is_file());
     assert!(matches!(
@@ -593,7 +613,7 @@ fn an_unfinished_savepoint_leaves_nothing() {
 }
 
 fn writer_refuses_bad_names(dir: &Path) -> bool {
-    let writer = SavepointWriter::new(dir, 4).unwrap();
+    let writer = SavepointWriter::new(dir, CheckpointId(4)).unwrap();
     ["", "../x", "/abs", ".tmp", METADATA_FILE, "a//b"]
         .iter()
         .all(|name| writer.write_blob(name, b"x").is_err())
@@ -644,7 +664,7 @@ fn clear_keeps_the_store_usable() {
     assert!(store.list().unwrap().is_empty());
     assert!(chk_dirs(dir).is_empty());
     assert!(!dir.join("shared").exists());
-    assert_eq!(store.max_id().unwrap(), 2);
+    assert_eq!(store.max_id().unwrap(), CheckpointId(2));
     let meta = write_checkpoint(&store, 3, &[], &[], &mut written);
     store.commit(&meta, 5).unwrap();
     assert_eq!(store.list().unwrap(), [meta]);
@@ -665,7 +685,7 @@ fn commit_refuses_missing_blobs_and_savepoints() {
     };
     assert!(store.commit(&savepoint, 1).is_err());
     assert!(store.list().unwrap().is_empty());
-    assert_eq!(store.max_id().unwrap(), 0);
+    assert_eq!(store.max_id().unwrap(), CheckpointId(0));
 }
 
 /// A seeded random sequence of shared-blob writes, checkpoints written,
@@ -680,8 +700,8 @@ fn retention_matches_a_model() {
         let store = CheckpointStore::open(dir).unwrap();
         let mut written = HashMap::new();
         // Model: committed id -> its shared blob paths.
-        let mut committed: BTreeMap<SnapshotId, Vec<String>> = BTreeMap::new();
-        let mut metas: BTreeMap<SnapshotId, CheckpointMetadata> = BTreeMap::new();
+        let mut committed: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        let mut metas: BTreeMap<u64, CheckpointMetadata> = BTreeMap::new();
         let mut shared: Vec<BlobRef> = Vec::new();
         let mut pending: BTreeSet<String> = BTreeSet::new();
 
@@ -717,7 +737,7 @@ fn retention_matches_a_model() {
 
             let listed = store.list().unwrap();
             assert_eq!(listed, metas.values().cloned().collect::<Vec<_>>());
-            let expected_dirs: BTreeSet<SnapshotId> = committed.keys().copied().collect();
+            let expected_dirs: BTreeSet<u64> = committed.keys().copied().collect();
             assert_eq!(chk_dirs(dir), expected_dirs, "seed {seed} id {id}");
             let mut expected_shared: BTreeSet<String> =
                 committed.values().flatten().cloned().collect();
@@ -727,7 +747,7 @@ fn retention_matches_a_model() {
                 store.verify(meta.id).unwrap();
                 assert_blobs(meta, &written, |b| store.read_blob(meta.id, b));
             }
-            assert_eq!(store.max_id().unwrap(), id);
+            assert_eq!(store.max_id().unwrap(), CheckpointId(id));
         }
     }
 }

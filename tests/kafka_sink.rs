@@ -36,7 +36,7 @@ fn the_at_least_once_sink_flushes_at_a_checkpoint() {
         .expect("sends");
     let capture: StateCapture = sink
         .snapshot_state(&SnapshotContext {
-            checkpoint: 1,
+            checkpoint: floe::CheckpointId(1),
             savepoint: false,
             max_parallelism: 128,
             key_groups: 0..128,

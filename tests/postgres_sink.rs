@@ -145,10 +145,10 @@ fn checkpointing(env: &StreamExecutionEnvironment, dir: &std::path::Path, faults
         attempts: 5,
         delay: Duration::ZERO,
     });
-    config.fault_injection = FaultInjection {
+    let config = config.with_fault_injector(std::sync::Arc::new(FaultInjection {
         faults,
         ..Default::default()
-    };
+    }));
     env.set_config(config);
 }
 
@@ -344,7 +344,11 @@ impl AsyncTwoPhaseCommitSink<(String, i64)> for Stalling {
     async fn write(&mut self, txn: &mut PgTxn, batch: Batch<(String, i64)>) -> floe::Result<()> {
         AsyncTwoPhaseCommitSink::write(&mut self.inner, txn, batch).await
     }
-    async fn pre_commit(&mut self, txn: &mut PgTxn, checkpoint: Option<u64>) -> floe::Result<()> {
+    async fn pre_commit(
+        &mut self,
+        txn: &mut PgTxn,
+        checkpoint: Option<floe::CheckpointId>,
+    ) -> floe::Result<()> {
         self.inner.pre_commit(txn, checkpoint).await?;
         if self.prepares.fetch_add(1, Ordering::SeqCst) >= 1 {
             futures::future::pending::<()>().await;

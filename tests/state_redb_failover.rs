@@ -94,7 +94,7 @@ fn redb_wordcount_survives_failures_with_incremental_checkpoints() {
                 if sub.keyed.len() > 1 {
                     chained += 1;
                     let own = sub.keyed.last().unwrap();
-                    let prefix = format!("chk-{}/", meta.id);
+                    let prefix = format!("chk-{}/", meta.id.0);
                     assert!(own.path.starts_with(&prefix), "own blob {}", own.path);
                     assert!(
                         sub.keyed[..sub.keyed.len() - 1]

@@ -13,6 +13,7 @@
 
 mod cli_common;
 use cli_common::SplitMix;
+use floe::checkpoint::CheckpointId;
 use floe::state::{
     HeapStateBackend, KeyGroupBytes, KeyScope, MAX_DELTAS, RedbStateBackend, StateBackend,
     ValueStateDescriptor,
@@ -90,7 +91,7 @@ fn chains_of_deltas_restore_to_the_oracle_of_their_checkpoint() {
                 oracle.insert(k, v);
             }
         }
-        let snapshot = b.snapshot_for(checkpoint, false);
+        let snapshot = b.snapshot_for(CheckpointId(checkpoint), false);
         let base = snapshot.base();
         let bytes = snapshot.serialize().unwrap();
         let chain = match base {
@@ -119,7 +120,7 @@ fn chains_of_deltas_restore_to_the_oracle_of_their_checkpoint() {
         // Complete about half, abort some, leave the rest pending forever.
         match r.below(5) {
             0..=2 => {
-                b.notify_checkpoint_complete(checkpoint);
+                b.notify_checkpoint_complete(CheckpointId(checkpoint));
                 completed = Some(checkpoint);
             }
             3 => {} // aborted: never reported
@@ -147,12 +148,15 @@ fn chains_of_deltas_restore_to_the_oracle_of_their_checkpoint() {
         // restored changes travel on, unregistered.
         let mut untouched = RedbStateBackend::<String>::temp("op", MAXP, 0..MAXP).unwrap();
         untouched.restore(&all).unwrap();
-        let bytes = untouched.snapshot_for(1, false).serialize().unwrap();
+        let bytes = untouched
+            .snapshot_for(CheckpointId(1), false)
+            .serialize()
+            .unwrap();
         let mut copy = HeapStateBackend::<String>::new("op", MAXP, 0..MAXP);
         copy.restore(&bytes).unwrap();
         check(&mut copy, at, KEYS, &format!("{what} carried unregistered"));
         // A restored backend snapshots in full and chains on from there.
-        let again = redb.snapshot_for(1, false);
+        let again = redb.snapshot_for(CheckpointId(1), false);
         assert_eq!(again.base(), None, "{what}: first snapshot after a restore");
         let mut copy = HeapStateBackend::<String>::new("op", MAXP, 0..MAXP);
         copy.restore(&again.serialize().unwrap()).unwrap();
@@ -174,10 +178,10 @@ fn a_delta_after_changing_one_percent_is_at_most_five_percent_of_full() {
             .update(k)
             .unwrap();
     }
-    let full = b.snapshot_for(1, false);
+    let full = b.snapshot_for(CheckpointId(1), false);
     assert_eq!(full.base(), None);
     let full = full.serialize().unwrap();
-    b.notify_checkpoint_complete(1);
+    b.notify_checkpoint_complete(CheckpointId(1));
     let mut r = SplitMix(5);
     let mut oracle: HashMap<u64, u64> = (0..KEYS).map(|k| (k, k)).collect();
     for _ in 0..KEYS / 100 {
@@ -189,7 +193,7 @@ fn a_delta_after_changing_one_percent_is_at_most_five_percent_of_full() {
             .unwrap();
         oracle.insert(k, k + 1);
     }
-    let delta = b.snapshot_for(2, false);
+    let delta = b.snapshot_for(CheckpointId(2), false);
     assert_eq!(delta.base(), Some(1));
     let delta = delta.serialize().unwrap();
     let (f, d) = (size(&full), size(&delta));

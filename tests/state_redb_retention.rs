@@ -13,8 +13,8 @@
 mod cli_common;
 use cli_common::SplitMix;
 use floe::checkpoint::{
-    BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointMetadata, CheckpointStore, OperatorState,
-    SnapshotKind, SubtaskOperatorState, load_latest,
+    BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointId, CheckpointMetadata, CheckpointStore,
+    OperatorState, SnapshotKind, SubtaskOperatorState, load_latest,
 };
 use floe::state::ValueStateDescriptor;
 use floe::state::{HeapStateBackend, KeyGroupBytes, KeyScope, RedbStateBackend, StateBackend};
@@ -27,7 +27,7 @@ const KEYS: u64 = 3_000;
 fn metadata(id: u64, keyed: Vec<BlobRef>) -> CheckpointMetadata {
     CheckpointMetadata {
         version: CHECKPOINT_FORMAT_VERSION,
-        id,
+        id: CheckpointId(id),
         kind: SnapshotKind::Checkpoint,
         trigger_ms: 1_700_000_000_000 + id as i64,
         duration_ms: 1,
@@ -84,11 +84,13 @@ fn retention_keeps_the_bases_of_retained_checkpoints_and_nothing_else() {
                 oracle.insert(k, v);
             }
         }
-        let snapshot = b.snapshot_for(id, false);
+        let snapshot = b.snapshot_for(CheckpointId(id), false);
         let base = snapshot.base();
         let groups = snapshot.serialize().unwrap();
         let bytes = postcard::to_allocvec(&groups).unwrap();
-        let own = store.write_blob(id, "count/0/keyed", &bytes).unwrap();
+        let own = store
+            .write_blob(CheckpointId(id), "count/0/keyed", &bytes)
+            .unwrap();
         let mut chain = match base {
             Some(base) => {
                 incremental += 1;
@@ -98,7 +100,7 @@ fn retention_keeps_the_bases_of_retained_checkpoints_and_nothing_else() {
         };
         chain.push(own);
         store.commit(&metadata(id, chain.clone()), 1).unwrap();
-        b.notify_checkpoint_complete(id);
+        b.notify_checkpoint_complete(CheckpointId(id));
         chains.insert(id, chain.clone());
 
         // On disk: the directories of the retained checkpoint's blobs.
@@ -111,7 +113,7 @@ fn retention_keeps_the_bases_of_retained_checkpoints_and_nothing_else() {
 
         // And it restores to the oracle.
         let loaded = load_latest(&store).unwrap();
-        assert_eq!(loaded.meta.id, id);
+        assert_eq!(loaded.meta.id, CheckpointId(id));
         let mut all: Vec<KeyGroupBytes> = Vec::new();
         for blob in &loaded.meta.operators[0].subtasks[0].keyed {
             let bytes = loaded.read_blob(blob).unwrap();

@@ -20,6 +20,7 @@
 
 mod gated;
 use floe::checkpoint::CheckpointConfig;
+use floe::checkpoint::CheckpointId;
 use floe::connectors::transactional_file::{FileTransaction, TransactionalFileSink};
 use floe::connectors::two_phase::{TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
 use floe::operators::sink::SinkContext;
@@ -472,7 +473,7 @@ fn non_regular_paths_are_refused() {
 
 fn snapshot(checkpoint: u64) -> SnapshotContext {
     SnapshotContext {
-        checkpoint,
+        checkpoint: CheckpointId(checkpoint),
         savepoint: false,
         max_parallelism: 128,
         key_groups: 0..128,
@@ -503,11 +504,11 @@ fn operator_commits_on_checkpoint_completion() {
         2,
         "checkpoint 1's txn is still pending"
     );
-    op.notify_checkpoint_aborted(1).unwrap();
+    op.notify_checkpoint_aborted(CheckpointId(1)).unwrap();
     assert!(read_lines(&path).is_empty());
     feed(&mut op, &c);
     // Checkpoint 2 completing commits checkpoint 1's aborted-then-kept txn too.
-    op.notify_checkpoint_complete(2).unwrap();
+    op.notify_checkpoint_complete(CheckpointId(2)).unwrap();
     assert_eq!(read_lines(&path), concat(&[&a, &b]));
     op.finish().unwrap();
     assert_eq!(read_lines(&path), concat(&[&a, &b, &c]));

@@ -9,12 +9,15 @@
 //!   flow control; [`partitioner`] picks a record's channel.
 //! - [`chain`]: the push interface operators are fused through.
 //! - [`supervisor`]: the job lifecycle and failure handling.
+//! - [`checkpoint`]: the checkpoint protocol (tracker, coordinator,
+//!   messages, storage).
 //! - [`keygroup`]: the stable key → key group → subtask mapping.
 //! - [`metrics`]: counters read by job handles.
 //! - [`wake`]: how async sources and sinks wake their subtask.
 #![warn(missing_docs)]
 
 pub mod chain;
+pub mod checkpoint;
 pub mod config;
 pub mod element;
 pub mod error;

@@ -1,23 +1,21 @@
-//! Checkpoints and savepoints: the snapshot protocol's coordinator, the
-//! on-disk format and the store.
+//! Checkpoints and savepoints, as a floe job uses them: the settings
+//! ([`config`]), how a job sets up its coordinator ([`coordinator`]) and
+//! restores ([`restore`]). The protocol itself — tracker, coordinator
+//! actor, messages, metadata format and storage — is
+//! [`floe_actors::checkpoint`], re-exported here under its usual paths.
 //!
 //! See `docs/checkpointing.md` for the protocol and how to choose a mode.
 
 pub mod config;
 pub mod coordinator;
-mod error;
-pub mod format;
-mod redb_guard;
 pub(crate) mod restore;
-pub mod savepoint;
-pub mod store;
 
 pub use config::{CheckpointConfig, CheckpointingMode, ExternalizedRetention};
-pub use coordinator::{CheckpointRecord, CheckpointStats};
-pub use error::CheckpointError;
-pub use format::{
-    BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointMetadata, OperatorState, SnapshotId,
-    SnapshotKind, SubtaskOperatorState, SubtaskRuntimeState,
+pub use floe_actors::checkpoint::{
+    BlobRef, BlobSink, CHECKPOINT_FORMAT_VERSION, CheckpointError, CheckpointMetadata,
+    CheckpointRecord, CheckpointStats, CheckpointStorage, CheckpointStore, LoadedSnapshot,
+    OperatorState, SavepointWriter, SnapshotKind, SubtaskOperatorState, SubtaskRuntimeState,
+    load_latest, load_snapshot,
 };
-pub use savepoint::{LoadedSnapshot, SavepointWriter, load_latest, load_snapshot};
-pub use store::{BlobSink, CheckpointStore};
+pub use floe_actors::checkpoint::{format, savepoint, store};
+pub use floe_actors::ids::CheckpointId;

@@ -45,7 +45,7 @@ impl RestorePlan {
         max_parallelism: u32,
     ) -> crate::Result<Self> {
         let meta = &loaded.meta;
-        let name = meta.id.to_string();
+        let name = meta.id.0.to_string();
         let incompatible = |message: String| CheckpointError::Incompatible {
             checkpoint: name.clone(),
             message,
@@ -211,7 +211,7 @@ impl RestorePlan {
             }
         }
         Ok(RestorePlan {
-            checkpoint_id: meta.id,
+            checkpoint_id: meta.id.0,
             operators,
             runtime,
         })

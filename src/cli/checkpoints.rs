@@ -34,7 +34,7 @@ fn header() -> String {
 fn row(meta: &CheckpointMetadata) -> String {
     format!(
         "{:>8}  {:<24}  {:>12}  {:>11}  {:>12}  {:>19}  {}",
-        meta.id,
+        meta.id.0,
         iso8601_utc(meta.trigger_ms),
         meta.size_bytes(),
         meta.duration_ms,
@@ -58,7 +58,7 @@ pub fn verify(path: &Path) -> floe::Result<()> {
         // One snapshot: a savepoint, a `chk-<id>` directory or a `_metadata`.
         return match load_snapshot(path) {
             Ok(loaded) => {
-                println!("checkpoint {}: ok", loaded.meta.id);
+                println!("checkpoint {}: ok", loaded.meta.id.0);
                 Ok(())
             }
             Err(e @ CheckpointError::NotFound { .. }) => Err(e.into()),
@@ -76,9 +76,9 @@ pub fn verify(path: &Path) -> floe::Result<()> {
     let mut first_fault = None;
     for meta in &checkpoints {
         match store.verify(meta.id) {
-            Ok(()) => println!("checkpoint {}: ok", meta.id),
+            Ok(()) => println!("checkpoint {}: ok", meta.id.0),
             Err(e) => {
-                println!("checkpoint {}: CORRUPT {}", meta.id, reason(&e));
+                println!("checkpoint {}: CORRUPT {}", meta.id.0, reason(&e));
                 first_fault.get_or_insert(e);
             }
         }

@@ -26,6 +26,7 @@
 //! [`FuturesSink`] into any `futures::Sink`; [`add_async_sink`],
 //! [`to_channel`] and [`to_futures_sink`] add them to a stream.
 
+use floe_actors::ids::CheckpointId;
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, SnapshotContext, StateCapture};
 use crate::{Error, Result};
@@ -481,10 +482,10 @@ where
     fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
         self.op()?.restore_state(state)
     }
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
         self.op()?.notify_checkpoint_complete(checkpoint)
     }
-    fn notify_checkpoint_aborted(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_aborted(&mut self, checkpoint: CheckpointId) -> Result<()> {
         self.op()?.notify_checkpoint_aborted(checkpoint)
     }
     fn on_end_of_input(&mut self, out: &mut Output<'_, ()>) -> Result<()> {

@@ -25,6 +25,7 @@
 //! [`StreamSource`] reads any `futures::Stream`; [`ChannelSource`] reads a
 //! bounded tokio `mpsc` channel.
 
+use floe_actors::ids::CheckpointId;
 use super::{SourceContext, SourceFunction, SourcePoll};
 use crate::{Error, Result};
 use floe_actors::element::Record;
@@ -113,7 +114,7 @@ pub trait AsyncSource<T>: Send + 'static {
     /// Checkpoint `checkpoint` completed (e.g. commit offsets back to a
     /// consumer group, for monitoring). Must not block: spawn async work
     /// with `actix::spawn` if needed.
-    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         Ok(())
     }
 }
@@ -210,7 +211,7 @@ where
         self.with_source(|s| s.restore_position(entries))
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
         self.with_source(|s| s.notify_checkpoint_complete(checkpoint))
     }
 }

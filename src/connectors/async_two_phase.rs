@@ -27,6 +27,7 @@
 //!    committed when the final checkpoint completes (or at once without
 //!    checkpoints); the subtask finishes only after that commit.
 
+use floe_actors::ids::CheckpointId;
 use super::async_sink::{DriverGuard, FallibleOp, Shared, deferred_reply, spawn_driver};
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
@@ -118,7 +119,7 @@ pub trait AsyncTwoPhaseCommitSink<T>: Send + 'static {
     fn pre_commit(
         &mut self,
         txn: &mut Self::Txn,
-        checkpoint: Option<u64>,
+        checkpoint: Option<CheckpointId>,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Publishes a pre-committed transaction. MUST be idempotent: it may be
@@ -252,7 +253,7 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
                 .current
                 .take()
                 .expect("current transaction was just begun");
-            self.sink.pre_commit(&mut txn, Some(checkpoint)).await?;
+            self.sink.pre_commit(&mut txn, Some(CheckpointId(checkpoint))).await?;
             lock(&self.pending).entry(checkpoint).or_default().push(txn);
         }
         self.union_list()
@@ -401,7 +402,7 @@ where
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         let (tx, rx) = futures::channel::oneshot::channel();
         self.queue
-            .push(Command::PreCommit(ctx.checkpoint, tx), false)?;
+            .push(Command::PreCommit(ctx.checkpoint.0, tx), false)?;
         Ok(StateCapture {
             deferred: Some(deferred_reply(self.arbiter, rx, Ok)),
             ..Default::default()
@@ -430,8 +431,8 @@ where
         self.queue.push(Command::Recover(recovery), false)
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
-        self.commits.push(checkpoint, false)
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.commits.push(checkpoint.0, false)
     }
 
     fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {

@@ -36,6 +36,7 @@
 //! below a partition's position (a fetch that was already under way) are
 //! dropped.
 
+use floe_actors::ids::CheckpointId;
 use super::{SourceContext, SourceFunction, SourcePoll};
 use crate::Result;
 use floe_actors::element::Record;
@@ -447,7 +448,7 @@ pub struct KafkaSourceReader<T> {
     initial: bool,
     next_discovery: Option<Instant>,
     /// Positions taken at checkpoints not yet complete, oldest first.
-    positions: VecDeque<(u64, Vec<Position>)>,
+    positions: VecDeque<(CheckpointId, Vec<Position>)>,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -745,7 +746,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
         Ok(())
     }
 
-    fn snapshot_union_state(&mut self, checkpoint: u64) -> Result<Vec<Vec<u8>>> {
+    fn snapshot_union_state(&mut self, checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>> {
         let positions = self.positions();
         // Committed to the group when the checkpoint completes.
         self.positions.push_back((checkpoint, positions));
@@ -783,7 +784,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
         min
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
         let mut latest = None;
         while self
             .positions

@@ -36,7 +36,7 @@ use crate::Result;
 use crate::operators::node::NodeInfo;
 use floe_actors::chain::ChainInput;
 use floe_actors::element::{MAX_WATERMARK, Record};
-use floe_actors::ids::SubtaskIndex;
+use floe_actors::ids::{CheckpointId, SubtaskIndex};
 use floe_actors::source::{SourceDriver, SourceStep};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
@@ -103,7 +103,7 @@ pub trait SourceFunction<T>: Send + 'static {
     /// state), taken at checkpoint `checkpoint` right after
     /// [`snapshot_state`](Self::snapshot_state): e.g. the splits all
     /// subtasks read, so none is assigned twice. Default: none.
-    fn snapshot_union_state(&mut self, _checkpoint: u64) -> Result<Vec<Vec<u8>>> {
+    fn snapshot_union_state(&mut self, _checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>> {
         Ok(Vec::new())
     }
 
@@ -114,7 +114,7 @@ pub trait SourceFunction<T>: Send + 'static {
     }
 
     /// A checkpoint completed.
-    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         Ok(())
     }
 
@@ -221,7 +221,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             self.pause = None;
         }
         let source = &mut self.source;
-        let checkpoint = barrier.checkpoint_id.0;
+        let checkpoint = barrier.checkpoint_id;
         let r = catch_unwind(AssertUnwindSafe(|| {
             Ok::<_, crate::Error>((
                 source.snapshot_state()?,
@@ -256,7 +256,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         if completed {
             let source = &mut self.source;
             let r = catch_unwind(AssertUnwindSafe(|| {
-                source.notify_checkpoint_complete(checkpoint.0)
+                source.notify_checkpoint_complete(checkpoint)
             }));
             self.info.check(r)?;
         }

@@ -43,6 +43,7 @@
 //! # }
 //! ```
 
+use floe_actors::ids::CheckpointId;
 use super::async_sink::AsyncSink;
 use super::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
 use crate::operators::sink::SinkContext;
@@ -586,8 +587,8 @@ impl<R: PostgresRow> PostgresSink<R> {
         Ok(())
     }
 
-    fn gid(&self, checkpoint: Option<u64>) -> String {
-        let at = checkpoint.map_or_else(|| "end".to_string(), |c| c.to_string());
+    fn gid(&self, checkpoint: Option<CheckpointId>) -> String {
+        let at = checkpoint.map_or_else(|| "end".to_string(), |c| c.0.to_string());
         format!("{}{}:{at}", self.config.gid_prefix(), self.subtask)
     }
 
@@ -695,7 +696,7 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
         self.insert(batch).await
     }
 
-    async fn pre_commit(&mut self, txn: &mut PgTxn, checkpoint: Option<u64>) -> Result<()> {
+    async fn pre_commit(&mut self, txn: &mut PgTxn, checkpoint: Option<CheckpointId>) -> Result<()> {
         txn.gid = self.gid(checkpoint);
         let sql = format!("PREPARE TRANSACTION '{}'", txn.gid.replace('\'', "''"));
         let conn = self.ensure_connected().await?;

@@ -33,6 +33,7 @@ use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
 use crate::{Error, Result};
 use floe_actors::element::Batch;
+use floe_actors::ids::CheckpointId;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
@@ -281,7 +282,10 @@ where
             // the end of input, belongs to it (its completion commits it);
             // nothing new is begun.
             if let Some(last) = self.pending.remove(&AFTER_END) {
-                self.pending.entry(ctx.checkpoint).or_default().extend(last);
+                self.pending
+                    .entry(ctx.checkpoint.0)
+                    .or_default()
+                    .extend(last);
             }
         } else {
             // A transaction is begun even if nothing was written yet, so
@@ -294,7 +298,7 @@ where
                 .take()
                 .expect("current transaction was just begun");
             self.sink.pre_commit(&mut txn)?;
-            self.pending.entry(ctx.checkpoint).or_default().push(txn);
+            self.pending.entry(ctx.checkpoint.0).or_default().push(txn);
             self.current = Some(self.sink.begin()?);
         }
         let union_list = self
@@ -327,11 +331,11 @@ where
         }
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
-        self.commit_up_to(checkpoint)
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.commit_up_to(checkpoint.0)
     }
 
-    fn notify_checkpoint_aborted(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_aborted(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         // Kept pending: the next completed checkpoint commits them.
         Ok(())
     }

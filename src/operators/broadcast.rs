@@ -29,6 +29,7 @@ use crate::state::{
 };
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
+use floe_actors::ids::CheckpointId;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -359,11 +360,11 @@ where
         Operator::<IN, OUT>::restore_watermark(&mut self.inner, watermark)
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
         Operator::<IN, OUT>::notify_checkpoint_complete(&mut self.inner, checkpoint)
     }
 
-    fn notify_checkpoint_aborted(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_aborted(&mut self, checkpoint: CheckpointId) -> Result<()> {
         Operator::<IN, OUT>::notify_checkpoint_aborted(&mut self.inner, checkpoint)
     }
 

@@ -24,6 +24,7 @@ use crate::state::{HeapStateBackend, StateBackend};
 use crate::state::{StateKey, StateValue};
 use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
+use floe_actors::ids::CheckpointId;
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -456,7 +457,7 @@ where
         // checkpoint, which the backend only learns from `chain`.
         let keyed_base = match snapshot.base() {
             None => Vec::new(),
-            Some(b) => self.chain.base_blobs(b).ok_or_else(|| {
+            Some(b) => self.chain.base_blobs(CheckpointId(b)).ok_or_else(|| {
                 crate::Error::User(format!("keyed state of base checkpoint {b} unknown"))
             })?,
         };
@@ -583,14 +584,14 @@ where
         Ok(())
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
         if self.chain.complete(checkpoint) {
             self.state.notify_checkpoint_complete(checkpoint);
         }
         Ok(())
     }
 
-    fn notify_checkpoint_aborted(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_aborted(&mut self, checkpoint: CheckpointId) -> Result<()> {
         self.chain.abort(checkpoint);
         Ok(())
     }

@@ -15,6 +15,7 @@ pub mod sink;
 
 use crate::Result;
 use floe_actors::element::{Batch, Record, Timestamp};
+use floe_actors::ids::CheckpointId;
 use std::any::Any;
 use std::marker::PhantomData;
 
@@ -84,12 +85,12 @@ pub trait Operator<IN, OUT>: Send + 'static {
 
     /// Checkpoint `checkpoint` completed: every operator of the job has
     /// persisted its state for it (two-phase-commit sinks commit here).
-    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         Ok(())
     }
 
     /// Checkpoint `checkpoint` was aborted.
-    fn notify_checkpoint_aborted(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_aborted(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         Ok(())
     }
 
@@ -106,7 +107,7 @@ pub trait Operator<IN, OUT>: Send + 'static {
 #[derive(Clone, Debug)]
 pub struct SnapshotContext {
     /// The checkpoint id.
-    pub checkpoint: u64,
+    pub checkpoint: CheckpointId,
     /// Whether it is a savepoint (must not depend on earlier checkpoints).
     pub savepoint: bool,
     /// The job's max parallelism: the number of key groups.

@@ -368,7 +368,7 @@ where
                 ))?;
         }
         let ctx = SnapshotContext {
-            checkpoint: barrier.checkpoint_id.0,
+            checkpoint: barrier.checkpoint_id,
             savepoint: barrier.kind == BarrierKind::Savepoint,
             max_parallelism: self.info.max_parallelism,
             key_groups: self.info.key_groups.clone(),
@@ -382,7 +382,9 @@ where
                 persisted: capture.keyed_persisted.take(),
                 uid: self.info.uid.clone(),
                 finish: Box::new(move || {
-                    info.injected_fault(crate::failover::FaultMoment::AsyncWrite(ctx.checkpoint))?;
+                    info.injected_fault(crate::failover::FaultMoment::AsyncWrite(
+                        ctx.checkpoint.0,
+                    ))?;
                     encode_capture(capture, &info)
                 }),
             });
@@ -413,9 +415,9 @@ where
         let op = &mut self.op;
         let r = catch_unwind(AssertUnwindSafe(|| {
             if completed {
-                op.notify_checkpoint_complete(checkpoint.0)
+                op.notify_checkpoint_complete(checkpoint)
             } else {
-                op.notify_checkpoint_aborted(checkpoint.0)
+                op.notify_checkpoint_aborted(checkpoint)
             }
         }));
         self.info.check(r)?;

@@ -3,7 +3,7 @@
 use super::{Operator, Output};
 use crate::Result;
 use floe_actors::element::{Batch, Timestamp};
-use floe_actors::ids::SubtaskIndex;
+use floe_actors::ids::{CheckpointId, SubtaskIndex};
 
 /// What a sink learns when it opens.
 #[derive(Clone, Copy, Debug)]
@@ -53,7 +53,7 @@ pub trait SinkFunction<T>: Send + 'static {
     }
 
     /// A checkpoint completed.
-    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
         Ok(())
     }
 }
@@ -110,7 +110,7 @@ where
         self.sink.restore_state(state)
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
         self.sink.notify_checkpoint_complete(checkpoint)
     }
 }

@@ -14,7 +14,7 @@ use crate::api::JobHandle;
 use crate::api::status::{EdgeInfo, JobGraphInfo, OperatorInfo, RegionInfo, VertexInfo};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
-    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterTasks,
+    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterSubtasks,
     RequestSavepoint,
 };
 use crate::checkpoint::restore::RestorePlan;
@@ -325,7 +325,7 @@ pub(crate) fn deploy_attempt(
         Some(path) => {
             let loaded = crate::checkpoint::load_snapshot(path)?;
             report_fallback(&shared.events, &loaded);
-            tracing::info!(checkpoint = loaded.meta.id, from = %loaded.source.display(), "restoring");
+            tracing::info!(checkpoint = loaded.meta.id.0, from = %loaded.source.display(), "restoring");
             Some(RestorePlan::build(&loaded, &plan, config.max_parallelism)?)
         }
         None => None,
@@ -425,8 +425,8 @@ pub(crate) fn deploy_attempt(
     let fail = Arc::new(Mutex::new(fail));
     let tasks = spawner.tasks(&spawned);
     let subtasks = tasks.len();
-    coordinator.do_send(RegisterTasks {
-        tasks,
+    coordinator.do_send(RegisterSubtasks {
+        subtasks: tasks,
         supervisor: supervisor.clone().recipient(),
     });
     let region = (config.failover == crate::failover::FailoverStrategy::Region).then(|| {
@@ -466,12 +466,12 @@ pub(super) fn report_fallback(
         return;
     }
     events.emit(JobEvent::RestoreFellBack(FallbackEvent {
-        restored_checkpoint: loaded.meta.id,
+        restored_checkpoint: loaded.meta.id.0,
         skipped: loaded
             .skipped
             .iter()
             .map(|(id, e)| SkippedCheckpoint {
-                checkpoint: *id,
+                checkpoint: id.0,
                 reason: e.to_string(),
             })
             .collect(),
@@ -497,7 +497,7 @@ fn checkpoint_setup(
         _ => None,
     };
     let stored = match &store {
-        Some(s) => s.max_id()?,
+        Some(s) => s.max_id()?.0,
         None => 0,
     };
     let restored = restore.map(|r| r.checkpoint_id).unwrap_or(0);

@@ -188,7 +188,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             .map_err(to_runtime)?;
         let tasks = self.spawner.tasks(&spawned);
         self.coordinator
-            .do_send(crate::checkpoint::coordinator::ReplaceTasks { tasks });
+            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks: tasks });
         if let Ok(mut f) = self.fail.lock() {
             for (&(v, j), s) in &spawned {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());

@@ -6,7 +6,7 @@ use super::deploy::{Job, to_runtime};
 use super::graph::{
     ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx, node_uid,
 };
-use crate::checkpoint::coordinator::TaskInfo;
+use crate::checkpoint::coordinator::SubtaskInfo;
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
 use crate::{Error, Result};
@@ -169,7 +169,7 @@ impl Spawner {
     }
 
     /// The coordinator's view of spawned subtasks.
-    pub(super) fn tasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<TaskInfo> {
+    pub(super) fn tasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<SubtaskInfo> {
         let plan = &self.plan;
         let mut keys: Vec<&(usize, usize)> = spawned.keys().collect();
         keys.sort();
@@ -177,7 +177,7 @@ impl Spawner {
             .map(|&(v, j)| {
                 let head = plan.heads[v];
                 let s = &spawned[&(v, j)];
-                TaskInfo {
+                SubtaskInfo {
                     vertex: VertexId(v as u32),
                     subtask: SubtaskIndex(j as u32),
                     is_source: matches!(plan.nodes[head].kind, NodeKind::Source(_)),

@@ -68,6 +68,7 @@ pub use ttl::{StateTtlConfig, TtlUpdateType};
 pub use value::ValueState;
 
 use floe_actors::element::Timestamp;
+use floe_actors::ids::CheckpointId;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::any::{Any, TypeId};
@@ -177,14 +178,14 @@ pub trait StateBackend<K>: Send {
     /// reported by [`notify_checkpoint_complete`](Self::notify_checkpoint_complete)
     /// (see [`Snapshot::base`]); a savepoint is always full. The default is
     /// [`snapshot`](Self::snapshot), always full.
-    fn snapshot_for(&mut self, checkpoint: u64, savepoint: bool) -> Snapshot {
+    fn snapshot_for(&mut self, checkpoint: CheckpointId, savepoint: bool) -> Snapshot {
         let _ = (checkpoint, savepoint);
         self.snapshot()
     }
     /// Checkpoint `checkpoint`, snapshotted with
     /// [`snapshot_for`](Self::snapshot_for), completed and its blobs are
     /// known: later snapshots may build on it.
-    fn notify_checkpoint_complete(&mut self, _checkpoint: u64) {}
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) {}
     /// Replaces all state with the serialized key groups (each must be in
     /// this backend's range); states restored but not registered yet are
     /// checked when their descriptor is first used.

@@ -60,6 +60,7 @@ use super::ttl::{StateTtlConfig, TtlUpdateType};
 use super::{StateBackend, StateKey, StateTable, StateValue};
 use crate::time::{Clock, SystemClock};
 use floe_actors::element::Timestamp;
+use floe_actors::ids::CheckpointId;
 use floe_actors::keygroup::key_group_range;
 use indexmap::IndexMap;
 use redb::{
@@ -1162,7 +1163,9 @@ impl<K: Send + 'static> StateBackend<K> for RedbStateBackend<K> {
         }
     }
 
-    fn snapshot_for(&mut self, checkpoint: u64, savepoint: bool) -> Snapshot {
+    fn snapshot_for(&mut self, checkpoint: CheckpointId, savepoint: bool) -> Snapshot {
+        // The incremental record keeps plain numbers (`Snapshot::base`).
+        let checkpoint = checkpoint.0;
         let read = self.flush_and_read();
         let keys = self.keys();
         let taken = self.store.take_changes((keys / 2).max(MIN_CHANGE_LIMIT));
@@ -1254,7 +1257,8 @@ impl<K: Send + 'static> StateBackend<K> for RedbStateBackend<K> {
         }
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: u64) {
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) {
+        let checkpoint = checkpoint.0;
         let inc = &mut self.incremental;
         let Some(chain) = inc.taken.get(&checkpoint).and_then(|t| t.chain) else {
             return;

@@ -23,6 +23,7 @@
 use super::FORMAT_VERSION;
 use super::descriptor::StateMeta;
 use super::error::StateError;
+use floe_actors::ids::CheckpointId;
 use floe_actors::snapshot::BlobRef;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -306,8 +307,8 @@ pub struct CheckpointChain {
 
 #[derive(Default)]
 struct ChainInner {
-    written: BTreeMap<u64, Vec<BlobRef>>,
-    completed: Option<(u64, Vec<BlobRef>)>,
+    written: BTreeMap<CheckpointId, Vec<BlobRef>>,
+    completed: Option<(CheckpointId, Vec<BlobRef>)>,
 }
 
 impl CheckpointChain {
@@ -317,14 +318,14 @@ impl CheckpointChain {
 
     /// Records that the keyed state of `checkpoint` was written to `blobs`
     /// (its base's blobs first, oldest first).
-    pub fn persisted(&self, checkpoint: u64, blobs: &[BlobRef]) {
+    pub fn persisted(&self, checkpoint: CheckpointId, blobs: &[BlobRef]) {
         self.lock().written.insert(checkpoint, blobs.to_vec());
     }
 
     /// Checkpoint `checkpoint` completed: its blobs become the base of later
     /// snapshots. Returns whether its blobs were known (only then may the
     /// backend build on it).
-    pub fn complete(&self, checkpoint: u64) -> bool {
+    pub fn complete(&self, checkpoint: CheckpointId) -> bool {
         let mut inner = self.lock();
         let Some(blobs) = inner.written.remove(&checkpoint) else {
             return false;
@@ -335,13 +336,13 @@ impl CheckpointChain {
     }
 
     /// Checkpoint `checkpoint` was aborted: its blobs are never a base.
-    pub fn abort(&self, checkpoint: u64) {
+    pub fn abort(&self, checkpoint: CheckpointId) {
         self.lock().written.remove(&checkpoint);
     }
 
     /// The blobs of completed checkpoint `checkpoint`, if it is the last one
     /// completed.
-    pub fn base_blobs(&self, checkpoint: u64) -> Option<Vec<BlobRef>> {
+    pub fn base_blobs(&self, checkpoint: CheckpointId) -> Option<Vec<BlobRef>> {
         match &self.lock().completed {
             Some((c, blobs)) if *c == checkpoint => Some(blobs.clone()),
             _ => None,

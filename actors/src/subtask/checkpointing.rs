@@ -22,7 +22,7 @@ use crate::element::{Barrier, BarrierKind, Timestamp};
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
 use crate::snapshot::{
-    AcknowledgeCheckpoint, BlobWriter, ChainSnapshot, CheckpointLink, DeclineCheckpoint,
+    AcknowledgeCheckpoint, BlobSink, ChainSnapshot, CheckpointLink, DeclineCheckpoint,
     NotifyCheckpoint, OperatorHandles, TriggerCheckpoint,
 };
 use actix::prelude::*;
@@ -445,7 +445,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
 /// Serializes a capture and writes its blobs (runs on a blocking thread).
 fn write_capture(
-    writer: &dyn BlobWriter,
+    writer: &dyn BlobSink,
     vertex: VertexId,
     subtask: SubtaskIndex,
     capture: PendingCapture,

@@ -7,14 +7,11 @@
 //! [`BlobRef`] carries the file's length and CRC-32 so that a truncated or
 //! corrupted file is refused before it is decoded.
 
+use crate::ids::CheckpointId;
 use serde::{Deserialize, Serialize};
 
 /// Version of the checkpoint and savepoint format; a reader refuses others.
 pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
-
-/// A checkpoint's or savepoint's id: increasing within a job (and across its
-/// restores, which continue after the restored id).
-pub type SnapshotId = u64;
 
 /// Whether a snapshot is a periodic checkpoint or a user-triggered savepoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,7 +22,17 @@ pub enum SnapshotKind {
     Savepoint,
 }
 
-pub use floe_actors::snapshot::BlobRef;
+/// A reference to one persisted state file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobRef {
+    /// Path relative to the directory of the store (checkpoints) or of the
+    /// savepoint, with `/` separators.
+    pub path: String,
+    /// Length in bytes.
+    pub len: u64,
+    /// CRC-32 (IEEE, as `crc32fast` computes it) of the bytes.
+    pub checksum: u32,
+}
 
 /// The state of one operator in one subtask.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,8 +93,9 @@ pub struct SubtaskRuntimeState {
 pub struct CheckpointMetadata {
     /// [`CHECKPOINT_FORMAT_VERSION`] of the writer.
     pub version: u32,
-    /// The checkpoint id.
-    pub id: SnapshotId,
+    /// The checkpoint id: increasing within a job (and across its restores,
+    /// which continue after the restored id). Encoded as its number.
+    pub id: CheckpointId,
     /// Checkpoint or savepoint.
     pub kind: SnapshotKind,
     /// When it was triggered (ms since the epoch).

@@ -56,8 +56,9 @@ pub(crate) fn guarded<R>(
             path: path.to_path_buf(),
             message: format!(
                 "damaged database (truncated or corrupt): {}",
-                floe_actors::error::panic_message(&*panic)
+                crate::error::panic_message(&*panic)
             ),
+            source: None,
         })
     })
 }

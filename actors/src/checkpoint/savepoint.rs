@@ -3,7 +3,7 @@
 //!
 //! A savepoint is self-contained and portable: the directory
 //! `<savepoint_dir>/savepoint-<id>` holds every blob it needs and its
-//! `_metadata` (same encoding as a checkpoint's, see [`super::store`]), and
+//! `_metadata` (same encoding as a checkpoint's, see [`super::metadata`]), and
 //! every [`BlobRef::path`] is relative to that directory, so it can be copied
 //! or moved anywhere. A savepoint exists once its `_metadata` is written
 //! (after all its blobs); a writer dropped before [`SavepointWriter::finish`]
@@ -17,12 +17,15 @@
 //! output (that output would be produced twice).
 
 use super::error::CheckpointError;
-use super::format::{BlobRef, CheckpointMetadata, SnapshotId, SnapshotKind};
-use super::store::{
-    BlobSink, CheckpointStore, DATABASE_FILE, METADATA_FILE, corrupt, io_err, parse_chk_dir_name,
-    read_blob_checked, read_metadata_file, sync_dir, verify_blobs, write_blob_file,
-    write_file_atomic,
+use super::files::{
+    METADATA_FILE, corrupt, invalid_name, io_err, parse_chk_dir_name, read_blob_checked, sync_dir,
+    write_blob_file, write_file_atomic,
 };
+use super::format::{BlobRef, CheckpointMetadata, SnapshotKind};
+use super::metadata::{encode_metadata, read_metadata_file, verify_blobs};
+use super::storage::BlobSink;
+use super::store::{CheckpointStore, DATABASE_FILE};
+use crate::ids::CheckpointId;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -30,16 +33,16 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct SavepointWriter {
     dir: PathBuf,
-    id: SnapshotId,
+    id: CheckpointId,
     finished: bool,
 }
 
 impl SavepointWriter {
     /// Creates the directory `<savepoint_dir>/savepoint-<id>` (and
     /// `savepoint_dir` if missing); refuses one that already exists.
-    pub fn new(savepoint_dir: &Path, id: SnapshotId) -> Result<Self, CheckpointError> {
+    pub fn new(savepoint_dir: &Path, id: CheckpointId) -> Result<Self, CheckpointError> {
         fs::create_dir_all(savepoint_dir).map_err(|e| io_err("create", savepoint_dir, e))?;
-        let dir = savepoint_dir.join(format!("savepoint-{id}"));
+        let dir = savepoint_dir.join(format!("savepoint-{}", id.0));
         fs::create_dir(&dir).map_err(|e| io_err("create", &dir, e))?;
         Ok(SavepointWriter {
             dir,
@@ -58,15 +61,14 @@ impl SavepointWriter {
     /// to the savepoint directory.
     pub fn write_blob(&self, name: &str, bytes: &[u8]) -> Result<BlobRef, CheckpointError> {
         if !valid_name(name) {
-            return Err(CheckpointError::Io {
-                action: "name",
-                path: PathBuf::from(name),
-                message: format!(
+            return Err(invalid_name(
+                name,
+                format!(
                     "invalid blob name for savepoint {}: use `/`-separated plain components, \
                      not starting with '.', other than `{METADATA_FILE}`",
-                    self.id
+                    self.id.0
                 ),
-            });
+            ));
         }
         write_blob_file(&self.dir, name.to_string(), bytes)
     }
@@ -83,7 +85,7 @@ impl SavepointWriter {
         if meta.kind != SnapshotKind::Savepoint || meta.id != self.id {
             return Err(failed(format!(
                 "metadata of {:?} {} given to savepoint {}",
-                meta.kind, meta.id, self.id
+                meta.kind, meta.id.0, self.id.0
             )));
         }
         for blob in meta.blobs() {
@@ -98,10 +100,7 @@ impl SavepointWriter {
                 }
             }
         }
-        write_file_atomic(
-            &self.dir.join(METADATA_FILE),
-            &super::store::encode_metadata(meta),
-        )?;
+        write_file_atomic(&self.dir.join(METADATA_FILE), &encode_metadata(meta))?;
         if let Some(parent) = self.dir.parent() {
             sync_dir(parent)?;
         }
@@ -111,7 +110,19 @@ impl SavepointWriter {
 }
 
 impl BlobSink for SavepointWriter {
-    fn put(&self, name: &str, bytes: &[u8]) -> Result<BlobRef, CheckpointError> {
+    /// Refuses the blobs of another checkpoint: a savepoint holds its own.
+    fn put(
+        &self,
+        checkpoint: CheckpointId,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<BlobRef, CheckpointError> {
+        if checkpoint != self.id {
+            return Err(CheckpointError::Failed {
+                checkpoint,
+                message: format!("a blob given to savepoint {}", self.id.0),
+            });
+        }
         self.write_blob(name, bytes)
     }
 }
@@ -145,14 +156,14 @@ pub struct LoadedSnapshot {
     pub source: PathBuf,
     /// Newer checkpoints refused while falling back to this one, newest
     /// first: each one's id and why.
-    pub skipped: Vec<(SnapshotId, CheckpointError)>,
+    pub skipped: Vec<(CheckpointId, CheckpointError)>,
 }
 
 impl LoadedSnapshot {
     /// Reads one of its blobs, checking length and checksum; errors name the
     /// checkpoint.
     pub fn read_blob(&self, blob: &BlobRef) -> Result<Vec<u8>, CheckpointError> {
-        read_blob_checked(&self.root, blob, &self.meta.id.to_string())
+        read_blob_checked(&self.root, blob, &self.meta.id.0.to_string())
     }
 }
 
@@ -195,14 +206,14 @@ fn load_from_store(dir: &Path) -> Result<LoadedSnapshot, CheckpointError> {
 pub fn load_latest(store: &CheckpointStore) -> Result<LoadedSnapshot, CheckpointError> {
     let dir = store.root();
     let committed = store.list()?;
-    let mut skipped = Vec::new();
+    let mut skipped: Vec<(CheckpointId, CheckpointError)> = Vec::new();
     for recorded in committed.iter().rev() {
         match store.verified_metadata(recorded.id) {
             Ok(meta) => {
                 for (id, e) in &skipped {
                     tracing::warn!(
-                        checkpoint = meta.id,
-                        skipped = id,
+                        checkpoint = meta.id.0,
+                        skipped = id.0,
                         reason = %e,
                         "restoring from an older checkpoint: a newer one is damaged"
                     );
@@ -233,7 +244,7 @@ fn load_snapshot_dir(dir: &Path, source: &Path) -> Result<LoadedSnapshot, Checkp
     let file = dir.join(METADATA_FILE);
     let label = source.display().to_string();
     let meta = read_metadata_file(&file, &label)?;
-    let label = meta.id.to_string();
+    let label = meta.id.0.to_string();
     let root = match meta.kind {
         SnapshotKind::Savepoint => dir.to_path_buf(),
         SnapshotKind::Checkpoint => {
@@ -261,7 +272,7 @@ fn check_committed(
     meta: &CheckpointMetadata,
     file: &Path,
 ) -> Result<(), CheckpointError> {
-    let label = meta.id.to_string();
+    let label = meta.id.0.to_string();
     let dir_id = dir
         .file_name()
         .and_then(|n| n.to_str())
@@ -272,7 +283,7 @@ fn check_committed(
             file,
             format!(
                 "belongs to checkpoint {}, not to '{}'",
-                meta.id,
+                meta.id.0,
                 dir.display()
             ),
         ));

@@ -1,28 +1,39 @@
-//! Errors of checkpoints, savepoints and their store.
+//! Errors of checkpoints, savepoints and their storage.
+//!
+//! I/O and database failures keep their cause as the error's `source()`, so
+//! a caller can walk the chain (and match on an `io::ErrorKind`) instead of
+//! parsing text; the `Display` of each variant is unchanged.
 
+use crate::ids::CheckpointId;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// What can go wrong writing, reading or restoring a checkpoint.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckpointError {
     /// A file or directory of the store could not be read or written.
-    #[error("checkpoint store: cannot {action} '{path}': {message}")]
+    #[error("checkpoint store: cannot {action} '{path}': {source}")]
     Io {
         /// What was being done ("create", "read", "write", "remove", ...).
         action: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// The cause.
-        message: String,
+        /// The cause (shared: the error is `Clone`).
+        #[source]
+        source: Arc<std::io::Error>,
     },
     /// The store's metadata database failed.
     #[error("checkpoint store '{path}': {message}")]
     Database {
         /// The database file.
         path: PathBuf,
-        /// The cause.
+        /// What failed, in words.
         message: String,
+        /// The database's own error, when there is one (a panic inside the
+        /// database, caught, has none).
+        #[source]
+        source: Option<Arc<redb::Error>>,
     },
     /// A checkpoint (or savepoint) file is truncated or corrupted.
     #[error("checkpoint {checkpoint} is corrupt: '{file}': {reason}")]
@@ -62,11 +73,28 @@ pub enum CheckpointError {
         message: String,
     },
     /// A checkpoint was declined, expired or could not be completed.
-    #[error("checkpoint {checkpoint} failed: {message}")]
+    #[error("checkpoint {} failed: {message}", .checkpoint.0)]
     Failed {
-        /// The checkpoint id.
-        checkpoint: u64,
+        /// The checkpoint.
+        checkpoint: CheckpointId,
         /// Why.
         message: String,
     },
+    /// The coordinator refused a request (a savepoint with every source
+    /// finished, a second stop, a stop without checkpointing): nothing was
+    /// triggered. The embedding layer reports it as a configuration error,
+    /// worded the same.
+    #[error("invalid configuration: {message}")]
+    Refused {
+        /// Why.
+        message: String,
+    },
+}
+
+impl From<CheckpointError> for crate::Error {
+    /// A failed blob write in a subtask's asynchronous snapshot part: the
+    /// subtask declines the checkpoint with this message.
+    fn from(e: CheckpointError) -> Self {
+        crate::Error::Runtime(e.to_string())
+    }
 }
