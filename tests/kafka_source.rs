@@ -78,7 +78,11 @@ fn partitions_follow_the_owner_rule_and_offsets_restore_at_another_parallelism()
         }
         seen.extend(records);
         split.extend(reader.snapshot_state().expect("snapshot"));
-        union.extend(reader.snapshot_union_state(CheckpointId(1)).expect("snapshot"));
+        union.extend(
+            reader
+                .snapshot_union_state(CheckpointId(1))
+                .expect("snapshot"),
+        );
     }
     assert_eq!(split.len(), 4, "one position per partition");
 
@@ -111,7 +115,9 @@ fn completed_checkpoints_commit_offsets_to_the_group() {
     let mut reader = source.reader(&ctx(0, 1)).expect("reader");
     read(&mut reader, 15);
     reader.snapshot_state().expect("snapshot");
-    reader.snapshot_union_state(CheckpointId(7)).expect("snapshot");
+    reader
+        .snapshot_union_state(CheckpointId(7))
+        .expect("snapshot");
     let positions: HashMap<i32, i64> = reader
         .positions()
         .into_iter()
@@ -119,7 +125,9 @@ fn completed_checkpoints_commit_offsets_to_the_group() {
         .collect();
     // More records after the checkpoint: not committed.
     read(&mut reader, 10);
-    reader.notify_checkpoint_complete(CheckpointId(7)).expect("commit");
+    reader
+        .notify_checkpoint_complete(CheckpointId(7))
+        .expect("commit");
 
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &b)

@@ -26,11 +26,11 @@
 //! [`FuturesSink`] into any `futures::Sink`; [`add_async_sink`],
 //! [`to_channel`] and [`to_futures_sink`] add them to a stream.
 
-use floe_actors::ids::CheckpointId;
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, SnapshotContext, StateCapture};
 use crate::{Error, Result};
 use floe_actors::element::Batch;
+use floe_actors::ids::CheckpointId;
 use floe_actors::wake::SubtaskWaker;
 use floe_actors::writer::WriterControl;
 use std::cell::RefCell;

@@ -25,10 +25,10 @@
 //! [`StreamSource`] reads any `futures::Stream`; [`ChannelSource`] reads a
 //! bounded tokio `mpsc` channel.
 
-use floe_actors::ids::CheckpointId;
 use super::{SourceContext, SourceFunction, SourcePoll};
 use crate::{Error, Result};
 use floe_actors::element::Record;
+use floe_actors::ids::CheckpointId;
 use floe_actors::wake::SubtaskWaker;
 use futures::{FutureExt, Stream, StreamExt};
 use std::future::Future;

@@ -27,12 +27,12 @@
 //!    committed when the final checkpoint completes (or at once without
 //!    checkpoints); the subtask finishes only after that commit.
 
-use floe_actors::ids::CheckpointId;
 use super::async_sink::{DriverGuard, FallibleOp, Shared, deferred_reply, spawn_driver};
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
 use crate::{Error, Result};
 use floe_actors::element::Batch;
+use floe_actors::ids::CheckpointId;
 use floe_actors::wake::SubtaskWaker;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -253,7 +253,9 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
                 .current
                 .take()
                 .expect("current transaction was just begun");
-            self.sink.pre_commit(&mut txn, Some(CheckpointId(checkpoint))).await?;
+            self.sink
+                .pre_commit(&mut txn, Some(CheckpointId(checkpoint)))
+                .await?;
             lock(&self.pending).entry(checkpoint).or_default().push(txn);
         }
         self.union_list()

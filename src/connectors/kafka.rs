@@ -36,10 +36,10 @@
 //! below a partition's position (a fetch that was already under way) are
 //! dropped.
 
-use floe_actors::ids::CheckpointId;
 use super::{SourceContext, SourceFunction, SourcePoll};
 use crate::Result;
 use floe_actors::element::Record;
+use floe_actors::ids::CheckpointId;
 use rdkafka::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};

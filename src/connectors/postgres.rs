@@ -43,12 +43,12 @@
 //! # }
 //! ```
 
-use floe_actors::ids::CheckpointId;
 use super::async_sink::AsyncSink;
 use super::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
 use crate::operators::sink::SinkContext;
 use crate::{Error, Result};
 use floe_actors::element::Batch;
+use floe_actors::ids::CheckpointId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -696,7 +696,11 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
         self.insert(batch).await
     }
 
-    async fn pre_commit(&mut self, txn: &mut PgTxn, checkpoint: Option<CheckpointId>) -> Result<()> {
+    async fn pre_commit(
+        &mut self,
+        txn: &mut PgTxn,
+        checkpoint: Option<CheckpointId>,
+    ) -> Result<()> {
         txn.gid = self.gid(checkpoint);
         let sql = format!("PREPARE TRANSACTION '{}'", txn.gid.replace('\'', "''"));
         let conn = self.ensure_connected().await?;

@@ -94,9 +94,10 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         // still pending hold the failed incarnation's state and must not
         // complete after that choice.
         self.region_fence.region_restarting();
-        if let (Some(mode), Some(members)) =
-            (self.spawner.config.deterministic(), self.members.get(region))
-        {
+        if let (Some(mode), Some(members)) = (
+            self.spawner.config.deterministic(),
+            self.members.get(region),
+        ) {
             mode.retire(members.iter().map(|&(v, j)| (v as u32, j as u32)));
         }
     }
