@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Real servers for the connector tests: PostgreSQL and a Kafka-protocol
-# broker (tansu), each on a free loopback port, private to this checkout.
+# Real servers for the connector and dashboard tests: PostgreSQL, a
+# Kafka-protocol broker (tansu) and chromedriver (headless Chromium over
+# WebDriver), each on a free loopback port, private to this checkout.
 #
-#   scripts/services.sh start [postgres] [kafka]   install what is missing, start, wait
-#   scripts/services.sh stop                       stop both
+#   scripts/services.sh start [postgres] [kafka] [webdriver]   install what is missing, start, wait
+#   scripts/services.sh stop                                   stop them
 #   scripts/services.sh env                        print the env file (source it)
 #
 # `start` writes target/services.env with
 #   FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:PORT/floe
 #   FLOE_TEST_KAFKA=127.0.0.1:PORT
+#   FLOE_TEST_WEBDRIVER=http://127.0.0.1:PORT
 # which the tests read (they fail with a pointer here when it is missing,
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
 # tansu with `cargo install` (kept in ~/.cargo/bin: built once, ~10 min on
@@ -153,6 +155,28 @@ start_kafka() {
   log "tansu on 127.0.0.1:$port"
 }
 
+start_webdriver() {
+  local port
+  if alive "$STATE/chromedriver.pid"; then
+    log "chromedriver already runs"
+    return 0
+  fi
+  command -v chromedriver >/dev/null 2>&1 || die "chromedriver is not installed (apt-get install chromium-driver)"
+  port="$(free_port)"
+  echo "$port" >"$STATE/chromedriver.port"
+  nohup chromedriver --port="$port" >"$STATE/chromedriver.log" 2>&1 &
+  echo $! >"$STATE/chromedriver.pid"
+  wait_port "$port" 60 || { cat "$STATE/chromedriver.log" >&2; die "chromedriver does not accept connections on $port"; }
+  log "chromedriver on 127.0.0.1:$port"
+}
+
+stop_webdriver() {
+  if alive "$STATE/chromedriver.pid"; then
+    kill "$(cat "$STATE/chromedriver.pid")" 2>/dev/null || true
+  fi
+  rm -f "$STATE/chromedriver.pid" "$STATE/chromedriver.port"
+}
+
 stop_kafka() {
   if alive "$STATE/tansu.pid"; then
     kill "$(cat "$STATE/tansu.pid")" 2>/dev/null || true
@@ -168,19 +192,23 @@ write_env() {
     if [ -f "$STATE/tansu.port" ]; then
       echo "export FLOE_TEST_KAFKA=127.0.0.1:$(cat "$STATE/tansu.port")"
     fi
+    if [ -f "$STATE/chromedriver.port" ]; then
+      echo "export FLOE_TEST_WEBDRIVER=http://127.0.0.1:$(cat "$STATE/chromedriver.port")"
+    fi
   } >"$ENV_FILE"
 }
 
 cmd="${1:-}"
 shift || true
-want_pg=1 want_kafka=1
+want_pg=1 want_kafka=1 want_web=1
 if [ $# -gt 0 ]; then
-  want_pg="" want_kafka=""
+  want_pg="" want_kafka="" want_web=""
   for s in "$@"; do
     case "$s" in
       postgres) want_pg=1 ;;
       kafka) want_kafka=1 ;;
-      *) die "unknown service '$s' (postgres, kafka)" ;;
+      webdriver) want_web=1 ;;
+      *) die "unknown service '$s' (postgres, kafka, webdriver)" ;;
     esac
   done
 fi
@@ -189,15 +217,17 @@ case "$cmd" in
   start)
     [ -n "$want_pg" ] && install_postgres
     [ -n "$want_kafka" ] && install_tansu
-    install_chromium
+    [ -n "$want_web" ] && install_chromium
     [ -n "$want_pg" ] && start_postgres
     [ -n "$want_kafka" ] && start_kafka
+    [ -n "$want_web" ] && start_webdriver
     write_env
     cat "$ENV_FILE"
     ;;
   stop)
     stop_postgres
     stop_kafka
+    stop_webdriver
     rm -f "$ENV_FILE"
     ;;
   env)
@@ -205,7 +235,7 @@ case "$cmd" in
     cat "$ENV_FILE"
     ;;
   *)
-    echo "usage: scripts/services.sh start [postgres] [kafka] | stop | env" >&2
+    echo "usage: scripts/services.sh start [postgres] [kafka] [webdriver] | stop | env" >&2
     exit 2
     ;;
 esac

@@ -56,7 +56,17 @@ fn floe_command(args: &[&str]) -> Command {
 /// least `checkpoints` completed checkpoints, then kills it (`kill -9`): the
 /// crash leaves the newest checkpoint one taken mid-run, with state.
 fn crash_after_checkpoints(args: &[&str], checkpoints: u64) {
+    crash_after_checkpoints_past(args, 0, checkpoints);
+}
+
+/// As [`crash_after_checkpoints`], counting only checkpoints that completed
+/// after a status line showed the sources past `records` records. The
+/// second such checkpoint was triggered after the first completed (one
+/// checkpoint at a time), so with `checkpoints >= 2` the newest one holds
+/// source positions past `records`, however fast or slow the machine.
+fn crash_after_checkpoints_past(args: &[&str], records: u64, checkpoints: u64) {
     use std::io::BufRead;
+    let mut base: Option<u64> = None;
     let mut command = floe_command(&[args, &["--status-interval", "20"]].concat());
     command.stdout(Stdio::null());
     let mut child = command.spawn().expect("floe binary runs");
@@ -67,8 +77,17 @@ fn crash_after_checkpoints(args: &[&str], checkpoints: u64) {
         let line = line.expect("stderr line");
         seen.push_str(&line);
         seen.push('\n');
+        if !line.starts_with("status ") {
+            continue;
+        }
         let done = field(&line, "checkpoints").and_then(|v| v.parse::<u64>().ok());
-        if line.starts_with("status ") && done.is_some_and(|n| n >= checkpoints) {
+        let read = field(&line, "records").and_then(|v| v.parse::<u64>().ok());
+        if base.is_none() && read.is_some_and(|r| r >= records) {
+            base = done;
+        }
+        if let (Some(b), Some(n)) = (base, done)
+            && n >= b + checkpoints
+        {
             reached = true;
             break;
         }
@@ -251,8 +270,10 @@ fn an_input_shorter_than_the_restored_offset_fails_at_once() {
     // A throttled sink holds the source back, so checkpoints complete
     // while it is mid-file.
     // The run is killed mid-file (a finished run's final checkpoint
-    // records its sources as finished, past any offset check).
-    crash_after_checkpoints(
+    // records its sources as finished, past any offset check), after two
+    // checkpoints completed once the source was past line 100: the newest
+    // one's offset is past the 3 bytes the input shrinks to.
+    crash_after_checkpoints_past(
         &[
             "run",
             "wordcount",
@@ -271,7 +292,8 @@ fn an_input_shorter_than_the_restored_offset_fails_at_once() {
             "--output",
             s(&dir.path().join("first.txt")),
         ],
-        1,
+        100,
+        2,
     );
     // The input shrinks below any offset a checkpoint recorded.
     std::fs::write(&input, "w1\n").unwrap();

@@ -43,6 +43,13 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
         "the window operators implement `Operator` in window/",
     ),
     (
+        "connectors",
+        "api",
+        "the async bridges' and the PostgreSQL sink's builder helpers take a \
+         DataStream / the environment (connectors/async_*.rs, postgres.rs); they \
+         become methods of the API (env.from_source, stream.sink_to) next",
+    ),
+    (
         "state",
         "window",
         "aggregating state takes `window::function::AggregateFunction`",

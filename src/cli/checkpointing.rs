@@ -103,6 +103,15 @@ pub enum FailoverArg {
 }
 
 impl CheckpointArgs {
+    /// Where savepoints asked for while the job runs (over HTTP, from the
+    /// dashboard) go: `--savepoint-dir`, else `savepoints/` in the
+    /// checkpoint directory.
+    pub fn savepoint_target(&self) -> Option<PathBuf> {
+        self.savepoint_dir
+            .clone()
+            .or_else(|| self.checkpoint_dir.as_ref().map(|d| d.join("savepoints")))
+    }
+
     /// Whether checkpointing (and so the transactional output) is on.
     pub fn enabled(&self) -> bool {
         self.checkpoint_interval.is_some()

@@ -67,22 +67,28 @@ impl ObserveArgs {
             .map_err(|e| Error::Config(e.to_string()))
     }
 
-    /// Starts serving, if an address was given.
+    /// Starts serving, if an address was given; savepoints and stops asked
+    /// for over HTTP (and from the dashboard) go to `savepoints`.
     pub fn serve(
         &self,
         prometheus: Option<PrometheusHandle>,
         job: &JobHandle,
+        savepoints: Option<std::path::PathBuf>,
     ) -> Result<Option<Endpoint>> {
         let (Some(addr), Some(prometheus)) = (&self.metrics_addr, prometheus) else {
             return Ok(None);
         };
-        let jobs = Jobs::new().with_prometheus(prometheus);
+        let mut jobs = Jobs::new().with_prometheus(prometheus);
+        if let Some(dir) = savepoints {
+            jobs = jobs.with_savepoint_dir(dir);
+        }
         // A new registry holds no job yet: the insert cannot be refused.
         let _ = jobs.insert(job.clone());
         let server = BackgroundServer::start(addr, floe::http::router(jobs))
             .map_err(|e| Error::Config(e.to_string()))?;
         let a = server.local_addr();
         eprintln!("metrics: http://{a}/metrics status: http://{a}/status");
+        eprintln!("dashboard: http://{a}/dashboard/");
         Ok(Some(Endpoint {
             _server: server,
             linger: Duration::from_millis(self.metrics_linger_ms),

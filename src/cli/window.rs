@@ -350,7 +350,9 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.savepoint_dir.clone())?;
-    let endpoint = args.observe.serve(prometheus, &handle)?;
+    let endpoint = args
+        .observe
+        .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;
     let waited = {
         let _progress = Progress::start_with(&handle, SOURCE, None, args.observe.status_interval());
         futures::executor::block_on(handle.wait())

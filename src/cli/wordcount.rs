@@ -309,7 +309,9 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.savepoint_dir.clone())?;
-    let endpoint = args.observe.serve(prometheus, &handle)?;
+    let endpoint = args
+        .observe
+        .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;
     let result = {
         let _progress =
             Progress::start_with(&handle, source_name, total, args.observe.status_interval());

@@ -13,6 +13,7 @@
 //! | `POST /jobs/{name}/stop` | stops the job with a savepoint there: `{"job", "path", "state"}` |
 //! | `POST /jobs/{name}/cancel` | cancels the job and waits for its end: `{"job", "state", "end"}` (`end`: `canceled`, or `finished` / `failed` when it ended first; 202 and no `end` after the cancel timeout) |
 //! | `DELETE /jobs/{name}` | forgets an ended job; its series leave `/metrics` |
+//! | `GET /dashboard/` | the web dashboard (`/` and `/dashboard` redirect there): the job graph, subtasks, checkpoints, failures, actions |
 //!
 //! Errors answer a status code and `{"error": "..."}`. Jobs are registered
 //! with a [`Jobs`] registry; [`router`] serves it. Every handler is async and
@@ -36,6 +37,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+mod dashboard;
 mod server;
 pub use server::BackgroundServer;
 
@@ -289,6 +291,7 @@ pub fn router(jobs: Jobs) -> Router {
         .route("/jobs/{name}/savepoint", post(savepoint))
         .route("/jobs/{name}/stop", post(stop))
         .route("/jobs/{name}/cancel", post(cancel))
+        .merge(dashboard::routes())
         .with_state(jobs)
 }
 
