@@ -14,12 +14,10 @@
 //! new sampling round, and an operator subtask samples once when it next
 //! sees a new round ([`OperatorMetrics::sample_due`]), on its own thread.
 
-use crate::element::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
-use crate::ids::{OperatorId, SubtaskIndex, VertexId};
+use crate::element::MIN_WATERMARK;
+use crate::ids::{OperatorId, SubtaskIndex};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
 
 mod publish;
 mod queue;

@@ -1,7 +1,8 @@
 //! Publication of a job's counters to the `metrics` crate facade, with the
 //! description of every series.
 
-use super::*;
+use super::registry::JobMetrics;
+use crate::element::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
 
 impl JobMetrics {
     /// Copies every counter into the `metrics` crate facade (whatever recorder

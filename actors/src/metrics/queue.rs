@@ -1,7 +1,13 @@
 //! The queue, watermark and time counters of one subtask, and the wait
 //! states its time is split into.
 
-use super::*;
+use super::registry::{InputSample, SubtaskSample};
+use super::{ChannelQueue, InputChannelMetrics, OutputChannelMetrics, TimeSpent};
+use crate::element::{MIN_WATERMARK, Timestamp};
+use crate::ids::{SubtaskIndex, VertexId};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Queue, watermark and time counters of one subtask.
 #[derive(Debug)]

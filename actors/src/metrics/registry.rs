@@ -1,7 +1,13 @@
 //! The counters of a whole job: the registry of its operator subtasks and
 //! queues, the samples and summaries read from them, and its failures.
 
-use super::*;
+use super::queue::QueueMetrics;
+use super::{OperatorMetrics, StateSize};
+use crate::element::Timestamp;
+use crate::ids::{OperatorId, SubtaskIndex, VertexId};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Totals of one operator over its subtasks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,6 +324,7 @@ impl JobMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::{OperatorSample, StateSize};
 
     #[test]
     fn operators_sample_once_per_round() {

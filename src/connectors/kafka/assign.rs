@@ -1,7 +1,9 @@
 //! Partition assignment: the subtask that owns a partition (Flink's rule)
 //! and the partitions of a topic.
 
-use super::*;
+use super::{Client, KafkaError};
+use rdkafka::consumer::Consumer;
+use std::time::Duration;
 
 /// The subtask of `parallelism` that owns a new partition: Flink's
 /// `KafkaSourceEnumerator.getSplitOwner`.

@@ -36,19 +36,14 @@
 //! below a partition's position (a fetch that was already under way) are
 //! dropped.
 
-use super::{SourceContext, SourceFunction, SourcePoll, decode_entry, encode_entry};
+use super::{SourceContext, decode_entry, encode_entry};
 use crate::Result;
-use floe_actors::element::Record;
-use floe_actors::ids::CheckpointId;
 use rdkafka::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
-use std::collections::{BTreeSet, VecDeque};
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::error::KafkaError as ClientError;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod assign;
 mod source;

@@ -1,7 +1,18 @@
 //! The reader of one source subtask: its partitions, their positions and
 //! watermarks, fetching, discovery, checkpointing and offset commits.
 
-use super::*;
+use super::assign::{partition_owner, partitions_of};
+use super::{Client, KafkaError, KafkaSource, StartingOffsets};
+use crate::Result;
+use crate::connectors::{SourceContext, SourceFunction, SourcePoll};
+use floe_actors::element::Record;
+use floe_actors::ids::CheckpointId;
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError as ClientError;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
 
 /// One partition a subtask reads.
 struct Part {

@@ -1,6 +1,6 @@
 //! Parsing of `kafka://` URLs.
 
-use super::*;
+use super::KafkaError;
 
 /// The parts of a `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?k=v&…]` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]

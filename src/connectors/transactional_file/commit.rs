@@ -1,7 +1,16 @@
 //! The commit log of an output (what each commit appended, so that a commit
 //! done twice appends once), recovery from it, and the writer that appends.
 
-use super::*;
+use super::lock::OutputState;
+use super::{
+    FileTransaction, TransactionalFileSink, copy_synced, nonce_of, remove_if_present, sync_dir,
+};
+use crate::{Error, Result};
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 impl TransactionalFileSink {
     /// [`recover`](TwoPhaseCommitSink::recover) with the output's lock held.

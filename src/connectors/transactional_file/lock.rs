@@ -1,7 +1,13 @@
 //! The claim of one process on an output (an OS advisory lock on its lock
 //! file) and the process-wide state of each output.
 
-use super::*;
+use super::commit::CommitLog;
+use super::lock;
+use crate::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// This process's claim on an output: the `flock` on its lock file, held
 /// while the file stays open; the kernel releases it when the process dies.

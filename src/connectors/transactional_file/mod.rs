@@ -43,18 +43,18 @@ use crate::operators::sink::SinkContext;
 use crate::{Error, Result};
 use floe_actors::element::Batch;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 mod commit;
 mod lock;
 
-use commit::{BudgetedWriter, CommitLog, LogLine};
+use commit::{BudgetedWriter, LogLine};
 use lock::{OutputClaim, OutputState, claim_output, output_state};
 
 /// A transaction of [`TransactionalFileSink`]: names its pending file.

@@ -1,7 +1,23 @@
 //! One state's rows in the database, typed, behind a bounded in-memory cache
 //! of decoded entries: reads, writes, bulk flushes, eviction and the TTL sweep.
 
-use super::*;
+use super::snapshot::RedbCaptured;
+use super::{Def, Reader, RedbStore, storage};
+use crate::state::descriptor::StateMeta;
+use crate::state::error::StateError;
+use crate::state::snapshot::CapturedState;
+use crate::state::table::{KeyedTable, Stamped};
+use crate::state::ttl::{StateTtlConfig, TtlUpdateType};
+use crate::state::{StateKey, StateTable, StateValue};
+use floe_actors::element::Timestamp;
+use indexmap::IndexMap;
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, TableError};
+use rustc_hash::FxBuildHasher;
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::ops::{Bound, Range};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// A cached entry: its key group, its value (`None`: absent) and whether it
 /// differs from the database.

@@ -52,36 +52,28 @@
 use super::descriptor::StateMeta;
 use super::error::StateError;
 use super::snapshot::{
-    CapturedState, GroupDelta, KeyGroupBytes, PendingBlob, Snapshot, register_table, restore_into,
+    CapturedState, KeyGroupBytes, PendingBlob, Snapshot, register_table, restore_into,
     sorted_pending,
 };
-use super::table::{KeyedTable, Stamped};
-use super::ttl::{StateTtlConfig, TtlUpdateType};
-use super::{StateBackend, StateKey, StateTable, StateValue};
+use super::{StateBackend, StateTable};
 use crate::time::{Clock, SystemClock};
 use floe_actors::element::Timestamp;
 use floe_actors::ids::CheckpointId;
 use floe_actors::keygroup::key_group_range;
-use indexmap::IndexMap;
-use redb::{
-    Builder, Database, Durability, ReadOnlyTable, ReadTransaction, ReadableTable,
-    ReadableTableMetadata, TableDefinition, TableError, WriteTransaction,
-};
-use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
-use std::any::{Any, TypeId};
+use redb::{Database, ReadOnlyTable, ReadTransaction, TableDefinition};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::any::TypeId;
 use std::collections::BTreeMap;
-use std::marker::PhantomData;
-use std::ops::{Bound, Range};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 mod cache;
 mod snapshot;
 mod store;
 
 pub(crate) use cache::RedbTable;
-use cache::row_stamp;
 use snapshot::{RedbCaptured, RedbDelta};
 
 type Def<'a> = TableDefinition<'a, &'static [u8], &'static [u8]>;

@@ -1,7 +1,14 @@
 //! What a snapshot captures of one state: the rows of the snapshot's read
 //! transaction, in full or as the delta since the base checkpoint.
 
-use super::*;
+use super::cache::row_stamp;
+use super::{Def, Reader, storage};
+use crate::state::descriptor::StateMeta;
+use crate::state::error::StateError;
+use crate::state::snapshot::{CapturedState, GroupDelta};
+use redb::{ReadTransaction, TableDefinition, TableError};
+use std::ops::Bound;
+use std::sync::Arc;
 
 /// A state's capture: the read transaction of the snapshot's commit.
 pub(super) struct RedbCaptured {

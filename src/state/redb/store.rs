@@ -1,7 +1,12 @@
 //! The database file of a backend: creating it, committing flushes to it and
 //! recording the rows each flush changes (for incremental snapshots).
 
-use super::*;
+use super::{Changes, DB_CACHE_BYTES, RedbStateBackend, RedbStore, TakenChanges, storage};
+use crate::state::error::StateError;
+use redb::{Builder, Durability, ReadTransaction, WriteTransaction};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 impl RedbStore {
     pub(super) fn create(operator: &str, path: PathBuf) -> Result<Self, StateError> {
