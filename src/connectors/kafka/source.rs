@@ -1,0 +1,436 @@
+//! The reader of one source subtask: its partitions, their positions and
+//! watermarks, fetching, discovery, checkpointing and offset commits.
+
+use super::assign::{partition_owner, partitions_of};
+use super::{Client, KafkaError, KafkaSource, StartingOffsets};
+use crate::Result;
+use crate::connectors::{SourceContext, SourceFunction, SourcePoll};
+use floe_actors::element::Record;
+use floe_actors::ids::CheckpointId;
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError as ClientError;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+/// One partition a subtask reads.
+struct Part {
+    topic: String,
+    partition: i32,
+    /// The offset of the next record to emit.
+    next: i64,
+    /// Bounded: the offset to stop at.
+    end: Option<i64>,
+    /// The highest record timestamp seen.
+    max_timestamp: Option<i64>,
+    /// When the partition last had a record (or was assigned).
+    active: Instant,
+}
+
+impl Part {
+    fn done(&self) -> bool {
+        self.end.is_some_and(|end| self.next >= end)
+    }
+}
+
+/// A split entry: one partition's position.
+type Position = (String, i32, i64);
+
+/// The source of one subtask (see the module documentation).
+pub struct KafkaSourceReader<T> {
+    config: KafkaSource<T>,
+    consumer: Client,
+    subtask: usize,
+    parallelism: usize,
+    parts: Vec<Part>,
+    /// Every partition some subtask reads (own ones and restored union
+    /// state): never assigned again as new.
+    known: BTreeSet<(String, i32)>,
+    restored: Option<Vec<Position>>,
+    started: bool,
+    /// The first discovery ran.
+    started_once: bool,
+    /// The current discovery is the first of a fresh start.
+    initial: bool,
+    next_discovery: Option<Instant>,
+    /// Positions taken at checkpoints not yet complete, oldest first.
+    positions: VecDeque<(CheckpointId, Vec<Position>)>,
+}
+
+impl<T> KafkaSourceReader<T> {
+    /// The reader of the subtask `ctx` describes, on `consumer`, before its
+    /// first poll.
+    pub(super) fn new(consumer: Client, config: KafkaSource<T>, ctx: &SourceContext) -> Self {
+        KafkaSourceReader {
+            consumer,
+            config,
+            subtask: ctx.subtask.0 as usize,
+            parallelism: ctx.parallelism,
+            parts: Vec::new(),
+            known: BTreeSet::new(),
+            restored: None,
+            started: false,
+            started_once: false,
+            initial: false,
+            next_discovery: None,
+            positions: VecDeque::new(),
+        }
+    }
+
+    /// The partitions this subtask reads and their next offsets.
+    pub fn positions(&self) -> Vec<(String, i32, i64)> {
+        self.parts
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition, p.next))
+            .collect()
+    }
+}
+
+impl<T: Send + 'static> KafkaSourceReader<T> {
+    /// Assigns the restored partitions, or this subtask's share of the
+    /// topics' partitions; once, before the first poll.
+    fn start(&mut self) -> Result<()> {
+        self.started = true;
+        if let Some(restored) = self.restored.take() {
+            let mut new = Vec::new();
+            for (topic, partition, next) in restored {
+                self.known.insert((topic.clone(), partition));
+                new.push(Part {
+                    topic,
+                    partition,
+                    next,
+                    end: None,
+                    max_timestamp: None,
+                    active: Instant::now(),
+                });
+            }
+            if self.config.bounded {
+                self.set_ends(&mut new)?;
+            }
+            self.parts.extend(new);
+            self.assign()?;
+        }
+        self.discover()?;
+        if let Some(every) = self.config.discovery.filter(|_| !self.config.bounded) {
+            self.next_discovery = Some(Instant::now() + every);
+        }
+        Ok(())
+    }
+
+    /// Adds the partitions this subtask owns that nobody reads yet.
+    fn discover(&mut self) -> Result<()> {
+        let mut new = Vec::new();
+        // Only the first discovery of a fresh start uses the configured
+        // start; a restore or a later discovery finds new partitions.
+        if !self.started_once {
+            self.started_once = true;
+            self.initial = self.known.is_empty();
+        } else {
+            self.initial = false;
+        }
+        for topic in self.config.topics.clone() {
+            let count = match partitions_of(
+                &self.consumer,
+                &self.config.brokers,
+                &topic,
+                self.config.timeout,
+            ) {
+                Ok(count) => count,
+                // A listed topic may be created later: a later discovery
+                // finds it ([`KafkaSource::check`] insists on it at start).
+                Err(KafkaError::NoSuchTopic { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for partition in 0..count {
+                if partition_owner(&topic, partition, self.parallelism) == self.subtask
+                    && !self.known.contains(&(topic.clone(), partition))
+                {
+                    self.known.insert((topic.clone(), partition));
+                    new.push(Part {
+                        topic: topic.clone(),
+                        partition,
+                        next: 0,
+                        end: None,
+                        max_timestamp: None,
+                        active: Instant::now(),
+                    });
+                }
+            }
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        // At the first assignment the configured start applies; a
+        // partition that appears later is new and read from its start.
+        let start = if self.initial {
+            self.config.start
+        } else {
+            StartingOffsets::Earliest
+        };
+        self.resolve(&mut new, start)?;
+        if self.config.bounded {
+            self.set_ends(&mut new)?;
+        }
+        self.parts.extend(new);
+        self.assign()
+    }
+
+    /// Turns `start` into concrete offsets for `parts`.
+    fn resolve(&self, parts: &mut [Part], start: StartingOffsets) -> Result<()> {
+        let timeout = self.config.timeout;
+        let committed = match start {
+            StartingOffsets::Committed => {
+                let mut list = TopicPartitionList::new();
+                for p in parts.iter() {
+                    list.add_partition(&p.topic, p.partition);
+                }
+                Some(
+                    self.consumer
+                        .committed_offsets(list, timeout)
+                        .map_err(KafkaError::client("committed offsets"))?,
+                )
+            }
+            _ => None,
+        };
+        for p in parts.iter_mut() {
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(&p.topic, p.partition, timeout)
+                .map_err(|e| KafkaError::Unreachable {
+                    brokers: self.config.brokers.clone(),
+                    reason: e.to_string(),
+                })?;
+            p.next = match start {
+                StartingOffsets::Earliest => low,
+                StartingOffsets::Latest => high,
+                StartingOffsets::Timestamp(ts) => {
+                    let mut list = TopicPartitionList::new();
+                    list.add_partition_offset(&p.topic, p.partition, Offset::Offset(ts))
+                        .map_err(KafkaError::client("offsets for times"))?;
+                    let found = self
+                        .consumer
+                        .offsets_for_times(list, timeout)
+                        .map_err(KafkaError::client("offsets for times"))?;
+                    match found
+                        .find_partition(&p.topic, p.partition)
+                        .map(|e| e.offset())
+                    {
+                        Some(Offset::Offset(o)) if o >= 0 => o,
+                        _ => high,
+                    }
+                }
+                StartingOffsets::Committed => match committed
+                    .as_ref()
+                    .and_then(|c| c.find_partition(&p.topic, p.partition))
+                    .map(|e| e.offset())
+                {
+                    Some(Offset::Offset(o)) if o >= 0 => o,
+                    _ => low,
+                },
+            };
+        }
+        Ok(())
+    }
+
+    /// Bounded: each partition stops at its current log end.
+    fn set_ends(&self, parts: &mut [Part]) -> Result<()> {
+        for p in parts.iter_mut() {
+            let (_, high) = self
+                .consumer
+                .fetch_watermarks(&p.topic, p.partition, self.config.timeout)
+                .map_err(|e| KafkaError::Unreachable {
+                    brokers: self.config.brokers.clone(),
+                    reason: e.to_string(),
+                })?;
+            p.end = Some(high);
+        }
+        Ok(())
+    }
+
+    /// Hands the unfinished partitions and their positions to the client.
+    fn assign(&mut self) -> Result<()> {
+        let mut list = TopicPartitionList::new();
+        for p in self.parts.iter().filter(|p| !p.done()) {
+            list.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next))
+                .map_err(KafkaError::client("assign"))?;
+        }
+        self.consumer
+            .assign(&list)
+            .map_err(KafkaError::client("assign"))?;
+        Ok(())
+    }
+}
+
+/// Errors the client recovers from itself (it reconnects): the source waits.
+fn transient(e: &ClientError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::NetworkException
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::PartitionEOF
+        )
+    )
+}
+
+/// How long an idle source waits before polling again.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+
+impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
+    fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<T>>) -> Result<SourcePoll> {
+        if !self.started {
+            self.start()?;
+        }
+        if let Some(at) = self.next_discovery
+            && Instant::now() >= at
+        {
+            self.discover()?;
+            self.next_discovery = self.config.discovery.map(|d| Instant::now() + d);
+        }
+        if self.config.bounded && self.parts.iter().all(Part::done) {
+            return Ok(SourcePoll::Finished);
+        }
+        while out.len() < max {
+            let message = match self.consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Err(e)) if transient(&e) => {
+                    tracing::debug!(error = %e, "Kafka source: transient error");
+                    break;
+                }
+                Some(Err(e)) => return Err(KafkaError::client("poll")(e).into()),
+                Some(Ok(m)) => m,
+            };
+            let (topic, partition, offset) =
+                (message.topic(), message.partition(), message.offset());
+            let Some(part) = self
+                .parts
+                .iter_mut()
+                .find(|p| p.partition == partition && p.topic == topic)
+            else {
+                continue;
+            };
+            if offset < part.next || part.done() {
+                continue;
+            }
+            if part.end.is_some_and(|end| offset >= end) {
+                part.next = part.end.unwrap_or(offset);
+                continue;
+            }
+            part.next = offset + 1;
+            let value =
+                (self.config.decode)(message.payload().unwrap_or_default()).map_err(|reason| {
+                    KafkaError::BadRecord {
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        reason,
+                    }
+                })?;
+            let timestamp = message.timestamp().to_millis();
+            if self.config.watermarks.is_some() {
+                part.active = Instant::now();
+                if let Some(ts) = timestamp {
+                    part.max_timestamp = Some(part.max_timestamp.map_or(ts, |m| m.max(ts)));
+                }
+            }
+            out.push(Record { value, timestamp });
+        }
+        if self.config.bounded && self.parts.iter().all(Part::done) {
+            return Ok(if out.is_empty() {
+                SourcePoll::Finished
+            } else {
+                SourcePoll::Ready
+            });
+        }
+        Ok(if out.is_empty() {
+            SourcePoll::Wait(IDLE_WAIT)
+        } else {
+            SourcePoll::Ready
+        })
+    }
+
+    fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
+        self.parts
+            .iter()
+            .map(|p| super::encode_entry(&(p.topic.as_str(), p.partition, p.next)))
+            .collect()
+    }
+
+    fn restore_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        let positions = entries
+            .iter()
+            .map(|e| super::decode_entry::<Position>(e))
+            .collect::<Result<Vec<_>>>()?;
+        self.restored = Some(positions);
+        Ok(())
+    }
+
+    fn snapshot_union_state(&mut self, checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>> {
+        let positions = self.positions();
+        // Committed to the group when the checkpoint completes.
+        self.positions.push_back((checkpoint, positions));
+        self.parts
+            .iter()
+            .map(|p| super::encode_entry(&(p.topic.as_str(), p.partition)))
+            .collect()
+    }
+
+    fn restore_union_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        for e in &entries {
+            self.known.insert(super::decode_entry::<(String, i32)>(e)?);
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self) -> Option<floe_actors::element::Timestamp> {
+        let config = self.config.watermarks?;
+        let now = Instant::now();
+        let mut min: Option<i64> = None;
+        for p in self.parts.iter().filter(|p| !p.done()) {
+            if config
+                .idleness
+                .is_some_and(|idle| now.duration_since(p.active) >= idle)
+            {
+                continue;
+            }
+            // A partition without records yet holds the watermark back.
+            let w = p
+                .max_timestamp?
+                .saturating_sub(config.out_of_orderness)
+                .saturating_sub(1);
+            min = Some(min.map_or(w, |m| m.min(w)));
+        }
+        min
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        let mut latest = None;
+        while self
+            .positions
+            .front()
+            .is_some_and(|(c, _)| *c <= checkpoint)
+        {
+            latest = self.positions.pop_front();
+        }
+        let Some((_, positions)) = latest else {
+            return Ok(());
+        };
+        let mut list = TopicPartitionList::new();
+        for (topic, partition, next) in &positions {
+            list.add_partition_offset(topic, *partition, Offset::Offset(*next))
+                .map_err(KafkaError::client("commit"))?;
+        }
+        // For monitoring only: a failed commit does not fail the job.
+        if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+            tracing::warn!(error = %e, "Kafka source: cannot commit offsets to the group");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,559 @@
+//! One state's rows in the database, typed, behind a bounded in-memory cache
+//! of decoded entries: reads, writes, bulk flushes, eviction and the TTL sweep.
+
+use super::snapshot::RedbCaptured;
+use super::{Def, Reader, RedbStore, storage};
+use crate::state::descriptor::StateMeta;
+use crate::state::error::StateError;
+use crate::state::snapshot::CapturedState;
+use crate::state::table::{KeyedTable, Stamped};
+use crate::state::ttl::{StateTtlConfig, TtlUpdateType};
+use crate::state::{StateKey, StateTable, StateValue};
+use floe_actors::element::Timestamp;
+use indexmap::IndexMap;
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, TableError};
+use rustc_hash::FxBuildHasher;
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::ops::{Bound, Range};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// A cached entry: its key group, its value (`None`: absent) and whether it
+/// differs from the database.
+struct Slot<S> {
+    key_group: u32,
+    value: Option<Stamped<S>>,
+    dirty: bool,
+}
+
+/// The most database rows one flush's TTL sweep checks.
+const MAX_DB_SWEEP: usize = 1 << 20;
+
+/// One state's rows in the redb database, typed, behind its cache.
+pub(crate) struct RedbTable<K, S> {
+    meta: StateMeta,
+    operator: String,
+    ttl: Option<StateTtlConfig>,
+    range: Range<u32>,
+    store: Arc<RedbStore>,
+    name: String,
+    cache: IndexMap<K, Slot<S>, FxBuildHasher>,
+    capacity: usize,
+    /// Indexes in `cache` of the dirty slots.
+    dirty: Vec<usize>,
+    /// The table as of the last commit (`None`: it does not exist).
+    reader: Option<Reader>,
+    /// Rows in the database as of the last commit.
+    db_rows: u64,
+    /// Over the cached keys: those with a value minus those with a row.
+    delta_len: i64,
+    /// Row key buffer for misses.
+    scratch: Vec<u8>,
+    /// The cache sweep's position.
+    cursor: usize,
+    /// The database sweep's position: the last row key checked.
+    db_cursor: Vec<u8>,
+    /// Rows the next flush's sweep checks.
+    db_sweep: usize,
+    /// The time of the last access (for the database sweep).
+    last_now: Timestamp,
+    _k: PhantomData<fn() -> K>,
+}
+
+fn encode_row<S: StateValue>(stamp: Timestamp, value: &S) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_extend(value, stamp.to_be_bytes().to_vec())
+}
+
+pub(super) fn row_stamp(row: &[u8]) -> Timestamp {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&row[..8]);
+    i64::from_be_bytes(b)
+}
+
+impl<K: StateKey, S: StateValue> RedbTable<K, S> {
+    pub(crate) fn new(
+        meta: StateMeta,
+        operator: &str,
+        ttl: Option<StateTtlConfig>,
+        range: Range<u32>,
+        store: Arc<RedbStore>,
+    ) -> Self {
+        let capacity = store.cache_entries.load(Ordering::Relaxed).max(2);
+        let mut table = RedbTable {
+            name: format!("state/{}", meta.name),
+            meta,
+            operator: operator.to_string(),
+            ttl,
+            range,
+            store,
+            cache: IndexMap::default(),
+            capacity,
+            dirty: Vec::new(),
+            reader: None,
+            db_rows: 0,
+            delta_len: 0,
+            scratch: Vec::new(),
+            cursor: 0,
+            db_cursor: Vec::new(),
+            db_sweep: 0,
+            last_now: Timestamp::MIN,
+            _k: PhantomData,
+        };
+        // A new table has no rows; a failure here shows at the first miss.
+        let _ = table.open_reader();
+        table
+    }
+
+    fn def(&self) -> Def<'_> {
+        TableDefinition::new(&self.name)
+    }
+
+    fn serde(&self, e: impl std::fmt::Display) -> StateError {
+        StateError::Serde {
+            operator: self.operator.clone(),
+            state: self.meta.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn check(&self, key_group: u32) -> Result<(), StateError> {
+        if self.range.contains(&key_group) {
+            Ok(())
+        } else {
+            Err(StateError::KeyGroupOutOfRange {
+                operator: self.operator.clone(),
+                key_group,
+                start: self.range.start,
+                end: self.range.end,
+            })
+        }
+    }
+
+    fn expired(&self, stamp: Timestamp, now: Timestamp) -> bool {
+        self.ttl
+            .as_ref()
+            .is_some_and(|t| stamp.saturating_add(t.ttl_ms()) <= now)
+    }
+
+    /// Reopens the read-only view of the table on the last commit.
+    fn open_reader(&mut self) -> Result<(), StateError> {
+        self.reader = None;
+        self.db_rows = 0;
+        let read = self.store.read()?;
+        match read.open_table(self.def()) {
+            Ok(t) => {
+                self.db_rows = t.len().map_err(|e| storage(&self.operator, e))?;
+                self.reader = Some(t);
+                Ok(())
+            }
+            Err(TableError::TableDoesNotExist(_)) => Ok(()),
+            Err(e) => Err(storage(&self.operator, e)),
+        }
+    }
+
+    /// The row of `key` in the database as of the last flush.
+    fn load(&mut self, key_group: u32, key: &K) -> Result<Option<Stamped<S>>, StateError> {
+        if self.reader.is_none() {
+            return Ok(None);
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend_from_slice(&key_group.to_be_bytes());
+        self.scratch = postcard::to_extend(key, buf).map_err(|e| self.serde(e))?;
+        let Some(reader) = &self.reader else {
+            return Ok(None);
+        };
+        let found = reader
+            .get(self.scratch.as_slice())
+            .map_err(|e| storage(&self.operator, e))?;
+        let Some(row) = found else {
+            return Ok(None);
+        };
+        let bytes = row.value();
+        let value: S = postcard::from_bytes(&bytes[8..]).map_err(|e| self.serde(e))?;
+        Ok(Some(Stamped {
+            value,
+            stamp: row_stamp(bytes),
+        }))
+    }
+
+    /// The cache index of `key`, read from the database on a miss (after
+    /// making room).
+    fn slot(&mut self, key_group: u32, key: &K) -> Result<usize, StateError> {
+        if let Some(i) = self.cache.get_index_of(key) {
+            return Ok(i);
+        }
+        if self.cache.len() >= self.capacity {
+            self.evict()?;
+        } else {
+            self.bound_dirty()?;
+        }
+        let value = self.load(key_group, key)?;
+        let (i, _) = self.cache.insert_full(
+            key.clone(),
+            Slot {
+                key_group,
+                value,
+                dirty: false,
+            },
+        );
+        Ok(i)
+    }
+
+    /// Slot `i` changed; it had a value when `had` was true.
+    fn mark(&mut self, i: usize, had: bool) {
+        let slot = &mut self.cache[i];
+        self.delta_len += i64::from(slot.value.is_some()) - i64::from(had);
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push(i);
+        }
+    }
+
+    /// Flushes once a bounded number of entries is dirty: a write
+    /// transaction holds the pages it changes in memory until it commits.
+    fn bound_dirty(&mut self) -> Result<(), StateError> {
+        if self.dirty.len() >= (self.capacity / 8).max(1) {
+            self.flush_dirty()?;
+        }
+        Ok(())
+    }
+
+    /// Checks a few cached entries after the sweep cursor and removes the
+    /// expired; owes the same number of rows to the next database sweep.
+    fn sweep(&mut self, now: Timestamp) {
+        self.last_now = now;
+        let Some(ttl) = &self.ttl else {
+            return;
+        };
+        let budget = ttl.cleanup_per_access;
+        let ttl_ms = ttl.ttl_ms();
+        self.db_sweep = (self.db_sweep + budget).min(MAX_DB_SWEEP);
+        for _ in 0..budget {
+            if self.cursor >= self.cache.len() {
+                self.cursor = 0;
+                continue;
+            }
+            let i = self.cursor;
+            self.cursor += 1;
+            let expired = self.cache[i]
+                .value
+                .as_ref()
+                .is_some_and(|e| e.stamp.saturating_add(ttl_ms) <= now);
+            if expired {
+                self.cache[i].value = None;
+                self.mark(i, true);
+            }
+        }
+    }
+
+    /// Writes the dirty entries to the database in one transaction (and
+    /// sweeps expired rows), records the changed rows, reopens the reader.
+    fn flush_dirty(&mut self) -> Result<(), StateError> {
+        let sweep = if self.ttl.is_some() { self.db_sweep } else { 0 };
+        if self.dirty.is_empty() && sweep == 0 {
+            return Ok(());
+        }
+        let mut rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(self.dirty.len());
+        for &i in &self.dirty {
+            let Some((k, slot)) = self.cache.get_index(i) else {
+                continue;
+            };
+            let row = postcard::to_extend(k, slot.key_group.to_be_bytes().to_vec())
+                .map_err(|e| self.serde(e))?;
+            let value = match &slot.value {
+                Some(e) => Some(encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?),
+                None => None,
+            };
+            rows.push((row, value));
+        }
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let ttl_ms = self.ttl.as_ref().map_or(i64::MAX, |t| t.ttl_ms());
+        let now = self.last_now;
+        let mut cursor = std::mem::take(&mut self.db_cursor);
+        let def: Def<'_> = TableDefinition::new(&self.name);
+        let expired = self.store.write(|txn| {
+            let mut table = txn.open_table(def)?;
+            for (k, v) in &rows {
+                match v {
+                    Some(v) => {
+                        table.insert(k.as_slice(), v.as_slice())?;
+                    }
+                    None => {
+                        table.remove(k.as_slice())?;
+                    }
+                }
+            }
+            let mut expired = Vec::new();
+            let mut steps = 0;
+            'passes: for _ in 0..2 {
+                if steps >= sweep {
+                    break;
+                }
+                for row in
+                    table.range::<&[u8]>((Bound::Excluded(cursor.as_slice()), Bound::Unbounded))?
+                {
+                    let (k, v) = row?;
+                    steps += 1;
+                    cursor.clear();
+                    cursor.extend_from_slice(k.value());
+                    if row_stamp(v.value()).saturating_add(ttl_ms) <= now {
+                        expired.push(cursor.clone());
+                    }
+                    if steps >= sweep {
+                        break 'passes;
+                    }
+                }
+                // Reached the end: start over.
+                cursor.clear();
+                steps += 1;
+            }
+            for k in &expired {
+                table.remove(k.as_slice())?;
+            }
+            Ok(expired)
+        })?;
+        self.db_cursor = cursor;
+        self.db_sweep = 0;
+        for &i in &self.dirty {
+            if let Some((_, slot)) = self.cache.get_index_mut(i) {
+                slot.dirty = false;
+            }
+        }
+        self.dirty.clear();
+        for row in &expired {
+            // A cached copy of a swept row is expired as well: now absent.
+            if let Ok(k) = postcard::from_bytes::<K>(&row[4..])
+                && let Some(slot) = self.cache.get_mut(&k)
+            {
+                slot.value = None;
+            }
+        }
+        if self.store.recording() {
+            let changed = rows
+                .into_iter()
+                .map(|(k, _)| k)
+                .chain(expired)
+                .map(Vec::into_boxed_slice);
+            self.store.record(&self.meta.name, changed);
+        }
+        self.delta_len = 0;
+        self.open_reader()
+    }
+
+    /// Flushes, then drops the older half of the cache.
+    fn evict(&mut self) -> Result<(), StateError> {
+        self.flush_dirty()?;
+        let n = (self.cache.len() / 2).max(1);
+        self.cache.drain(..n);
+        self.cursor = 0;
+        Ok(())
+    }
+
+    /// Flushes and empties the cache (before writing rows directly).
+    fn drop_cache(&mut self) -> Result<(), StateError> {
+        self.flush_dirty()?;
+        self.cache.clear();
+        self.cursor = 0;
+        Ok(())
+    }
+}
+
+impl<K: StateKey, S: StateValue> KeyedTable<K, S> for RedbTable<K, S> {
+    fn get(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<&S>, StateError> {
+        self.check(key_group)?;
+        self.sweep(now);
+        let i = self.slot(key_group, key)?;
+        let stamp = match &self.cache[i].value {
+            None => return Ok(None),
+            Some(e) => e.stamp,
+        };
+        if self.expired(stamp, now) {
+            self.cache[i].value = None;
+            self.mark(i, true);
+            return Ok(None);
+        }
+        let refresh = self
+            .ttl
+            .as_ref()
+            .is_some_and(|t| t.update_type == TtlUpdateType::OnReadAndWrite);
+        if refresh && stamp != now {
+            if let Some(e) = &mut self.cache[i].value {
+                e.stamp = now;
+            }
+            self.mark(i, true);
+        }
+        Ok(self.cache[i].value.as_ref().map(|e| &e.value))
+    }
+
+    fn get_mut(
+        &mut self,
+        key_group: u32,
+        key: &K,
+        now: Timestamp,
+    ) -> Result<Option<&mut S>, StateError> {
+        self.check(key_group)?;
+        self.sweep(now);
+        let i = self.slot(key_group, key)?;
+        let stamp = match &self.cache[i].value {
+            None => return Ok(None),
+            Some(e) => e.stamp,
+        };
+        if self.expired(stamp, now) {
+            self.cache[i].value = None;
+            self.mark(i, true);
+            return Ok(None);
+        }
+        self.mark(i, true);
+        Ok(self.cache[i].value.as_mut().map(|e| {
+            e.stamp = now;
+            &mut e.value
+        }))
+    }
+
+    fn put(&mut self, key_group: u32, key: &K, value: S, now: Timestamp) -> Result<(), StateError> {
+        self.check(key_group)?;
+        self.sweep(now);
+        let i = self.slot(key_group, key)?;
+        let had = self.cache[i]
+            .value
+            .replace(Stamped { value, stamp: now })
+            .is_some();
+        self.mark(i, had);
+        Ok(())
+    }
+
+    fn take(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<S>, StateError> {
+        self.check(key_group)?;
+        self.sweep(now);
+        let i = self.slot(key_group, key)?;
+        let Some(e) = self.cache[i].value.take() else {
+            return Ok(None);
+        };
+        self.mark(i, true);
+        Ok((!self.expired(e.stamp, now)).then_some(e.value))
+    }
+}
+
+impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
+    fn meta(&self) -> &StateMeta {
+        &self.meta
+    }
+
+    fn table_type(&self) -> TypeId {
+        TypeId::of::<Self>()
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn capture(&mut self) -> Box<dyn CapturedState> {
+        let read = self
+            .flush_dirty()
+            .and_then(|()| self.store.read())
+            .map(Arc::new);
+        Box::new(RedbCaptured {
+            meta: self.meta.clone(),
+            operator: self.operator.clone(),
+            name: self.name.clone(),
+            read,
+        })
+    }
+
+    fn restore_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
+        self.check(key_group)?;
+        self.drop_cache()?;
+        let entries: Vec<(K, Stamped<S>)> =
+            postcard::from_bytes(bytes).map_err(|e| self.serde(e))?;
+        let mut rows = Vec::with_capacity(entries.len());
+        for (k, e) in &entries {
+            let row = postcard::to_extend(k, key_group.to_be_bytes().to_vec())
+                .map_err(|e| self.serde(e))?;
+            let value = encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?;
+            rows.push((row, value));
+        }
+        let def = self.def();
+        let start = key_group.to_be_bytes();
+        let end = (key_group + 1).to_be_bytes();
+        let last = key_group == u32::MAX;
+        self.store.write(|txn| {
+            let mut table = txn.open_table(def)?;
+            if last {
+                table.retain_in::<&[u8], _>(start.as_slice().., |_, _| false)?;
+            } else {
+                table.retain_in::<&[u8], _>(start.as_slice()..end.as_slice(), |_, _| false)?;
+            }
+            for (k, v) in &rows {
+                table.insert(k.as_slice(), v.as_slice())?;
+            }
+            Ok(())
+        })?;
+        self.open_reader()
+    }
+
+    fn apply_group_delta(
+        &mut self,
+        key_group: u32,
+        puts: &[u8],
+        removed: &[u8],
+    ) -> Result<(), StateError> {
+        self.check(key_group)?;
+        self.drop_cache()?;
+        let entries: Vec<(K, Stamped<S>)> =
+            postcard::from_bytes(puts).map_err(|e| self.serde(e))?;
+        let removed: Vec<K> = postcard::from_bytes(removed).map_err(|e| self.serde(e))?;
+        let row = |k: &K| {
+            postcard::to_extend(k, key_group.to_be_bytes().to_vec()).map_err(|e| self.serde(e))
+        };
+        let mut gone = Vec::with_capacity(removed.len());
+        for k in &removed {
+            gone.push(row(k)?);
+        }
+        let mut rows = Vec::with_capacity(entries.len());
+        for (k, e) in &entries {
+            let value = encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?;
+            rows.push((row(k)?, value));
+        }
+        let def = self.def();
+        self.store.write(|txn| {
+            let mut table = txn.open_table(def)?;
+            for k in &gone {
+                table.remove(k.as_slice())?;
+            }
+            for (k, v) in &rows {
+                table.insert(k.as_slice(), v.as_slice())?;
+            }
+            Ok(())
+        })?;
+        self.open_reader()
+    }
+
+    fn clear_all(&mut self) {
+        self.cache.clear();
+        self.dirty.clear();
+        self.delta_len = 0;
+        self.cursor = 0;
+        self.db_cursor.clear();
+        self.db_sweep = 0;
+        let def = self.def();
+        let _ = self.store.write(|txn| {
+            txn.delete_table(def)?;
+            Ok(())
+        });
+        let _ = self.open_reader();
+    }
+
+    fn len(&self) -> usize {
+        usize::try_from(self.db_rows as i64 + self.delta_len).unwrap_or(0)
+    }
+
+    fn flush(&mut self) -> Result<(), StateError> {
+        self.flush_dirty()
+    }
+
+    fn mem_bytes(&self) -> u64 {
+        (self.cache.len() * (std::mem::size_of::<K>() + std::mem::size_of::<Slot<S>>())) as u64
+    }
+}

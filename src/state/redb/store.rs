@@ -1,0 +1,127 @@
+//! The database file of a backend: creating it, committing flushes to it and
+//! recording the rows each flush changes (for incremental snapshots).
+
+use super::{Changes, DB_CACHE_BYTES, RedbStateBackend, RedbStore, TakenChanges, storage};
+use crate::state::error::StateError;
+use redb::{Builder, Durability, ReadTransaction, WriteTransaction};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+impl RedbStore {
+    pub(super) fn create(operator: &str, path: PathBuf) -> Result<Self, StateError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            storage(
+                operator,
+                format!("cannot create state file {}: {e}", path.display()),
+            )
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(&e)),
+        }
+        let db = Builder::new()
+            .set_cache_size(DB_CACHE_BYTES)
+            .create(&path)
+            .map_err(|e| fail(&e))?;
+        Ok(RedbStore {
+            operator: operator.to_string(),
+            path,
+            db,
+            cache_entries: AtomicUsize::new(RedbStateBackend::<()>::DEFAULT_CACHE_ENTRIES),
+            changes: Mutex::new(Changes::default()),
+            commits: AtomicU64::new(0),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in a write transaction and commits it (never with fsync: the
+    /// database is working storage).
+    pub(super) fn write<R>(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<R, redb::Error>,
+    ) -> Result<R, StateError> {
+        let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+        let mut txn = self.db.begin_write().map_err(|e| err(&e))?;
+        // redb frees the pages a commit replaced only at a durable commit:
+        // every 8th is one (written, not fsynced), the others skip the
+        // header write.
+        let n = self.commits.fetch_add(1, Ordering::Relaxed);
+        txn.set_durability(if n % 8 == 7 {
+            Durability::Eventual
+        } else {
+            Durability::None
+        });
+        let r = f(&txn).map_err(|e| err(&e))?;
+        txn.commit().map_err(|e| err(&e))?;
+        Ok(r)
+    }
+
+    pub(super) fn read(&self) -> Result<ReadTransaction, StateError> {
+        self.db.begin_read().map_err(|e| storage(&self.operator, e))
+    }
+
+    fn changes(&self) -> MutexGuard<'_, Changes> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn recording(&self) -> bool {
+        let c = self.changes();
+        c.on && !c.overflowed
+    }
+
+    /// Records the row keys of `state` that a flush wrote or removed.
+    pub(super) fn record(&self, state: &str, rows: impl IntoIterator<Item = Box<[u8]>>) {
+        let mut guard = self.changes();
+        let c = &mut *guard;
+        if !c.on || c.overflowed {
+            return;
+        }
+        let set = match c.by_state.get_mut(state) {
+            Some(s) => s,
+            None => c.by_state.entry(state.to_string()).or_default(),
+        };
+        for r in rows {
+            if set.insert(r) {
+                c.count += 1;
+            }
+        }
+        if c.count > c.limit {
+            c.overflowed = true;
+            c.by_state.clear();
+            c.count = 0;
+        }
+    }
+
+    /// Takes the record of the changes since the previous snapshot and
+    /// starts a new one, holding at most `limit` keys.
+    pub(super) fn take_changes(&self, limit: usize) -> TakenChanges {
+        let mut c = self.changes();
+        let taken = TakenChanges {
+            by_state: std::mem::take(&mut c.by_state),
+            count: c.count,
+            complete: c.on && !c.overflowed,
+        };
+        c.on = true;
+        c.overflowed = false;
+        c.count = 0;
+        c.limit = limit;
+        taken
+    }
+
+    /// Stops recording (after a restore: the next snapshot is full).
+    pub(super) fn reset_changes(&self) {
+        *self.changes() = Changes::default();
+    }
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
