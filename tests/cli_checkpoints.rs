@@ -14,7 +14,7 @@
 //! - Bad flags are refused with one readable `error:` line.
 
 mod cli_common;
-use cli_common::{SplitMix, fails_with_one_error_line, floe, run_ok, summary_field};
+use cli_common::{SplitMix, WindowInput, fails_with_one_error_line, floe, run_ok, summary_field};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -608,19 +608,18 @@ const WINDOW_MS: i64 = 1000;
 /// A seeded input of `lines` `key,timestamp_ms,value` lines: timestamps rise
 /// with jitter of at most half the out-of-orderness, so no record is late.
 fn window_input(seed: u64, lines: usize) -> (String, Vec<(String, i64, i64)>) {
-    let mut rng = SplitMix(seed);
-    let mut events = Vec::with_capacity(lines);
-    let mut text = String::new();
-    let mut now: i64 = 1_000_000;
-    for _ in 0..lines {
-        now += rng.below(12) as i64;
-        let ts = now - rng.below((OUT_OF_ORDERNESS / 2 + 1) as u64) as i64;
-        let key = format!("k{}", rng.below(17));
-        let value = rng.below(2001) as i64 - 1000;
-        text.push_str(&format!("{key},{ts},{value}\n"));
-        events.push((key, ts, value));
-    }
-    (text, events)
+    cli_common::window_input(
+        seed,
+        &WindowInput {
+            lines,
+            start: 1_000_000,
+            step: 12,
+            jitter: (OUT_OF_ORDERNESS / 2 + 1) as u64,
+            keys: 17,
+            low: -1000,
+            high: 1000,
+        },
+    )
 }
 
 /// The oracle: tumbling-window sums per (key, window) in a HashMap, as

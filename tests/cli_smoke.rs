@@ -14,7 +14,8 @@
 
 mod cli_common;
 use cli_common::{
-    SplitMix, count_words, parse_counts, pipelines_oracle, run_ok_output, sorted, summary_field,
+    SplitMix, WindowInput, count_words, parse_counts, pipelines_oracle, run_ok_output, sorted,
+    summary_field,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -163,18 +164,18 @@ const OUT_OF_ORDERNESS: i64 = 30;
 /// `key,timestamp_ms,value` lines, out of order by less than the bound (so
 /// none is late with per-record watermarks), and their events.
 fn window_input(lines: usize, seed: u64) -> (String, Vec<(String, i64, i64)>) {
-    let mut rng = SplitMix(seed);
-    let (mut text, mut events) = (String::new(), Vec::new());
-    let mut now = 10_000i64;
-    for _ in 0..lines {
-        now += rng.below(5) as i64;
-        let ts = now - rng.below(OUT_OF_ORDERNESS as u64 / 2) as i64;
-        let key = format!("k{}", rng.below(7));
-        let value = rng.below(100) as i64 - 50;
-        text.push_str(&format!("{key},{ts},{value}\n"));
-        events.push((key, ts, value));
-    }
-    (text, events)
+    cli_common::window_input(
+        seed,
+        &WindowInput {
+            lines,
+            start: 10_000,
+            step: 5,
+            jitter: OUT_OF_ORDERNESS as u64 / 2,
+            keys: 7,
+            low: -50,
+            high: 49,
+        },
+    )
 }
 
 /// Tumbling-window sums per (key, window) in a HashMap, as sorted

@@ -23,7 +23,7 @@
 //!   `set_config`, `failover_stats`, a two-phase-commit sink, `Finished`.
 
 mod cli_common;
-use cli_common::{SplitMix, floe, run_ok, summary_field};
+use cli_common::{WindowInput, floe, run_ok, summary_field};
 use floe::failover::RestartStrategy;
 use floe::{JobStatus, StreamExecutionEnvironment};
 use std::collections::{BTreeMap, HashMap};
@@ -347,19 +347,18 @@ const SLIDE_MS: i64 = 500;
 /// with jitter of at most half the out-of-orderness, so no record is late;
 /// values in `low..=high`.
 fn window_input(seed: u64, lines: usize, low: i64, high: i64) -> (String, Vec<(String, i64, i64)>) {
-    let mut rng = SplitMix(seed);
-    let mut events = Vec::with_capacity(lines);
-    let mut text = String::new();
-    let mut now: i64 = 1_000_000;
-    for _ in 0..lines {
-        now += rng.below(12) as i64;
-        let ts = now - rng.below((OUT_OF_ORDERNESS / 2 + 1) as u64) as i64;
-        let key = format!("k{}", rng.below(17));
-        let value = low + rng.below((high - low + 1) as u64) as i64;
-        text.push_str(&format!("{key},{ts},{value}\n"));
-        events.push((key, ts, value));
-    }
-    (text, events)
+    cli_common::window_input(
+        seed,
+        &WindowInput {
+            lines,
+            start: 1_000_000,
+            step: 12,
+            jitter: (OUT_OF_ORDERNESS / 2 + 1) as u64,
+            keys: 17,
+            low,
+            high,
+        },
+    )
 }
 
 /// The oracle: sliding-window (2 s every 500 ms) sums per (key, start) in a

@@ -12,13 +12,10 @@
 //! At-least-once checkpoints with failures lose no line (duplicates would
 //! be allowed).
 
+use floe::text::mix64;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-
-fn mix64(x: u64) -> u64 {
-    floe::text::mix64(x)
-}
 
 /// The output lines the pipelines must produce for `records` and `seed`:
 /// generate, parse, filter, enrich, as the demo defines them.

@@ -29,36 +29,18 @@
 //!   default `on_timer`), and registering a timer on a non-keyed stream fails
 //!   the job with a readable error.
 
+#[path = "common/rng.rs"]
+mod rng;
 use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::{OnTimerContext, ProcessContext};
 use floe::time::{ManualClock, TimeDomain, WatermarkStrategy};
 use floe::{DataStream, JobResult, StreamExecutionEnvironment};
+use rng::SplitMix;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-/// splitmix64: a small seeded generator so inputs are reproducible.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, permille: u64) -> bool {
-        self.below(1000) < permille
-    }
-}
 
 /// Upper bound on the run time of one job; only reached if it hangs.
 const JOB_LIMIT: Duration = Duration::from_secs(60);

@@ -7,6 +7,8 @@
 //! copy-on-write capture (writes after the synchronous part are not in the
 //! bytes), redistribution of key groups to 3 subtasks, and schema checks.
 
+#[path = "common/rng.rs"]
+mod rng;
 use floe::state::{
     AggregatingStateDescriptor, KeyGroupBytes, KeyScope, ListStateDescriptor, MapStateDescriptor,
     ReducingStateDescriptor, StateBackend, StateError, StateTtlConfig, TtlUpdateType,
@@ -15,33 +17,13 @@ use floe::state::{
 use floe::time::{Clock, ManualClock};
 use floe::window::function::AggregateFunction;
 use floe_actors::keygroup::{key_group, key_group_range, subtask_for_key_group};
+use rng::SplitMix;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 const MAXP: u32 = 128;
-
-/// splitmix64: a small seeded generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn key(&mut self, keys: u64) -> String {
-        format!("k{}", self.below(keys))
-    }
-}
 
 /// Makes a backend of operator "op" owning `range` of `MAXP` key groups.
 trait Make<B>: Fn(Arc<dyn Clock>, Range<u32>) -> B {}

@@ -11,31 +11,13 @@
 //!   parallelism 1 and 2 must equal the counts of
 //!   `floe::text::WordGenerator::new(500, 7).word(i)` for `i in 0..200000`.
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::SplitMix;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
-
-/// splitmix64: a small seeded generator so the test input is reproducible.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// Words with non-ASCII letters, digits, case changes and marks that split or
 /// do not split words.

@@ -6,22 +6,10 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output};
 
-/// splitmix64: a small seeded generator so the test input is reproducible.
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+#[path = "../common/rng.rs"]
+mod rng;
+#[allow(unused_imports)]
+pub use rng::{SplitMix, WindowInput, window_input};
 
 pub fn floe(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_floe"))
