@@ -6,6 +6,9 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output};
 
+// A test that also includes `common` gets the generator twice, as two
+// identical modules: harmless, each test uses one.
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/rng.rs"]
 mod rng;
 #[allow(unused_imports)]
