@@ -3,10 +3,11 @@
 //!
 //! Exists to show keyed timers: a small transaction (< 1.00) followed by a
 //! large one (> 500.00) on the same account within one minute raises an
-//! alert. The detector keeps a per-account "last was small" flag (in a map
-//! keyed by account: keyed state comes later) and registers a processing-time
-//! timer one minute ahead that clears the flag; any following transaction
-//! also clears it (deleting the timer).
+//! alert. The detector keeps, in keyed state (so it is checkpointed and
+//! restored with the job), a per-account "last was small" flag — the arrival
+//! of that small transaction and the time of its timer — and registers a
+//! processing-time timer one minute ahead that clears the flag; any
+//! following transaction also clears it (deleting the timer).
 //!
 //! To make processing time deterministic the job runs on a `ManualClock`
 //! driven by the data: a replay source emits the embedded transactions one at
@@ -22,6 +23,7 @@
 use floe::connectors::{SourceFunction, SourcePoll};
 use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::{OnTimerContext, ProcessContext};
+use floe::state::ValueStateDescriptor;
 use floe::time::{Clock, ManualClock};
 use floe::{OutputTag, Record, StreamExecutionEnvironment};
 use std::collections::HashMap;
@@ -122,25 +124,23 @@ impl SourceFunction<Transaction> for Replay {
     }
 }
 
+/// The flag of an account whose last transaction was small.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+struct Flag {
+    /// Arrival of the small transaction (for the alert).
+    small_at: i64,
+    /// When its timer fires.
+    timer: i64,
+}
+
 /// The walkthrough's `FraudDetector`.
 #[derive(Clone)]
 struct FraudDetector {
-    /// Per account with the flag set: when the small transaction's timer fires.
-    small_until: HashMap<u64, i64>,
+    /// The account's flag, in keyed state.
+    flag: ValueStateDescriptor<Flag>,
     /// (account, timer time) of every expired flag.
     expired: OutputTag<(u64, i64)>,
     processed: Arc<AtomicUsize>,
-    /// Arrival of the last small transaction per account (for the alert).
-    small_at: HashMap<u64, i64>,
-}
-
-impl FraudDetector {
-    fn clean_up(&mut self, account: u64, ctx: &mut ProcessContext<'_, '_, Alert, u64>) {
-        if let Some(timer) = self.small_until.remove(&account) {
-            ctx.delete_processing_time_timer(timer);
-        }
-        self.small_at.remove(&account);
-    }
 }
 
 impl KeyedProcessFunction<u64, Transaction, Alert> for FraudDetector {
@@ -150,22 +150,25 @@ impl KeyedProcessFunction<u64, Transaction, Alert> for FraudDetector {
         ctx: &mut ProcessContext<'_, '_, Alert, u64>,
     ) -> floe::Result<()> {
         let now = ctx.current_processing_time();
-        if self.small_until.contains_key(&tx.account) {
+        if let Some(flag) = ctx.value_state(&self.flag)?.value()? {
             if tx.amount > LARGE_AMOUNT {
                 ctx.collect(Alert {
                     account: tx.account,
-                    small_at: self.small_at.get(&tx.account).copied().unwrap_or(now),
+                    small_at: flag.small_at,
                     large_at: now,
                     amount: tx.amount,
                 });
             }
-            self.clean_up(tx.account, ctx);
+            ctx.delete_processing_time_timer(flag.timer);
+            ctx.value_state(&self.flag)?.clear()?;
         }
         if tx.amount < SMALL_AMOUNT {
             let timer = now + ONE_MINUTE;
             ctx.register_processing_time_timer(timer);
-            self.small_until.insert(tx.account, timer);
-            self.small_at.insert(tx.account, now);
+            ctx.value_state(&self.flag)?.update(Flag {
+                small_at: now,
+                timer,
+            })?;
         }
         self.processed.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -177,8 +180,7 @@ impl KeyedProcessFunction<u64, Transaction, Alert> for FraudDetector {
         ctx: &mut OnTimerContext<'_, '_, Alert, u64>,
     ) -> floe::Result<()> {
         let account = *ctx.current_key();
-        self.small_until.remove(&account);
-        self.small_at.remove(&account);
+        ctx.value_state(&self.flag)?.clear()?;
         let tag = self.expired.clone();
         ctx.output(&tag, (account, timestamp));
         Ok(())
@@ -233,10 +235,9 @@ fn main() -> floe::Result<()> {
         .set_parallelism(1)
     };
     let detector = FraudDetector {
-        small_until: HashMap::new(),
+        flag: ValueStateDescriptor::new("flag"),
         expired: expired.clone(),
         processed,
-        small_at: HashMap::new(),
     };
     let alerts = source
         .key_by(|tx: &Transaction| tx.account)
