@@ -322,10 +322,12 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
                 ("#subtasks tbody tr td[data-watermark]", "data-watermark"),
                 ("#channels tbody tr td[data-watermark]", "data-watermark"),
                 ("#channels tbody tr", "data-holding"),
+                ("#subtasks tbody tr td[data-records-in]", "data-records-in"),
             ],
         )
         .await;
-        let [marks, channel_marks, holding] = <[_; 3]>::try_from(found).expect("three lists");
+        let [marks, channel_marks, holding, records_in] =
+            <[_; 4]>::try_from(found).expect("four lists");
         let later = status(addr);
         let mine: Vec<&Value> = shown["subtasks"]
             .as_array()
@@ -358,6 +360,32 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         assert_eq!(
             holding, expected,
             "the channel holding the watermark back is marked"
+        );
+        // Records into each subtask as drawn; together they are the records
+        // into the vertex's first operator (summed by /status separately).
+        let expected: Vec<Option<String>> = mine
+            .iter()
+            .map(|s| Some(s["records_in"].to_string()))
+            .collect();
+        assert_eq!(records_in, expected, "records in per subtask as in /status");
+        let vertex = shown["graph"]["vertices"]
+            .as_array()
+            .expect("vertices")
+            .iter()
+            .find(|v| v["id"].as_u64() == Some(wm_vertex))
+            .expect("the vertex");
+        let head = vertex["operators"][0].as_u64().expect("an operator");
+        let head_in = shown["operators"]
+            .as_array()
+            .expect("operators")
+            .iter()
+            .find(|o| o["id"].as_u64() == Some(head))
+            .and_then(|o| o["records_in"].as_u64())
+            .expect("the head operator's records");
+        let summed: u64 = mine.iter().filter_map(|s| s["records_in"].as_u64()).sum();
+        assert_eq!(
+            summed, head_in,
+            "subtasks' records in add up to the operator's"
         );
         for (s, t) in shown["subtasks"]
             .as_array()

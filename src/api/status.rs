@@ -147,6 +147,18 @@ pub struct SubtaskStatus {
     pub backpressured_share: f64,
     /// Share of its time idle.
     pub idle_share: f64,
+    /// Records into its chain (its first operator's input).
+    #[serde(default)]
+    pub records_in: u64,
+    /// Records out of its chain (its last operator's output).
+    #[serde(default)]
+    pub records_out: u64,
+    /// Entries of its chain's state (`None`: stateless), as last sampled.
+    #[serde(default)]
+    pub state_entries: Option<u64>,
+    /// Bytes of its chain's state (the backend's estimate).
+    #[serde(default)]
+    pub state_bytes: Option<u64>,
 }
 
 /// A failure the job saw.
@@ -326,10 +338,38 @@ impl StatusReporter {
                     output_max_queued_batches: s.outputs.iter().map(|o| o.1).collect(),
                     backpressured_share: share(s.backpressured_ns, s.lifetime_ns),
                     idle_share: share(s.idle_ns, s.lifetime_ns),
+                    records_in: 0,
+                    records_out: 0,
+                    state_entries: None,
+                    state_bytes: None,
                 }
             })
             .collect();
         let counts = self.metrics.operator_subtasks();
+        // Each subtask's chain: records into its first operator, out of its
+        // last, and the state of all of them.
+        let mut subtasks = subtasks;
+        for st in &mut subtasks {
+            let Some(v) = graph.vertices.iter().find(|v| v.id == st.vertex) else {
+                continue;
+            };
+            let (first, last) = (v.operators.first(), v.operators.last());
+            for c in counts
+                .iter()
+                .filter(|c| c.subtask.0 == st.subtask && v.operators.contains(&c.operator.0))
+            {
+                if first == Some(&c.operator.0) {
+                    st.records_in = c.records_in;
+                }
+                if last == Some(&c.operator.0) {
+                    st.records_out = c.records_out;
+                }
+                if let Some(size) = c.state {
+                    st.state_entries = Some(st.state_entries.unwrap_or(0) + size.entries);
+                    st.state_bytes = Some(st.state_bytes.unwrap_or(0) + size.bytes);
+                }
+            }
+        }
         let operators = graph
             .operators
             .iter()
