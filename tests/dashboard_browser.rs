@@ -214,6 +214,34 @@ async fn read(c: &Client, queries: &[(&str, &str)]) -> (Value, Vec<Vec<Option<St
     (v[0].clone(), lists)
 }
 
+/// Opens `url` and waits until an element matching `css` is drawn.
+async fn open(c: &Client, url: &str, css: &str) {
+    c.goto(url).await.expect("open a dashboard page");
+    c.wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{url}: no {css} drawn: {e}"));
+}
+
+/// Presses the button `css`, then "Yes" in the page's confirmation.
+async fn press_and_confirm(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .expect("the button")
+        .click()
+        .await
+        .expect("click");
+    c.wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#confirm-yes"))
+        .await
+        .expect("a confirmation")
+        .click()
+        .await
+        .expect("confirm");
+}
+
 async fn screenshot(c: &Client, name: &str) {
     if std::env::var_os("FLOE_UPDATE_SCREENSHOTS").is_none() {
         return;
@@ -254,12 +282,7 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
     rt.block_on(async {
         let c = browser(&webdriver).await;
         let base = format!("http://{addr}/dashboard/");
-        c.goto(&base).await.expect("open the dashboard");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#job-graph .vertex"))
-            .await
-            .expect("the job graph is drawn");
+        open(&c, &base, "#job-graph .vertex").await;
 
         // Overview: one box per vertex of /status, coloured by its worst
         // subtask's backpressured share in the snapshot it drew.
@@ -308,14 +331,12 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         // watermark back marked, are those of the snapshot drawn; and
         // watermarks only rise between it and a later /status.
         let wm_vertex = watermark_vertex(&shown).expect("a vertex with watermarks");
-        c.goto(&format!("{base}#/vertex/{wm_vertex}"))
-            .await
-            .expect("vertex page");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#channels tbody tr"))
-            .await
-            .expect("the channels table");
+        open(
+            &c,
+            &format!("{base}#/vertex/{wm_vertex}"),
+            "#channels tbody tr",
+        )
+        .await;
         let (shown, found) = read(
             &c,
             &[
@@ -402,14 +423,12 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         // Checkpoints: the table lists the history of the snapshot drawn,
         // newest first, with its statuses and durations; the completed ones
         // are in a fresh /status too (history keeps the last 20).
-        c.goto(&format!("{base}#/checkpoints"))
-            .await
-            .expect("checkpoints page");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#checkpoint-history tbody tr"))
-            .await
-            .expect("the checkpoint table");
+        open(
+            &c,
+            &format!("{base}#/checkpoints"),
+            "#checkpoint-history tbody tr",
+        )
+        .await;
         let (shown, found) = read(
             &c,
             &[
@@ -437,14 +456,12 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         screenshot(&c, "checkpoints").await;
 
         // Failures: the injected one, with the restart that followed.
-        c.goto(&format!("{base}#/failures"))
-            .await
-            .expect("failures page");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#failure-history tbody tr"))
-            .await
-            .expect("the failure table");
+        open(
+            &c,
+            &format!("{base}#/failures"),
+            "#failure-history tbody tr",
+        )
+        .await;
         let (shown, found) = read(&c, &[("#failure-history tbody tr", "text")]).await;
         let rows = &found[0];
         assert_eq!(
@@ -461,26 +478,8 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         screenshot(&c, "failures").await;
 
         // Savepoint button: asks, then a savepoint appears on disk.
-        c.goto(&base).await.expect("overview");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#job-graph .vertex"))
-            .await
-            .expect("the job graph");
-        c.find(Locator::Css("#btn-savepoint"))
-            .await
-            .expect("button")
-            .click()
-            .await
-            .expect("click");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#confirm-yes"))
-            .await
-            .expect("a confirmation")
-            .click()
-            .await
-            .expect("confirm");
+        open(&c, &base, "#job-graph .vertex").await;
+        press_and_confirm(&c, "#btn-savepoint").await;
         let banner = c
             .wait()
             .at_most(PATIENCE)
@@ -499,20 +498,7 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         );
 
         // Cancel: asks, then the job ends canceled.
-        c.find(Locator::Css("#btn-cancel"))
-            .await
-            .expect("button")
-            .click()
-            .await
-            .expect("click");
-        c.wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css("#confirm-yes"))
-            .await
-            .expect("a confirmation")
-            .click()
-            .await
-            .expect("confirm");
+        press_and_confirm(&c, "#btn-cancel").await;
         c.close().await.expect("close the browser");
     });
     let mut job = job;
