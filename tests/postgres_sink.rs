@@ -195,7 +195,17 @@ fn upsert_keyed_count_with_failures_equals_the_oracle() {
     wait_until("a restart", || handle.failover_stats().restarts >= 1);
     gate.open();
     futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
-    assert_eq!(handle.failover_stats().restarts, 2, "both faults fired");
+    let failures: Vec<String> = handle
+        .status_snapshot()
+        .failures
+        .iter()
+        .map(|f| format!("{f:?}"))
+        .collect();
+    assert_eq!(
+        handle.failover_stats().restarts,
+        2,
+        "both faults fired, nothing else: {failures:#?}"
+    );
     let mut oracle: BTreeMap<(String, i64), usize> = BTreeMap::new();
     let mut n: HashMap<u64, i64> = HashMap::new();
     for i in 0..RECORDS {
@@ -247,6 +257,84 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
     assert_eq!(handle.failover_stats().restarts, 1, "the fault fired");
     let oracle: BTreeMap<(String, i64), usize> = (0..RECORDS)
         .map(|i| ((format!("r{i}"), i as i64), 1))
+        .collect();
+    assert_rows(&rows(&url, &table), &oracle);
+    assert!(
+        prepared(&url, &job).is_empty(),
+        "no prepared transaction left"
+    );
+}
+
+/// A former attempt's writing session that is still open when the job
+/// starts (a client that hangs, or a statement the server still runs after
+/// the client is gone — a `PREPARE TRANSACTION` finishes then) holds a row
+/// the job writes. Recovery waits for that session to end and, as it does
+/// not, terminates it, then resolves the prepared transactions: the table
+/// equals the oracle and the job never restarts. Without the wait the
+/// job's write of that row waits for the lock until the lock timeout fails
+/// the attempt (and a transaction prepared after the scan is missed).
+#[test]
+fn recovery_ends_a_former_attempts_session_before_resolving() {
+    let Some(url) = postgres_url() else { return };
+    const RECORDS: u64 = 2_000;
+    const KEYS: u64 = 20;
+    let (table, job) = (unique("pg_former"), unique("former"));
+    reset(&url, &table, &job);
+    query(
+        &url,
+        &format!("CREATE TABLE {table} (key TEXT PRIMARY KEY, value BIGINT)"),
+    );
+    let config =
+        PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Upsert).job(&job);
+    let session = config.writer_session(0);
+    // The former session: an open transaction holding row `k0`, until the
+    // server ends the session; then it reports how it ended.
+    let (pid_tx, pid_rx) = std::sync::mpsc::channel::<i32>();
+    let former = {
+        let (url, table, session) = (url.clone(), table.clone(), session.clone());
+        std::thread::spawn(move || {
+            actix::System::new().block_on(async move {
+                let mut c: tokio_postgres::Config = url.parse().expect("url");
+                c.application_name(&session);
+                let (client, conn) = c.connect(tokio_postgres::NoTls).await.expect("connect");
+                let ended = actix::spawn(conn);
+                let pid: i32 = client
+                    .query_one("SELECT pg_backend_pid()", &[])
+                    .await
+                    .expect("pid")
+                    .get(0);
+                client
+                    .batch_execute(&format!("BEGIN; INSERT INTO {table} VALUES ('k0', -1)"))
+                    .await
+                    .expect("the former transaction");
+                pid_tx.send(pid).expect("send the pid");
+                // Runs until the server closes the session.
+                ended.await.expect("the connection task").is_err()
+            })
+        })
+    };
+    let former_pid = pid_rx.recv().expect("the former session started");
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    let counts = env
+        .from_collection((0..RECORDS).map(|i| (i % KEYS, 1u64)).collect())
+        .key_by(|t: &(u64, u64)| t.0)
+        .sum(|t: &mut (u64, u64)| &mut t.1)
+        .map(|(k, c): (u64, u64)| (format!("k{k}"), c as i64));
+    PostgresSink::new(config).expect("config").add_to(&counts);
+    let handle = env.execute_async().expect("starts");
+    futures::executor::block_on(handle.wait()).expect("the job finishes");
+    assert_eq!(handle.failover_stats().restarts, 0, "no restart");
+    let terminated = former.join().expect("the former session ends");
+    assert!(terminated, "the server ended the former session");
+    let still = query(
+        &url,
+        &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {former_pid}"),
+    )[0]
+    .get::<_, i64>(0);
+    assert_eq!(still, 0, "the former session is gone");
+    let oracle: BTreeMap<(String, i64), usize> = (0..KEYS)
+        .map(|k| ((format!("k{k}"), (RECORDS / KEYS) as i64), 1))
         .collect();
     assert_rows(&rows(&url, &table), &oracle);
     assert!(

@@ -56,6 +56,16 @@ use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
+/// How often a `COMMIT`/`ROLLBACK PREPARED` of a transaction another
+/// session is finishing is tried again, and how long apart.
+const BUSY_RETRIES: u32 = 200;
+const BUSY_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+/// Recovery waits for a former attempt's writing sessions to end: polled
+/// this often, terminated after this long, given up on after that.
+const FORMER_WRITERS_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+const FORMER_WRITERS_TERMINATE: std::time::Duration = std::time::Duration::from_secs(5);
+const FORMER_WRITERS_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Errors of the PostgreSQL sink.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -81,6 +91,17 @@ pub enum PostgresError {
         /// The client's error.
         #[source]
         source: tokio_postgres::Error,
+    },
+    /// Sessions of a former attempt of the sink stayed open through
+    /// recovery (terminating them failed).
+    #[error(
+        "sessions {pids:?} of a former attempt of the PostgreSQL sink are still open after {waited_ms} ms (terminating them failed)"
+    )]
+    FormerWriters {
+        /// Their backends.
+        pids: Vec<i32>,
+        /// How long recovery waited.
+        waited_ms: u64,
     },
 }
 
@@ -353,6 +374,29 @@ impl PostgresSinkConfig {
     fn gid_prefix(&self) -> String {
         format!("floe:{}:{}:", self.job, self.operator)
     }
+
+    /// A stable tag of the job and operator (an `application_name` is
+    /// limited to 63 bytes; the names are not).
+    fn tag(&self) -> u64 {
+        self.gid_prefix()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+    }
+
+    /// The `application_name` (in `pg_stat_activity`) of the session
+    /// through which subtask `subtask` writes and prepares. Its other
+    /// sessions are named `floe TAG control` and `floe TAG committer`.
+    /// Recovery waits for a former attempt's writing session of the same
+    /// subtask to end before it resolves the prepared transactions.
+    pub fn writer_session(&self, subtask: u32) -> String {
+        format!("{}{subtask}", self.writer_prefix())
+    }
+
+    fn writer_prefix(&self) -> String {
+        format!("floe {:016x} writer ", self.tag())
+    }
 }
 
 fn hide_password(url: &str) -> String {
@@ -394,6 +438,9 @@ pub struct PgTxn {
 
 struct Connected {
     data: Client,
+    /// The data connection's backend (its `application_name` is
+    /// [`PostgresSink::writer_name`]).
+    data_pid: i32,
     control: Client,
     insert: Statement,
     columns: Vec<Column>,
@@ -406,6 +453,9 @@ struct Connected {
 pub struct PostgresSink<R> {
     config: Arc<PostgresSinkConfig>,
     subtask: u32,
+    /// Whether this instance writes (opened or recovered by its subtask);
+    /// the committer, a clone, only finishes prepared transactions.
+    writes: bool,
     conn: Option<Connected>,
     _row: PhantomData<fn(R)>,
 }
@@ -415,6 +465,7 @@ impl<R> Clone for PostgresSink<R> {
         PostgresSink {
             config: self.config.clone(),
             subtask: self.subtask,
+            writes: false,
             conn: None,
             _row: PhantomData,
         }
@@ -443,6 +494,7 @@ impl<R: PostgresRow> PostgresSink<R> {
         Ok(PostgresSink {
             config: Arc::new(config),
             subtask: 0,
+            writes: false,
             conn: None,
             _row: PhantomData,
         })
@@ -511,13 +563,18 @@ impl<R: PostgresRow> PostgresSink<R> {
         Ok((insert, create))
     }
 
-    async fn connect(&self) -> Result<Client> {
-        let (client, connection) = tokio_postgres::connect(&self.config.connection, NoTls)
-            .await
-            .map_err(server(format!(
-                "connect to {}",
+    /// Connects; `name` is the connection's `application_name`.
+    async fn connect(&self, name: &str) -> Result<Client> {
+        let mut config: tokio_postgres::Config =
+            self.config.connection.parse().map_err(server(format!(
+                "parse the connection URL {}",
                 hide_password(&self.config.connection)
             )))?;
+        config.application_name(name);
+        let (client, connection) = config.connect(NoTls).await.map_err(server(format!(
+            "connect to {}",
+            hide_password(&self.config.connection)
+        )))?;
         // Runs on the subtask's arbiter; ends when the client is dropped.
         actix::spawn(async move {
             if let Err(e) = connection.await {
@@ -530,8 +587,19 @@ impl<R: PostgresRow> PostgresSink<R> {
     async fn ensure_connected(&mut self) -> Result<&mut Connected> {
         if self.conn.is_none() {
             let (insert_sql, create) = self.sql()?;
-            let data = self.connect().await?;
-            let control = self.connect().await?;
+            let name = match self.writes {
+                true => self.config.writer_session(self.subtask),
+                false => format!("floe {:016x} committer", self.config.tag()),
+            };
+            let data = self.connect(&name).await?;
+            let control = self
+                .connect(&format!("floe {:016x} control", self.config.tag()))
+                .await?;
+            let data_pid: i32 = data
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .map_err(server("read the backend's pid"))?
+                .get(0);
             // A prepared transaction left by a failed attempt holds its
             // rows' locks until recovery resolves it: a write waiting on
             // one fails (and the restart recovers) instead of hanging.
@@ -557,6 +625,7 @@ impl<R: PostgresRow> PostgresSink<R> {
             let columns = R::types().into_iter().map(ColumnType::empty).collect();
             self.conn = Some(Connected {
                 data,
+                data_pid,
                 control,
                 insert,
                 columns,
@@ -598,12 +667,97 @@ impl<R: PostgresRow> PostgresSink<R> {
         let verb = if commit { "COMMIT" } else { "ROLLBACK" };
         let conn = self.ensure_connected().await?;
         let sql = format!("{verb} PREPARED '{}'", gid.replace('\'', "''"));
-        match conn.control.batch_execute(&sql).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT) => {
-                Ok(())
+        let mut tries = 0;
+        loop {
+            match conn.control.batch_execute(&sql).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT) => {
+                    return Ok(());
+                }
+                // Another backend is finishing it right now (a former
+                // attempt's commit still running on the server): wait for
+                // it, then it is done or still to do.
+                Err(e)
+                    if e.code()
+                        == Some(
+                            &tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        )
+                        && tries < BUSY_RETRIES =>
+                {
+                    tries += 1;
+                    tracing::warn!(
+                        gid,
+                        attempt = tries,
+                        "{verb} PREPARED: the transaction is busy in another session; retrying"
+                    );
+                    actix_rt::time::sleep(BUSY_RETRY_DELAY).await;
+                }
+                Err(e) => return Err(server(format!("{verb} PREPARED '{gid}'"))(e)),
             }
-            Err(e) => Err(server(format!("{verb} PREPARED '{gid}'"))(e)),
+        }
+    }
+
+    /// Waits until no data connection of a former attempt of the subtasks
+    /// this one recovers (itself; subtask 0 also those beyond the
+    /// parallelism) is left on the server. Such a backend may still be
+    /// running a statement its client sent before it stopped (the server
+    /// finishes a `PREPARE TRANSACTION` after the client is gone): scanning
+    /// the prepared transactions before it ends would miss one, whose
+    /// locks then stall this attempt's writes. Bounded: after a while the
+    /// former backends are terminated; if they still stay, recovery fails.
+    async fn wait_for_former_writers(&mut self, ctx: &SinkContext) -> Result<()> {
+        let prefix = self.config.writer_prefix();
+        let conn = self.ensure_connected().await?;
+        let started = std::time::Instant::now();
+        let mut warned = false;
+        loop {
+            let rows = conn
+                .control
+                .query(
+                    "SELECT pid, application_name FROM pg_stat_activity \
+                     WHERE left(application_name, length($1)) = $1 AND pid <> $2",
+                    &[&prefix, &conn.data_pid],
+                )
+                .await
+                .map_err(server("list the former attempts' connections"))?;
+            let former: Vec<i32> = rows
+                .iter()
+                .filter(|r| {
+                    let name: &str = r.get(1);
+                    let owner: Option<usize> = name[prefix.len()..].parse().ok();
+                    owner.is_some_and(|i| {
+                        i == ctx.subtask.0 as usize || (ctx.subtask.0 == 0 && i >= ctx.parallelism)
+                    })
+                })
+                .map(|r| r.get(0))
+                .collect();
+            if former.is_empty() {
+                return Ok(());
+            }
+            let waited = started.elapsed();
+            if waited >= FORMER_WRITERS_GIVE_UP {
+                return Err(PostgresError::FormerWriters {
+                    pids: former,
+                    waited_ms: waited.as_millis() as u64,
+                }
+                .into());
+            }
+            if waited >= FORMER_WRITERS_TERMINATE && !warned {
+                warned = true;
+                tracing::warn!(
+                    subtask = ctx.subtask.0,
+                    pids = ?former,
+                    "a former attempt's PostgreSQL sessions are still open; terminating them"
+                );
+                for pid in &former {
+                    // Fails without the right to; then the wait runs out.
+                    let _ = conn
+                        .control
+                        .query_one("SELECT pg_terminate_backend($1)", &[pid])
+                        .await;
+                }
+            }
+            actix_rt::time::sleep(FORMER_WRITERS_POLL).await;
         }
     }
 }
@@ -640,7 +794,9 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
 
     async fn recover(&mut self, ctx: &SinkContext, recovery: Recovery<PgTxn>) -> Result<()> {
         self.subtask = ctx.subtask.0;
+        self.writes = true;
         let prefix = self.config.gid_prefix();
+        self.wait_for_former_writers(ctx).await?;
         let conn = self.ensure_connected().await?;
         let rows = conn
             .control
@@ -680,6 +836,7 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
 
     async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.subtask = ctx.subtask.0;
+        self.writes = true;
         self.ensure_connected().await.map(|_| ())
     }
 
@@ -733,6 +890,7 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
 impl<R: PostgresRow> AsyncSink<R> for PostgresSink<R> {
     async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.subtask = ctx.subtask.0;
+        self.writes = true;
         self.ensure_connected().await.map(|_| ())
     }
 
