@@ -153,6 +153,94 @@ fn stop_with_savepoint_then_restore_continues_the_counts_exactly() {
     assert_eq!(last_per_key(counts.take()), oracle());
 }
 
+/// `execute_async` returns before the job is deployed: here the restore
+/// reads one blob of the savepoint from a FIFO that gets its bytes only
+/// after `execute_async` returned. A deployment on the calling thread would
+/// wait for them for ever (the watchdog turns that into a failure).
+#[cfg(unix)]
+#[test]
+fn execute_async_returns_before_the_restore_is_loaded() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::new();
+    let (env, _) = job(checkpointing(&dir.path().join("ck")), Some(&gate));
+    let handle = env.execute_async().expect("job starts");
+    gate.wait_held(P);
+    let savepoint = block(handle.stop_with_savepoint(dir.path().join("sp"))).expect("stops");
+    let emitted = gate.emitted();
+    // The largest blob of the savepoint becomes a FIFO; its bytes wait aside.
+    let blob = walk(&savepoint)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "_metadata"))
+        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .expect("the savepoint has a blob");
+    let bytes = std::fs::read(&blob).unwrap();
+    let aside = blob.with_extension("aside");
+    std::fs::rename(&blob, &aside).unwrap();
+    let c_path = std::ffi::CString::new(blob.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+
+    let mut config = checkpointing(&dir.path().join("ck2"));
+    config.restore_from = Some(savepoint);
+    let (env, counts) = job(config, None);
+    let (returned, watch) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(LIMIT) {
+            eprintln!("execute_async waited for the restore to be loaded");
+            std::process::abort();
+        }
+    });
+    let handle = env.execute_async().expect("the job starts");
+    returned.send(()).unwrap();
+    watchdog.join().unwrap();
+    // Opening the FIFO waits for the restore to read it; once open, later
+    // readers (the subtasks) get the plain file back.
+    let mut fifo = std::fs::OpenOptions::new().write(true).open(&blob).unwrap();
+    std::fs::rename(&aside, &blob).unwrap();
+    fifo.write_all(&bytes).unwrap();
+    drop(fifo);
+    let result = block(handle.wait()).expect("the restored job finishes");
+    assert_eq!(
+        result.operator("Keyed Sum").unwrap().records_in,
+        RECORDS - emitted
+    );
+    assert_eq!(last_per_key(counts.take()), oracle());
+}
+
+/// Every file under `dir`.
+#[cfg(unix)]
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// A restore that cannot be loaded fails the job with the typed error,
+/// from `wait` (the deployment runs after `execute_async` returned).
+#[test]
+fn a_restore_that_cannot_be_loaded_fails_the_job_with_its_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = checkpointing(&dir.path().join("ck"));
+    config.restore_from = Some(dir.path().join("no-such-savepoint"));
+    let (env, _) = job(config, None);
+    let handle = env
+        .execute_async()
+        .expect("starting does not load the restore");
+    let err = block(handle.wait()).expect_err("nothing to restore");
+    assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
+    assert_eq!(handle.status(), JobStatus::Failed);
+    // A second waiter hears the same failure.
+    assert!(block(handle.wait()).is_err());
+}
+
 #[test]
 fn resume_latest_starts_fresh_on_an_empty_directory_then_resumes() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,14 +5,22 @@
 //! One test function: the thread counts read `/proc/self/task`, which
 //! other tests of this binary running alongside would disturb.
 
-use floe::StreamExecutionEnvironment;
+mod gated;
 use floe::runtime::ArbiterPool;
+use floe::{JobHandle, JobStatus, StreamExecutionEnvironment};
+use gated::wait_until;
 
 #[cfg(target_os = "linux")]
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
         .count()
+}
+
+/// Waits until `job` is deployed and running (its threads started):
+/// `execute_async` returns before that.
+fn running(job: &JobHandle) {
+    wait_until("the job running", || job.status() == JobStatus::Running);
 }
 
 /// A job that runs until it is cancelled (a throttled endless source whose
@@ -34,6 +42,7 @@ fn jobs_share_a_pool_of_arbiter_threads() {
     env.set_parallelism(2).set_arbiters(ARBITERS);
     endless(&env);
     let own = env.execute_async().expect("the job starts");
+    running(&own);
     let own_threads = threads() - before;
     own.cancel();
     let _ = futures::executor::block_on(own.wait());
@@ -49,6 +58,7 @@ fn jobs_share_a_pool_of_arbiter_threads() {
             env.execute_async().expect("the job starts")
         })
         .collect();
+    handles.iter().for_each(running);
     let pooled_threads = threads() - base;
     eprintln!(
         "threads per job: {own_threads} of its own; {pooled_threads} for 3 jobs on a pool of \

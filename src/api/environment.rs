@@ -382,8 +382,11 @@ impl StreamExecutionEnvironment {
     ///
     /// With an [`ArbiterPool`](Self::set_arbiter_pool) the job starts on the
     /// pool's threads wherever it is called from. Either way the caller
-    /// waits for the job's deployment only (spawning its subtasks, loading
-    /// what it restores), never for the job.
+    /// does not wait for the job's deployment (spawning its subtasks,
+    /// loading and verifying what it restores): that runs on the job's
+    /// system afterwards. A configuration error is returned here; a restore
+    /// that cannot be loaded fails the job, and
+    /// [`JobHandle::wait`](crate::JobHandle::wait) returns its typed error.
     pub fn execute_async(&self) -> Result<JobHandle> {
         let (plan, config, pool) = self.take_plan()?;
         if let Some(pool) = pool {
@@ -439,7 +442,7 @@ fn launch_on_own_thread(plan: Job, config: Config) -> Result<JobHandle> {
                     Ok(handle) => {
                         // Not a clone of the handle: the caller's last
                         // clone must be the last (cancel on drop).
-                        let ended = handle.ended();
+                        let ended = handle.finished();
                         let _ = tx.send(Ok(handle));
                         let _ = ended.await;
                     }

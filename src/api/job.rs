@@ -49,9 +49,19 @@ pub struct JobHandle {
     checkpoints: Arc<Mutex<CheckpointStats>>,
 }
 
-/// Reaches the current attempt of a job (restarts replace it).
+/// Reaches the current attempt of a job (restarts replace it). The job's
+/// first attempt is deployed after the handle exists (so that starting a
+/// job never waits for a restore): until then there is no attempt.
 pub(crate) struct JobControl {
-    current: Mutex<(Addr<JobSupervisor>, Addr<CheckpointCoordinator>)>,
+    current: Mutex<Option<(Addr<JobSupervisor>, Addr<CheckpointCoordinator>)>>,
+    /// Fired (and dropped) when the first attempt is deployed; dropped
+    /// unfired when its deployment failed.
+    deployed_tx: Mutex<Option<futures::channel::oneshot::Sender<()>>>,
+    /// Resolves to whether the first attempt was deployed.
+    deployed: Shared<BoxFuture<'static, bool>>,
+    /// Why the first deployment failed, as its typed error: handed to the
+    /// first waiter (later ones get the runtime error's text).
+    deploy_error: Mutex<Option<Error>>,
     cancelled: std::sync::atomic::AtomicBool,
     failover: Arc<Mutex<super::manager::FailoverStats>>,
     events: Arc<super::events::EventLog>,
@@ -60,14 +70,16 @@ pub(crate) struct JobControl {
 
 impl JobControl {
     pub fn new(
-        supervisor: Addr<JobSupervisor>,
-        coordinator: Addr<CheckpointCoordinator>,
         failover: Arc<Mutex<super::manager::FailoverStats>>,
         events: Arc<super::events::EventLog>,
         observers: Arc<crate::failover::Observers>,
     ) -> Self {
+        let (deployed_tx, deployed_rx) = futures::channel::oneshot::channel();
         JobControl {
-            current: Mutex::new((supervisor, coordinator)),
+            current: Mutex::new(None),
+            deployed_tx: Mutex::new(Some(deployed_tx)),
+            deployed: deployed_rx.map(|r| r.is_ok()).boxed().shared(),
+            deploy_error: Mutex::new(None),
             cancelled: Default::default(),
             failover,
             events,
@@ -81,11 +93,23 @@ impl JobControl {
         coordinator: Addr<CheckpointCoordinator>,
     ) {
         if let Ok(mut c) = self.current.lock() {
-            *c = (supervisor, coordinator);
+            *c = Some((supervisor, coordinator));
+        }
+        if let Some(tx) = self.deployed_tx.lock().ok().and_then(|mut t| t.take()) {
+            let _ = tx.send(());
         }
         if self.cancelled() {
             self.cancel();
         }
+    }
+
+    /// The first deployment failed with `error` (the job's result).
+    pub fn deploy_failed(&self, error: Error) {
+        if let Ok(mut e) = self.deploy_error.lock() {
+            *e = Some(error);
+        }
+        // Dropped unfired: whoever waits for the deployment hears it failed.
+        drop(self.deployed_tx.lock().ok().and_then(|mut t| t.take()));
     }
 
     pub fn cancelled(&self) -> bool {
@@ -95,13 +119,23 @@ impl JobControl {
     fn cancel(&self) {
         self.cancelled
             .store(true, std::sync::atomic::Ordering::Release);
-        if let Ok(c) = self.current.lock() {
-            c.0.do_send(CancelJob);
+        if let Ok(c) = self.current.lock()
+            && let Some((supervisor, _)) = c.as_ref()
+        {
+            supervisor.do_send(CancelJob);
         }
     }
 
-    fn coordinator(&self) -> Option<Addr<CheckpointCoordinator>> {
-        self.current.lock().ok().map(|c| c.1.clone())
+    /// The current attempt's coordinator, once the job is deployed; `None`
+    /// if its deployment failed.
+    async fn coordinator(&self) -> Option<Addr<CheckpointCoordinator>> {
+        if !self.deployed.clone().await {
+            return None;
+        }
+        self.current
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(|c| c.1.clone()))
     }
 
     pub fn update_failover(&self, f: impl FnOnce(&mut super::manager::FailoverStats)) {
@@ -203,10 +237,10 @@ impl JobHandle {
         &self,
         dir: impl Into<std::path::PathBuf>,
     ) -> Result<std::path::PathBuf> {
-        let Some(coordinator) = self.control.coordinator() else {
-            return Err(Error::Config(
-                "the job has no checkpoint coordinator".into(),
-            ));
+        let Some(coordinator) = self.control.coordinator().await else {
+            return Err(Error::Runtime(floe_actors::Error::Runtime(
+                "the job failed to start".into(),
+            )));
         };
         let (reply, rx) = futures::channel::oneshot::channel();
         coordinator.do_send(TriggerSavepoint {
@@ -237,10 +271,10 @@ impl JobHandle {
         &self,
         savepoint_dir: Option<std::path::PathBuf>,
     ) -> Result<Option<std::path::PathBuf>> {
-        let Some(coordinator) = self.control.coordinator() else {
-            return Err(Error::Config(
-                "the job has no checkpoint coordinator".into(),
-            ));
+        let Some(coordinator) = self.control.coordinator().await else {
+            return Err(Error::Runtime(floe_actors::Error::Runtime(
+                "the job failed to start".into(),
+            )));
         };
         let (reply, rx) = futures::channel::oneshot::channel();
         coordinator.do_send(StopWithCheckpoint {
@@ -270,14 +304,26 @@ impl JobHandle {
         self.ended().await
     }
 
+    /// Resolves when the job ended, without holding a clone of the handle
+    /// (so that it does not keep [`cancel_on_drop`](Self::cancel_on_drop)
+    /// from firing) and without taking its result: for the runtime's own
+    /// keep-alive, never for a waiter of the result.
+    pub(crate) fn finished(&self) -> impl std::future::Future<Output = ()> + use<> {
+        self.done.clone().map(|_| ())
+    }
+
     /// The job's end, without holding a clone of the handle (so that a
     /// waiter does not keep [`cancel_on_drop`](Self::cancel_on_drop) from
     /// firing).
     pub(crate) fn ended(&self) -> impl std::future::Future<Output = Result<JobResult>> + use<> {
-        self.done.clone().map(|r| {
+        let control = self.control.clone();
+        self.done.clone().map(move |r| {
             r.map_err(|e| match e {
                 floe_actors::Error::Cancelled => Error::Canceled,
-                e => Error::Runtime(e),
+                e => match control.deploy_error.lock().ok().and_then(|mut d| d.take()) {
+                    Some(typed) => typed,
+                    None => Error::Runtime(e),
+                },
             })
         })
     }

@@ -259,17 +259,8 @@ pub(crate) fn launch(
         }),
     };
     let graph = plan.describe();
-    let first = deploy_attempt(
-        &plan,
-        &config,
-        &shared,
-        config.restore_from.as_deref(),
-        false,
-    )?;
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
     let control = Arc::new(crate::api::job::JobControl::new(
-        first.supervisor.clone(),
-        first.coordinator.clone(),
         shared.failover.clone(),
         shared.events.clone(),
         shared.observers.clone(),
@@ -290,7 +281,9 @@ pub(crate) fn launch(
         done: Some(done_tx),
         temporary,
     };
-    actix::spawn(manager.run(first));
+    // Deployed (subtasks spawned, the restored snapshot loaded) by the
+    // manager, after the caller has its handle.
+    actix::spawn(manager.run());
     Ok(handle)
 }
 

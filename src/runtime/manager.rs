@@ -59,7 +59,33 @@ impl Manager {
         }
     }
 
-    pub async fn run(mut self, first: Attempt) {
+    /// Deploys the first attempt, then runs the job to its end.
+    pub async fn run(mut self) {
+        let first = match self.control.cancelled() {
+            true => Err(Error::Cancelled),
+            false => super::deploy::deploy_attempt(
+                &self.plan,
+                &self.config,
+                &self.shared,
+                self.config.restore_from.as_deref(),
+                false,
+            )
+            .map_err(|e| {
+                let runtime = match &e {
+                    crate::Error::Runtime(r) => r.clone(),
+                    other => Error::Runtime(other.to_string()),
+                };
+                self.control.deploy_failed(e);
+                runtime
+            }),
+        };
+        match first {
+            Ok(first) => self.run_from(first).await,
+            Err(e) => self.end(Err(e)),
+        }
+    }
+
+    async fn run_from(mut self, first: Attempt) {
         let started = Instant::now();
         let mut tracker = RestartTracker::new(self.config.restart_strategy(), self.config.seed);
         let mut attempt = first;
@@ -223,6 +249,12 @@ impl Manager {
             o.operators = self.shared.metrics.operator_summaries();
             o
         });
+        self.end(result);
+    }
+
+    /// Ends the job with `result`: its status, observers, event
+    /// subscribers, temporary files, and the handle's waiters.
+    fn end(&mut self, result: floe_actors::Result<JobOutcome>) {
         self.set_status(match &result {
             Ok(_) => JobStatus::Finished,
             Err(Error::Cancelled) => JobStatus::Canceled,
