@@ -237,3 +237,46 @@ fn the_watermark_is_the_minimum_over_the_partitions() {
     // min(1500, 9000) - 100 - 1, as Flink's bounded out-of-orderness.
     assert_eq!(reader.watermark(), Some(1_399));
 }
+
+/// A restored subtask may checkpoint before its first poll (backpressured
+/// from the start): that checkpoint carries the restored positions on, so a
+/// restore from it reads each record once.
+#[test]
+fn a_checkpoint_before_the_first_poll_keeps_the_restored_positions() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-early-ckpt");
+    create_topic(&b, &topic, 2);
+    let all = tagged(&b, &topic, 2, 20);
+    let source = KafkaSource::lines(&b, &[&topic]).bounded(true);
+
+    let mut first = source.reader(&ctx(0, 1)).expect("reader");
+    let (mut seen, _) = read(&mut first, 15);
+    let split = first.snapshot_state().expect("snapshot");
+    let union = first
+        .snapshot_union_state(CheckpointId(1))
+        .expect("snapshot");
+
+    // Restored, then checkpointed at once: no poll in between.
+    let mut early = source.reader(&ctx(0, 1)).expect("reader");
+    early.restore_union_state(union).expect("restore");
+    early.restore_state(split).expect("restore");
+    let split = early.snapshot_state().expect("snapshot");
+    let union = early
+        .snapshot_union_state(CheckpointId(2))
+        .expect("snapshot");
+    assert_eq!(split.len(), 2, "one position per partition");
+
+    let mut last = source.reader(&ctx(0, 1)).expect("reader");
+    last.restore_union_state(union).expect("restore");
+    last.restore_state(split).expect("restore");
+    let (rest, finished) = read(&mut last, usize::MAX);
+    assert!(finished, "bounded: the subtask finishes");
+    seen.extend(rest);
+    let mut expected = all;
+    expected.sort();
+    seen.sort();
+    assert_eq!(
+        seen, expected,
+        "every record exactly once across both restores"
+    );
+}

@@ -79,11 +79,19 @@ impl<T> KafkaSourceReader<T> {
     }
 
     /// The partitions this subtask reads and their next offsets.
+    ///
+    /// Before the first poll after a restore these are the restored
+    /// positions: a checkpoint taken then (the subtask may be backpressured
+    /// from the start) must carry them on, or the next restore would read
+    /// the partitions again from the configured start.
     pub fn positions(&self) -> Vec<(String, i32, i64)> {
-        self.parts
+        let mut out: Vec<Position> = self
+            .parts
             .iter()
             .map(|p| (p.topic.clone(), p.partition, p.next))
-            .collect()
+            .collect();
+        out.extend(self.restored.iter().flatten().cloned());
+        out
     }
 }
 
@@ -357,9 +365,11 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
     }
 
     fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
-        self.parts
+        self.positions()
             .iter()
-            .map(|p| super::encode_entry(&(p.topic.as_str(), p.partition, p.next)))
+            .map(|(topic, partition, next)| {
+                super::encode_entry(&(topic.as_str(), *partition, *next))
+            })
             .collect()
     }
 
@@ -374,12 +384,13 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
 
     fn snapshot_union_state(&mut self, checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>> {
         let positions = self.positions();
+        let union = positions
+            .iter()
+            .map(|(topic, partition, _)| super::encode_entry(&(topic.as_str(), *partition)))
+            .collect();
         // Committed to the group when the checkpoint completes.
         self.positions.push_back((checkpoint, positions));
-        self.parts
-            .iter()
-            .map(|p| super::encode_entry(&(p.topic.as_str(), p.partition)))
-            .collect()
+        union
     }
 
     fn restore_union_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
