@@ -15,6 +15,11 @@
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
 # tansu with `cargo install` (kept in ~/.cargo/bin: built once, ~10 min on
 # 2 cores), chromium and chromium-driver (dashboard tests).
+# tansu 0.6 and the Kafka clients: the tests use the librdkafka 2.12 that
+# rdkafka-sys vendors (Debian's 2.0.2 misreads the tagged fields of tansu's
+# ApiVersions v3 answer and reconnects forever). tansu has no EndTxn
+# (Kafka transactions cannot commit) and exact offsets only at record-batch
+# starts; docs/kafka.md says what the tests do about both.
 # PostgreSQL runs as the `postgres` user (initdb refuses root), with
 # max_prepared_transactions=64 for two-phase commit, its data and socket in
 # a private directory under $TMPDIR.
@@ -146,6 +151,8 @@ start_kafka() {
   bin="$(tansu_bin)"
   port="$(free_port)"
   echo "$port" >"$STATE/tansu.port"
+  # Memory storage: fast, and every topic is gone at a restart (the tests
+  # create their own uniquely named topics).
   nohup "$bin" broker \
     --listener-url "tcp://127.0.0.1:$port" \
     --advertised-listener-url "tcp://127.0.0.1:$port" \

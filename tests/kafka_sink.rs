@@ -57,8 +57,27 @@ fn the_exactly_once_sink_needs_transactions_and_says_so() {
     create_topic(&b, &topic, 1);
     let sink = KafkaSink::<String>::lines(&b, &topic);
     match sink.check_transactions() {
-        // A broker with transactions (Apache Kafka): nothing to report.
-        Ok(()) => {}
+        // The check says the broker has transactions: one with a record
+        // then commits, and a read_committed reader sees the record.
+        Ok(()) => {
+            use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+            let producer: BaseProducer = rdkafka::config::ClientConfig::new()
+                .set("bootstrap.servers", &b)
+                .set("transactional.id", unique("txn-check"))
+                .create()
+                .expect("producer");
+            let t = std::time::Duration::from_secs(10);
+            producer.init_transactions(t).expect("init transactions");
+            producer.begin_transaction().expect("begin");
+            producer
+                .send(BaseRecord::<(), str>::to(&topic).payload("committed"))
+                .map_err(|(e, _)| e)
+                .expect("queued");
+            producer
+                .commit_transaction(t)
+                .expect("the check passed, so a transaction with a record commits");
+            assert_eq!(read_all(&b, &topic), vec!["committed".to_string()]);
+        }
         Err(floe::Error::Kafka(KafkaError::NoTransactions { reason, .. })) => {
             eprintln!("broker without transactions: {reason}");
         }

@@ -237,3 +237,112 @@ fn the_watermark_is_the_minimum_over_the_partitions() {
     // min(1500, 9000) - 100 - 1, as Flink's bounded out-of-orderness.
     assert_eq!(reader.watermark(), Some(1_399));
 }
+
+/// A restored subtask may checkpoint before its first poll (backpressured
+/// from the start): that checkpoint carries the restored positions on, so a
+/// restore from it reads each record once.
+#[test]
+fn a_checkpoint_before_the_first_poll_keeps_the_restored_positions() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-early-ckpt");
+    create_topic(&b, &topic, 2);
+    let all = tagged(&b, &topic, 2, 20);
+    let source = KafkaSource::lines(&b, &[&topic]).bounded(true);
+
+    let mut first = source.reader(&ctx(0, 1)).expect("reader");
+    let (mut seen, _) = read(&mut first, 15);
+    let split = first.snapshot_state().expect("snapshot");
+    let union = first
+        .snapshot_union_state(CheckpointId(1))
+        .expect("snapshot");
+
+    // Restored, then checkpointed at once: no poll in between.
+    let mut early = source.reader(&ctx(0, 1)).expect("reader");
+    early.restore_union_state(union).expect("restore");
+    early.restore_state(split).expect("restore");
+    let split = early.snapshot_state().expect("snapshot");
+    let union = early
+        .snapshot_union_state(CheckpointId(2))
+        .expect("snapshot");
+    assert_eq!(split.len(), 2, "one position per partition");
+
+    let mut last = source.reader(&ctx(0, 1)).expect("reader");
+    last.restore_union_state(union).expect("restore");
+    last.restore_state(split).expect("restore");
+    let (rest, finished) = read(&mut last, usize::MAX);
+    assert!(finished, "bounded: the subtask finishes");
+    seen.extend(rest);
+    let mut expected = all;
+    expected.sort();
+    seen.sort();
+    assert_eq!(
+        seen, expected,
+        "every record exactly once across both restores"
+    );
+}
+
+/// A bounded subtask that finished is not in later checkpoints (it is
+/// restored with empty state): its partitions, read to their end, are not
+/// read again after a restore, whether another subtask was still running at
+/// the checkpoint or every subtask had finished.
+#[test]
+fn a_finished_subtask_stays_finished_after_a_restore() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-finished");
+    create_topic(&b, &topic, 4);
+    let all = tagged(&b, &topic, 4, 20);
+    let source = KafkaSource::lines(&b, &[&topic]).bounded(true);
+    let owned = |subtask: usize| {
+        (0..4)
+            .filter(|p| partition_owner(&topic, *p, 2) == subtask)
+            .count()
+    };
+    assert!(owned(0) > 0 && owned(1) > 0, "both subtasks read something");
+
+    // Subtask 0 reads everything and finishes; subtask 1 reads part and
+    // checkpoints (the finished subtask 0 is not snapshotted).
+    let mut finished = source.reader(&ctx(0, 2)).expect("reader");
+    let (mut seen, done) = read(&mut finished, usize::MAX);
+    assert!(done, "bounded: the subtask finishes");
+    let mut running = source.reader(&ctx(1, 2)).expect("reader");
+    let (records, _) = read(&mut running, 5);
+    seen.extend(records);
+    let split = running.snapshot_state().expect("snapshot");
+    let union = running
+        .snapshot_union_state(CheckpointId(1))
+        .expect("snapshot");
+
+    // Restored: subtask 0 with empty split state, both with the union.
+    let mut again = source.reader(&ctx(0, 2)).expect("reader");
+    again.restore_union_state(union.clone()).expect("restore");
+    again.restore_state(Vec::new()).expect("restore");
+    let (records, done) = read(&mut again, usize::MAX);
+    assert!(done, "bounded: the subtask finishes");
+    assert_eq!(
+        records,
+        Vec::<String>::new(),
+        "the finished subtask reads nothing again"
+    );
+    let mut rest = source.reader(&ctx(1, 2)).expect("reader");
+    rest.restore_union_state(union).expect("restore");
+    rest.restore_state(split).expect("restore");
+    let (records, done) = read(&mut rest, usize::MAX);
+    assert!(done, "bounded: the subtask finishes");
+    seen.extend(records);
+    let mut expected = all;
+    expected.sort();
+    seen.sort();
+    assert_eq!(seen, expected, "every record exactly once");
+
+    // Every subtask had finished: nothing at all in the checkpoint.
+    for subtask in 0..2 {
+        let mut again = source.reader(&ctx(subtask, 2)).expect("reader");
+        again.restore_union_state(Vec::new()).expect("restore");
+        again.restore_state(Vec::new()).expect("restore");
+        let (records, done) = read(&mut again, usize::MAX);
+        assert!(
+            done && records.is_empty(),
+            "subtask {subtask} read {records:?}"
+        );
+    }
+}

@@ -198,3 +198,46 @@ fn bad_urls_and_a_broker_that_is_down_are_one_error_line() {
         assert!(e.contains("does not exist"), "{e}");
     }
 }
+
+/// The exactly-once Kafka output (the default with checkpoints) on a broker
+/// that cannot commit transactions (tansu 0.6 has no `EndTxn`) is refused
+/// before the job starts, in one line; with transactions it runs and its
+/// output is committed.
+#[test]
+fn exactly_once_output_without_broker_transactions_is_one_error_line() {
+    let Some(b) = broker() else { return };
+    let (input, oracle) = input(&b, "wc-eo-in", 20);
+    let output = unique("wc-eo-out");
+    create_topic(&b, &output, 1);
+    let probe = floe::connectors::kafka_sink::KafkaSink::<String>::lines(&b, &output);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let list = [
+        "run",
+        "wordcount",
+        "--input",
+        &format!("kafka://{b}/{input}"),
+        "--bounded",
+        "--output",
+        &format!("kafka://{b}/{output}"),
+        "--checkpoint-interval",
+        "50",
+        "--checkpoint-dir",
+        &s(dir.path()),
+    ];
+    match probe.check_transactions() {
+        Err(_) => {
+            let e = one_error_line(&list);
+            assert!(e.contains("transactions"), "{e}");
+        }
+        Ok(()) => {
+            let out = run(&args(&list));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // Committed: a read_committed reader sees every update once.
+            check_changelog(&read_all(&b, &output), &oracle, true);
+        }
+    }
+}

@@ -203,14 +203,32 @@ impl<T> KafkaSink<T> {
 
     /// Checks that the brokers can run this sink's transactions (the
     /// exactly-once sink needs them): initialises a producer on the id
-    /// `PREFIX-probe` and commits an empty transaction.
+    /// `PREFIX-probe` and commits a transaction holding only an offset of
+    /// the group `PREFIX-probe` (no record in the topic). The offset makes
+    /// the commit reach the broker (`AddOffsetsToTxn`, `TxnOffsetCommit`,
+    /// `EndTxn`): librdkafka commits an empty transaction without asking
+    /// it, so a broker without `EndTxn` (tansu 0.6) would pass unnoticed.
     pub fn check_transactions(&self) -> Result<()> {
         let id = format!("{}-probe", self.prefix);
         let (producer, _) = self.producer(Some(&id))?;
         let brokers = &self.brokers;
+        let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &id)
+            .set("log_level", "4")
+            .create()
+            .map_err(KafkaError::client("consumer"))?;
+        let group = rdkafka::consumer::Consumer::group_metadata(&consumer).ok_or_else(|| {
+            KafkaError::client("consumer")(ClientError::Global(RDKafkaErrorCode::InvalidGroupId))
+        })?;
+        let mut offsets = rdkafka::TopicPartitionList::new();
+        offsets
+            .add_partition_offset(&self.topic, 0, rdkafka::Offset::Offset(0))
+            .map_err(KafkaError::client("transaction"))?;
         producer
             .init_transactions(self.timeout)
             .and_then(|()| producer.begin_transaction())
+            .and_then(|()| producer.send_offsets_to_transaction(&offsets, &group, self.timeout))
             .and_then(|()| producer.commit_transaction(self.timeout))
             .map_err(|e| no_transactions(brokers, e))
     }

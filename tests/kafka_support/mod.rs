@@ -124,10 +124,16 @@ pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
 }
 
 /// Writes `lines` to `topic`, line `i` to partition `i % partitions`.
+///
+/// One record per batch: tansu 0.6 answers a fetch from an offset inside a
+/// batch with the batches after it (the rest of that batch is skipped) and
+/// a ListOffsets `latest` with the last batch's base offset + 1, so only
+/// one-record batches give it exact offsets to resume from and end at.
 pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("linger.ms", "5")
+        .set("batch.num.messages", "1")
         .create()
         .expect("producer");
     for (i, line) in lines.iter().enumerate() {
@@ -147,6 +153,25 @@ pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
     producer
         .flush(Duration::from_secs(30))
         .expect("every line delivered");
+}
+
+/// The high watermark of `partition` as the last fetch answer gave it
+/// (librdkafka's cached value; rdkafka 0.33 does not wrap the call).
+fn fetched_high_watermark(consumer: &BaseConsumer, topic: &str, partition: i32) -> i64 {
+    let topic = std::ffi::CString::new(topic).expect("topic name without NUL");
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer lives as long as `consumer`; the topic is
+    // a valid C string for the call; low/high are valid out-pointers.
+    unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        );
+    }
+    high
 }
 
 /// Every record value of `topic` up to the end offsets it has now.
@@ -186,6 +211,12 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
             continue;
         };
         let m = m.expect("record");
+        // The end is the high watermark of the fetch answers (tansu 0.6's
+        // ListOffsets `latest` is short by all but one record of the last batch).
+        let fetched_end = fetched_high_watermark(&consumer, topic, m.partition());
+        if let Some(end) = ends.get_mut(&m.partition()) {
+            *end = (*end).max(fetched_end);
+        }
         if let Some(end) = ends.get(&m.partition()).copied() {
             if m.offset() < end {
                 out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());

@@ -10,9 +10,13 @@
 //!   entries are dealt out like every source's split state (at another
 //!   parallelism too) and each subtask reads the partitions it was dealt
 //!   from their checkpointed offsets. Every subtask also writes the list of
-//!   partitions it reads as union state, so that after a restore every
-//!   subtask knows all partitions already being read and only truly new ones
-//!   are assigned by the rule above.
+//!   partitions that existed at its discoveries as union state, so that
+//!   after a restore every subtask knows all partitions already being read
+//!   (or read to their end by a subtask that finished: a finished subtask is
+//!   restored with empty state) and only truly new ones are assigned by the
+//!   rule above. Bounded, a restore whose union state is empty (every
+//!   subtask had finished) reads nothing. A checkpoint before the first
+//!   poll assigns the partitions first, so empty state always means finished.
 //! - **Discovery.** Unbounded, the source looks for new partitions every
 //!   [`discovery_interval`](KafkaSource::discovery_interval); a new
 //!   partition is read from the earliest offset (it is new: nothing of it

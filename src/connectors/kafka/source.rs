@@ -44,10 +44,14 @@ pub struct KafkaSourceReader<T> {
     subtask: usize,
     parallelism: usize,
     parts: Vec<Part>,
-    /// Every partition some subtask reads (own ones and restored union
-    /// state): never assigned again as new.
+    /// Every partition that existed at this subtask's discoveries or in the
+    /// restored union state (each had an owner reading it): never assigned
+    /// again as new.
     known: BTreeSet<(String, i32)>,
     restored: Option<Vec<Position>>,
+    /// The restored union state was empty: every subtask had finished (or
+    /// no partition existed) when the checkpoint was taken.
+    restored_none_known: bool,
     started: bool,
     /// The first discovery ran.
     started_once: bool,
@@ -70,6 +74,7 @@ impl<T> KafkaSourceReader<T> {
             parts: Vec::new(),
             known: BTreeSet::new(),
             restored: None,
+            restored_none_known: false,
             started: false,
             started_once: false,
             initial: false,
@@ -79,11 +84,19 @@ impl<T> KafkaSourceReader<T> {
     }
 
     /// The partitions this subtask reads and their next offsets.
+    ///
+    /// Before the first poll after a restore these are the restored
+    /// positions: a checkpoint taken then (the subtask may be backpressured
+    /// from the start) must carry them on, or the next restore would read
+    /// the partitions again from the configured start.
     pub fn positions(&self) -> Vec<(String, i32, i64)> {
-        self.parts
+        let mut out: Vec<Position> = self
+            .parts
             .iter()
             .map(|p| (p.topic.clone(), p.partition, p.next))
-            .collect()
+            .collect();
+        out.extend(self.restored.iter().flatten().cloned());
+        out
     }
 }
 
@@ -92,6 +105,11 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
     /// topics' partitions; once, before the first poll.
     fn start(&mut self) -> Result<()> {
         self.started = true;
+        // Bounded, a restored subtask that nobody's union state mentions
+        // had finished with all the others (a finished subtask is restored
+        // with empty state): it stays finished rather than reading its
+        // partitions again from the start.
+        let finished = self.config.bounded && self.restored_none_known;
         if let Some(restored) = self.restored.take() {
             let mut new = Vec::new();
             for (topic, partition, next) in restored {
@@ -110,6 +128,9 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
             }
             self.parts.extend(new);
             self.assign()?;
+        }
+        if finished {
+            return Ok(());
         }
         self.discover()?;
         if let Some(every) = self.config.discovery.filter(|_| !self.config.bounded) {
@@ -143,10 +164,11 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
                 Err(e) => return Err(e.into()),
             };
             for partition in 0..count {
-                if partition_owner(&topic, partition, self.parallelism) == self.subtask
-                    && !self.known.contains(&(topic.clone(), partition))
-                {
-                    self.known.insert((topic.clone(), partition));
+                // Every partition is recorded (union state), the owner's
+                // too: should its owner finish, a restore must not take the
+                // partition for a new one.
+                let fresh = self.known.insert((topic.clone(), partition));
+                if fresh && partition_owner(&topic, partition, self.parallelism) == self.subtask {
                     new.push(Part {
                         topic: topic.clone(),
                         partition,
@@ -357,9 +379,17 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
     }
 
     fn snapshot_state(&mut self) -> Result<Vec<Vec<u8>>> {
-        self.parts
+        if !self.started && self.restored.is_none() {
+            // A checkpoint before the first poll of a fresh start: assign
+            // now, so that the state says which partitions exist and where
+            // they start (empty state means "finished" to a restore).
+            self.start()?;
+        }
+        self.positions()
             .iter()
-            .map(|p| super::encode_entry(&(p.topic.as_str(), p.partition, p.next)))
+            .map(|(topic, partition, next)| {
+                super::encode_entry(&(topic.as_str(), *partition, *next))
+            })
             .collect()
     }
 
@@ -374,15 +404,19 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
 
     fn snapshot_union_state(&mut self, checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>> {
         let positions = self.positions();
+        let mut known = self.known.clone();
+        known.extend(positions.iter().map(|(t, p, _)| (t.clone(), *p)));
+        let union = known
+            .iter()
+            .map(|(topic, partition)| super::encode_entry(&(topic.as_str(), *partition)))
+            .collect();
         // Committed to the group when the checkpoint completes.
         self.positions.push_back((checkpoint, positions));
-        self.parts
-            .iter()
-            .map(|p| super::encode_entry(&(p.topic.as_str(), p.partition)))
-            .collect()
+        union
     }
 
     fn restore_union_state(&mut self, entries: Vec<Vec<u8>>) -> Result<()> {
+        self.restored_none_known = entries.is_empty();
         for e in &entries {
             self.known.insert(super::decode_entry::<(String, i32)>(e)?);
         }
