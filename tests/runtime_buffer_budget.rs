@@ -10,10 +10,19 @@
 //! the counts equal a plain map's. Without the budget each of the 16 input
 //! channels takes 8 credits of full batches and each of the 16 output
 //! channels a full batch plus a queue of 4: many times the budget.
+//!
+//! Then the `floe` binary runs the word count at parallelism 16 with a budget
+//! that leaves each channel one credit and batches of a few dozen records,
+//! under a throttled sink (data stays in flight; nothing is timed), with
+//! aligned and with unaligned checkpoints and an injected failure: the
+//! checkpoints complete (no channel without credit holds a barrier back) and
+//! the counts equal a HashMap's.
 
+mod cli_common;
+use cli_common::{run_ok as cli_ok, summary_field};
 use floe::operators::sink::SinkFunction;
 use floe::{JobResult, Record, StreamExecutionEnvironment};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -127,4 +136,76 @@ fn high_parallelism_keeps_buffered_records_within_the_budget() {
     }
     assert_eq!(updates, N, "one update per record");
     assert_eq!(finals, expected);
+}
+
+/// Runs the generated word count at parallelism 16 with two network buffers
+/// per subtask (one credit per channel, batches of at most 12 records) and
+/// `checkpointing` flags; checks checkpoints and counts.
+fn wordcount_with_tiny_budget(checkpointing: &[&str]) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = dir.path().join("counts.txt");
+    let (records, vocabulary, seed) = (40_000u64, 300usize, 11u64);
+    let generator = floe::text::WordGenerator::new(vocabulary, seed);
+    let mut oracle: HashMap<String, u64> = HashMap::new();
+    for i in 0..records {
+        *oracle.entry(generator.word(i)).or_insert(0) += 1;
+    }
+    let (records_s, vocabulary_s, seed_s) = (
+        records.to_string(),
+        vocabulary.to_string(),
+        seed.to_string(),
+    );
+    let mut args = vec![
+        "run",
+        "wordcount",
+        "--records",
+        &records_s,
+        "--vocabulary",
+        &vocabulary_s,
+        "--seed",
+        &seed_s,
+        "--parallelism",
+        "16",
+        "--network-buffers",
+        "2",
+        "--checkpoint-interval",
+        "200",
+        "--inject-failures",
+        "1",
+        "--sink-rate",
+        "10000",
+        "--output",
+        output.to_str().expect("UTF-8 temp path"),
+    ];
+    args.extend_from_slice(checkpointing);
+    let stderr = cli_ok(&args);
+    assert!(
+        summary_field(&stderr, "checkpoints") >= 2,
+        "fewer than 2 checkpoints completed:\n{stderr}"
+    );
+    assert!(
+        summary_field(&stderr, "restarts") >= 1,
+        "the injected failure did not restart the job:\n{stderr}"
+    );
+    let text = std::fs::read_to_string(&output).expect("read the output");
+    let mut counts = HashMap::new();
+    for line in text.lines() {
+        let (word, count) = line.rsplit_once(',').expect("word,count");
+        let count: u64 = count.parse().expect("a count");
+        assert!(
+            counts.insert(word.to_string(), count).is_none(),
+            "{word} twice"
+        );
+    }
+    assert_eq!(counts, oracle);
+}
+
+#[test]
+fn aligned_checkpoints_complete_with_one_credit_per_channel() {
+    wordcount_with_tiny_budget(&[]);
+}
+
+#[test]
+fn unaligned_checkpoints_complete_with_one_credit_per_channel() {
+    wordcount_with_tiny_budget(&["--unaligned"]);
 }
