@@ -332,9 +332,10 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
     }
 
     fn fit_budget(&mut self, outputs: usize) {
-        self.batch_size = self
-            .receiver_limit
-            .min(self.config.output_batch_size(outputs.max(self.channels.len())));
+        self.batch_size = self.receiver_limit.min(
+            self.config
+                .output_batch_size(outputs.max(self.channels.len())),
+        );
     }
 
     fn backpressured(&self) -> bool {
