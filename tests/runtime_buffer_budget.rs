@@ -49,13 +49,16 @@ fn run_ok(env: &StreamExecutionEnvironment) -> JobResult {
     result.unwrap_or_else(|e| panic!("job failed: {e}"))
 }
 
+/// What each sink subtask kept: the latest sum per key, and its update count.
+type Kept = Arc<Mutex<Vec<(BTreeMap<u64, u64>, u64)>>>;
+
 /// Spins for `spin` on every batch and keeps the latest sum per key.
 #[derive(Clone)]
 struct SlowSink {
     spin: Duration,
     latest: BTreeMap<u64, u64>,
     updates: u64,
-    done: Arc<Mutex<Vec<(BTreeMap<u64, u64>, u64)>>>,
+    done: Kept,
 }
 
 impl SinkFunction<(u64, u64)> for SlowSink {
