@@ -70,6 +70,9 @@ pub struct JobOutcome {
     pub max_input_queued_batches: usize,
     /// The most record batches queued on one output channel.
     pub max_output_queued_batches: usize,
+    /// The most records one subtask held in its channels at once (input
+    /// queues, partly filled and queued output batches).
+    pub max_buffered_records: usize,
 }
 
 impl JobOutcome {
@@ -240,6 +243,7 @@ impl JobSupervisor {
             operators: self.metrics.operator_summaries(),
             max_input_queued_batches: self.metrics.max_input_batches(),
             max_output_queued_batches: self.metrics.max_output_batches(),
+            max_buffered_records: self.metrics.max_buffered_records(),
         });
         self.set_status(match &outcome {
             Ok(_) if self.restartable => JobStatus::Running,

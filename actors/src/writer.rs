@@ -7,6 +7,11 @@
 //! subtask stops taking input, which is how backpressure reaches the sources.
 //! Watermarks and end-of-input need no credit but keep their place behind the
 //! records queued before them.
+//!
+//! The batch size a writer uses comes from its subtask's buffer budget
+//! ([`RuntimeConfig::buffer_budget`](crate::RuntimeConfig::buffer_budget)):
+//! with many channels, smaller batches keep the partly filled and queued
+//! batches of all the subtask's writers, and the receivers' queues, within it.
 
 use crate::chain::ChainInput;
 use crate::element::{
@@ -32,6 +37,11 @@ pub struct OutputTarget<T: Send + 'static> {
     pub connect: Recipient<ConnectChannel>,
     /// The channel's index at the receiver.
     pub channel: ChannelId,
+    /// Input channels of the receiving subtask: its credits per channel and
+    /// the largest batch it takes follow from them
+    /// ([`RuntimeConfig::input_credits`](crate::RuntimeConfig::input_credits)).
+    /// Zero when unknown: the receiver grants `credits`.
+    pub receiver_inputs: usize,
 }
 
 impl<T: Send + 'static> Clone for OutputTarget<T> {
@@ -40,6 +50,7 @@ impl<T: Send + 'static> Clone for OutputTarget<T> {
             data: self.data.clone(),
             connect: self.connect.clone(),
             channel: self.channel,
+            receiver_inputs: self.receiver_inputs,
         }
     }
 }
@@ -65,6 +76,7 @@ impl<T: Send + 'static> OutputChannel<T> {
     fn send_records(&mut self, batch: Batch<T>, metrics: &QueueMetrics) {
         if self.credits > 0 && self.queue.is_empty() {
             self.credits -= 1;
+            metrics.release_records(batch.len());
             self.deliver(StreamElement::Records(batch));
         } else {
             self.queue.push_back(StreamElement::Records(batch));
@@ -97,16 +109,17 @@ impl<T: Send + 'static> OutputChannel<T> {
             .position(|e| matches!(e, StreamElement::Barrier(b) if b.checkpoint_id == id))
     }
 
-    fn grant(&mut self, credits: u32) {
+    fn grant(&mut self, credits: u32, metrics: &QueueMetrics) {
         self.credits += credits;
         let before = self.queued_batches;
         while let Some(front) = self.queue.front() {
-            if front.is_records() {
+            if let StreamElement::Records(batch) = front {
                 if self.credits == 0 {
                     break;
                 }
                 self.credits -= 1;
                 self.queued_batches -= 1;
+                metrics.release_records(batch.len());
             }
             let element = self.queue.pop_front().expect("front exists");
             self.deliver(element);
@@ -147,13 +160,25 @@ pub trait WriterControl {
         id: CheckpointId,
         out: &mut Vec<(u32, u32, Vec<u8>)>,
     ) -> Result<bool>;
+    /// Output channels of this writer (they share the subtask's budget).
+    fn output_channels(&self) -> usize {
+        0
+    }
+    /// The subtask's writers have `outputs` output channels in all: size
+    /// batches so their partly filled and queued batches fit the writers'
+    /// half of the budget. Called once, before any record.
+    fn fit_budget(&mut self, _outputs: usize) {}
 }
 
 /// Partitions a stream of `T` over the channels of one network edge.
 pub struct RecordWriter<T: Send + 'static> {
     channels: Vec<OutputChannel<T>>,
     partitioner: Box<dyn Partitioner<T>>,
+    /// Records per batch: the configured size, less under the budget.
     batch_size: usize,
+    /// The largest batch every receiver takes within its budget.
+    receiver_limit: usize,
+    config: crate::RuntimeConfig,
     queue_capacity: usize,
     metrics: Arc<QueueMetrics>,
     last_watermark: Timestamp,
@@ -172,21 +197,38 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
         config: &crate::RuntimeConfig,
         metrics: Arc<QueueMetrics>,
     ) -> Self {
-        let channels = targets
+        let mut receiver_limit = config.batch_size;
+        let channels: Vec<_> = targets
             .into_iter()
-            .map(|target| OutputChannel {
-                target,
-                credits: config.credits,
-                queue: VecDeque::new(),
-                queued_batches: 0,
-                buffer: Vec::with_capacity(config.batch_size),
-                gauge: metrics.output_channel(),
+            .map(|target| {
+                // The receiver's gate grants exactly these credits (the same
+                // rule, from the same count of its input channels).
+                let credits = match target.receiver_inputs {
+                    0 => config.credits,
+                    n => {
+                        receiver_limit = receiver_limit.min(config.input_batch_limit(n));
+                        config.input_credits(n)
+                    }
+                };
+                OutputChannel {
+                    target,
+                    credits,
+                    queue: VecDeque::new(),
+                    queued_batches: 0,
+                    // Allocated at the first record: with many channels most
+                    // stay small or empty.
+                    buffer: Vec::new(),
+                    gauge: metrics.output_channel(),
+                }
             })
             .collect();
+        let batch_size = receiver_limit.min(config.output_batch_size(channels.len()));
         RecordWriter {
             channels,
             partitioner,
-            batch_size: config.batch_size,
+            batch_size,
+            receiver_limit,
+            config: config.clone(),
             queue_capacity: config.output_queue_capacity,
             metrics,
             last_watermark: crate::element::MIN_WATERMARK,
@@ -219,6 +261,15 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
     }
 
     fn write_batch(&mut self, batch: Batch<T>) {
+        let mut taken = batch.len();
+        self.route(batch, &mut taken);
+        // Settled after the sends: what went straight on was released already.
+        self.metrics.hold_records(taken);
+    }
+
+    /// Partitions `batch` into the channels' buffers; `taken` counts the
+    /// records buffered (a broadcast record once per channel).
+    fn route(&mut self, batch: Batch<T>, taken: &mut usize) {
         if self.channels.len() == 1 {
             let bs = self.batch_size;
             let ch = &mut self.channels[0];
@@ -240,6 +291,7 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
             match self.partitioner.select(&record.value, n) {
                 Target::One(c) => self.push(c, record),
                 Target::All => {
+                    *taken += n - 1;
                     for c in 0..n - 1 {
                         self.push(c, record.clone());
                     }
@@ -271,8 +323,19 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
 
     fn grant(&mut self, output: u32, credits: u32) {
         if let Some(ch) = self.channels.get_mut(output as usize) {
-            ch.grant(credits);
+            ch.grant(credits, &self.metrics);
         }
+    }
+
+    fn output_channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    fn fit_budget(&mut self, outputs: usize) {
+        self.batch_size = self.receiver_limit.min(
+            self.config
+                .output_batch_size(outputs.max(self.channels.len())),
+        );
     }
 
     fn backpressured(&self) -> bool {
@@ -334,9 +397,10 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
         let Some(ch) = self.channels.get_mut(output as usize) else {
             return Ok(false);
         };
-        if element.is_records() {
+        if let StreamElement::Records(batch) = &element {
             ch.queued_batches += 1;
             ch.gauge.queue.set(ch.queued_batches);
+            self.metrics.hold_records(batch.len());
         }
         ch.queue.push_back(element);
         Ok(true)
@@ -406,7 +470,7 @@ impl<T: Send + Clone + 'static> ChainInput<T> for WriterInput<T> {
                 }
                 // A queue may now hold a batch that credit can send at once.
                 for ch in &mut w.channels {
-                    ch.grant(0);
+                    ch.grant(0, &w.metrics);
                 }
             }
             _ => w.broadcast_event(StreamElement::Barrier(barrier)),

@@ -138,6 +138,15 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// The budget of each subtask's network channels, in batches of
+    /// `batch_size` records (default 64): half for its input gate, half for
+    /// its record writers. With many channels the credits per channel and
+    /// the batch size shrink to fit it (at least one credit per channel).
+    pub fn set_network_buffers(&self, buffers: usize) -> &Self {
+        self.inner.borrow_mut().config.runtime.network_buffers = buffers;
+        self
+    }
+
     /// The job's name: the `job` label of its metrics (default `job-N`).
     pub fn set_job_name(&self, name: impl Into<String>) -> &Self {
         self.inner.borrow_mut().config.job_name = Some(name.into());

@@ -68,6 +68,10 @@ pub struct CheckpointArgs {
     /// Credits (batches in flight) per channel.
     #[arg(long, value_name = "N")]
     pub credits: Option<u32>,
+    /// Budget of each subtask's channels, in batches (default 64); with many
+    /// channels the credits per channel and the batch size shrink to fit it.
+    #[arg(long, value_name = "N")]
+    pub network_buffers: Option<usize>,
     /// What restarts on a failure: every subtask, or the failed one's
     /// pipelined region.
     #[arg(long, value_enum)]
@@ -151,6 +155,9 @@ impl CheckpointArgs {
         if self.credits == Some(0) {
             return bad("--credits must be at least 1");
         }
+        if self.network_buffers == Some(0) {
+            return bad("--network-buffers must be at least 1");
+        }
         if let Some(path) = &self.from_checkpoint
             && !path.exists()
         {
@@ -217,6 +224,9 @@ impl CheckpointArgs {
         env.set_config(config);
         if let Some(c) = self.credits {
             env.set_credits(c);
+        }
+        if let Some(b) = self.network_buffers {
+            env.set_network_buffers(b);
         }
         Ok(())
     }

@@ -217,10 +217,11 @@ pub(crate) trait TypeOps: Send + Sync {
     fn fanout(&self, outs: Vec<ErasedChain>) -> Result<ErasedChain>;
     /// Wraps a chain input as a side port for `tag`.
     fn side_port(&self, tag: u64, next: ErasedChain) -> Result<Box<dyn SidePort>>;
-    /// The output targets for `(subtask address, channel)` pairs.
+    /// The output targets for `(subtask address, channel, the subtask's
+    /// input channel count)` triples.
     fn targets(
         &self,
-        to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)],
+        to: &[(&Arc<dyn Any + Send + Sync>, ChannelId, usize)],
     ) -> Result<Box<dyn Any + Send>>;
     /// A record writer over `targets`, registered with `builder`.
     fn writer(
@@ -329,15 +330,17 @@ impl<T: Clone + Send + 'static> TypeOps for Ops<T> {
 
     fn targets(
         &self,
-        to: &[(&Arc<dyn Any + Send + Sync>, ChannelId)],
+        to: &[(&Arc<dyn Any + Send + Sync>, ChannelId, usize)],
     ) -> Result<Box<dyn Any + Send>> {
         let targets = to
             .iter()
-            .map(|(addr, channel)| {
+            .map(|(addr, channel, inputs)| {
                 let addr = addr
                     .downcast_ref::<Addr<SubtaskActor<T>>>()
                     .ok_or_else(|| mismatch::<Addr<SubtaskActor<T>>>("output targets"))?;
-                Ok(SubtaskActor::target(addr, *channel))
+                let mut target = SubtaskActor::target(addr, *channel);
+                target.receiver_inputs = *inputs;
+                Ok(target)
             })
             .collect::<Result<Vec<OutputTarget<T>>>>()?;
         Ok(Box::new(targets))

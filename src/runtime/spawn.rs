@@ -85,7 +85,13 @@ impl Spawner {
                         let down_p = plan.nodes[c].parallelism;
                         let to: Vec<_> = connected(edge.partition.kind.pattern(), j, p, down_p)
                             .into_iter()
-                            .map(|d| (&spawned[&(w, d)].addr, plan.channels[&(c, k, j, d)]))
+                            .map(|d| {
+                                (
+                                    &spawned[&(w, d)].addr,
+                                    plan.channels[&(c, k, j, d)],
+                                    plan.inputs_per_subtask[w][d],
+                                )
+                            })
                             .collect();
                         let ops = match port {
                             Port::Main => &plan.nodes[x].out_type,

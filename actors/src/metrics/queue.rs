@@ -22,6 +22,13 @@ pub struct QueueMetrics {
     pub max_input_batches: AtomicUsize,
     /// Most record batches ever queued on one output channel without credit.
     pub max_output_batches: AtomicUsize,
+    /// Records the subtask's channels hold now: queued at its input gate,
+    /// partly filled or queued in its record writers (signed: a writer
+    /// settles what it took in after what it sent on).
+    pub buffered_records: AtomicI64,
+    /// Most records the subtask's channels held at once (see
+    /// [`RuntimeConfig::buffer_budget`](crate::RuntimeConfig::buffer_budget)).
+    pub max_buffered_records: AtomicUsize,
     /// Per input channel, by channel id.
     pub inputs: Vec<InputChannelMetrics>,
     /// Per output channel, registered as record writers are built.
@@ -63,6 +70,8 @@ impl QueueMetrics {
             subtask,
             max_input_batches: AtomicUsize::new(0),
             max_output_batches: AtomicUsize::new(0),
+            buffered_records: AtomicI64::new(0),
+            max_buffered_records: AtomicUsize::new(0),
             inputs: (0..inputs)
                 .map(|_| InputChannelMetrics::default())
                 .collect(),
@@ -197,6 +206,22 @@ impl QueueMetrics {
         if n > self.max_input_batches.load(Ordering::Relaxed) {
             self.max_input_batches.fetch_max(n, Ordering::Relaxed);
         }
+    }
+
+    /// `n` records entered the subtask's network buffers (once per batch).
+    #[inline]
+    pub fn hold_records(&self, n: usize) {
+        let now = self.buffered_records.fetch_add(n as i64, Ordering::Relaxed) + n as i64;
+        let now = now.max(0) as usize;
+        if now > self.max_buffered_records.load(Ordering::Relaxed) {
+            self.max_buffered_records.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// `n` records left the subtask's network buffers (once per batch).
+    #[inline]
+    pub fn release_records(&self, n: usize) {
+        self.buffered_records.fetch_sub(n as i64, Ordering::Relaxed);
     }
 
     /// Records an output queue length.

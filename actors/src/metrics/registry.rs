@@ -227,6 +227,15 @@ impl JobMetrics {
             .unwrap_or(0)
     }
 
+    /// The most records any one subtask held in its channels at once.
+    pub fn max_buffered_records(&self) -> usize {
+        let q = self.queues.lock().expect("metrics lock poisoned");
+        q.iter()
+            .map(|q| q.max_buffered_records.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The most record batches queued on any output channel of any subtask.
     pub fn max_output_batches(&self) -> usize {
         let q = self.queues.lock().expect("metrics lock poisoned");

@@ -323,9 +323,10 @@ impl<T: 'static> InputGate<T> {
         let Some(ch) = self.channels.get_mut(channel) else {
             return false;
         };
-        if element.is_records() {
+        if let StreamElement::Records(batch) = &element {
             ch.queued_batches += 1;
             ch.restored_batches += 1;
+            self.metrics.hold_records(batch.len());
         }
         ch.queue.push_back(element);
         true
@@ -385,9 +386,10 @@ impl<T: 'static> InputGate<T> {
             }
         }
         let ch = &mut self.channels[channel];
-        if element.is_records() {
+        if let StreamElement::Records(batch) = &element {
             ch.queued_batches += 1;
             self.metrics.input_queued(channel, ch.queued_batches);
+            self.metrics.hold_records(batch.len());
         }
         ch.queue.push_back(element);
         Ok(true)
@@ -401,6 +403,7 @@ impl<T: 'static> InputGate<T> {
         };
         match element {
             StreamElement::Records(batch) => {
+                self.metrics.release_records(batch.len());
                 let ch = &mut self.channels[channel];
                 ch.queued_batches -= 1;
                 if ch.restored_batches > 0 {

@@ -182,6 +182,15 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 catch_unwind(AssertUnwindSafe(|| build(&mut builder)))
             });
             builder.writers.extend(gates);
+            // One budget for all of the subtask's output channels.
+            let outputs = builder
+                .writers
+                .iter()
+                .map(|w| w.borrow().output_channels())
+                .sum();
+            for w in &builder.writers {
+                w.borrow_mut().fit_budget(outputs);
+            }
             let (head, build_error) = match built {
                 Ok(Ok(h)) => (Some(h), None),
                 Ok(Err(e)) => (None, Some(e)),
@@ -194,9 +203,10 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     }),
                 ),
             };
+            // The senders compute the same credits from the same count.
             let mut gate = InputGate::new(
                 setup.inputs,
-                setup.config.credits,
+                setup.config.input_credits(setup.inputs),
                 setup.queue_metrics.clone(),
             );
             if let Some(link) = &setup.checkpoint {
@@ -231,6 +241,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             data: addr.clone().recipient(),
             connect: addr.clone().recipient(),
             channel,
+            receiver_inputs: 0,
         }
     }
 
