@@ -1,6 +1,7 @@
 //! One state's rows in the database, typed, behind a bounded in-memory cache
 //! of decoded entries: reads, writes, bulk flushes, eviction and the TTL sweep.
 
+use super::filter::KeyFilter;
 use super::snapshot::RedbCaptured;
 use super::{Def, Reader, RedbStore, storage};
 use crate::state::descriptor::StateMeta;
@@ -27,6 +28,15 @@ struct Slot<S> {
     dirty: bool,
 }
 
+/// A row of a flush in its buffer: the row key at `start..key_end`, the row
+/// value at `key_end..end` (empty: the row is removed).
+#[derive(Clone, Copy)]
+struct FlushRow {
+    start: usize,
+    key_end: usize,
+    end: usize,
+}
+
 /// The most database rows one flush's TTL sweep checks.
 const MAX_DB_SWEEP: usize = 1 << 20;
 
@@ -50,6 +60,13 @@ pub(crate) struct RedbTable<K, S> {
     delta_len: i64,
     /// Row key buffer for misses.
     scratch: Vec<u8>,
+    /// Every row key the table may hold: a miss on a key it rules out
+    /// skips the B-tree lookup.
+    filter: KeyFilter,
+    /// A flush's encoded rows, end to end (reused: no allocation per row).
+    flush_buf: Vec<u8>,
+    /// A flush's rows in `flush_buf`.
+    flush_rows: Vec<FlushRow>,
     /// The cache sweep's position.
     cursor: usize,
     /// The database sweep's position: the last row key checked.
@@ -94,6 +111,9 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
             db_rows: 0,
             delta_len: 0,
             scratch: Vec::new(),
+            filter: KeyFilter::with_capacity(capacity),
+            flush_buf: Vec::new(),
+            flush_rows: Vec::new(),
             cursor: 0,
             db_cursor: Vec::new(),
             db_sweep: 0,
@@ -161,6 +181,9 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         buf.clear();
         buf.extend_from_slice(&key_group.to_be_bytes());
         self.scratch = postcard::to_extend(key, buf).map_err(|e| self.serde(e))?;
+        if !self.filter.may_contain(&self.scratch) {
+            return Ok(None);
+        }
         let Some(reader) = &self.reader else {
             return Ok(None);
         };
@@ -255,34 +278,43 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         if self.dirty.is_empty() && sweep == 0 {
             return Ok(());
         }
-        let mut rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(self.dirty.len());
+        let mut buf = std::mem::take(&mut self.flush_buf);
+        let mut rows = std::mem::take(&mut self.flush_rows);
+        buf.clear();
+        rows.clear();
         for &i in &self.dirty {
             let Some((k, slot)) = self.cache.get_index(i) else {
                 continue;
             };
-            let row = postcard::to_extend(k, slot.key_group.to_be_bytes().to_vec())
-                .map_err(|e| self.serde(e))?;
-            let value = match &slot.value {
-                Some(e) => Some(encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?),
-                None => None,
-            };
-            rows.push((row, value));
+            let start = buf.len();
+            buf.extend_from_slice(&slot.key_group.to_be_bytes());
+            buf = postcard::to_extend(k, buf).map_err(|e| self.serde(e))?;
+            let key_end = buf.len();
+            if let Some(e) = &slot.value {
+                buf.extend_from_slice(&e.stamp.to_be_bytes());
+                buf = postcard::to_extend(&e.value, buf).map_err(|e| self.serde(e))?;
+                // Before the write: the filter never misses a row.
+                self.filter.insert(&buf[start..key_end]);
+            }
+            rows.push(FlushRow {
+                start,
+                key_end,
+                end: buf.len(),
+            });
         }
-        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        rows.sort_unstable_by(|a, b| buf[a.start..a.key_end].cmp(&buf[b.start..b.key_end]));
         let ttl_ms = self.ttl.as_ref().map_or(i64::MAX, |t| t.ttl_ms());
         let now = self.last_now;
         let mut cursor = std::mem::take(&mut self.db_cursor);
         let def: Def<'_> = TableDefinition::new(&self.name);
         let expired = self.store.write(|txn| {
             let mut table = txn.open_table(def)?;
-            for (k, v) in &rows {
-                match v {
-                    Some(v) => {
-                        table.insert(k.as_slice(), v.as_slice())?;
-                    }
-                    None => {
-                        table.remove(k.as_slice())?;
-                    }
+            for r in &rows {
+                let k = &buf[r.start..r.key_end];
+                if r.end > r.key_end {
+                    table.insert(k, &buf[r.key_end..r.end])?;
+                } else {
+                    table.remove(k)?;
                 }
             }
             let mut expired = Vec::new();
@@ -332,14 +364,37 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         }
         if self.store.recording() {
             let changed = rows
-                .into_iter()
-                .map(|(k, _)| k)
-                .chain(expired)
-                .map(Vec::into_boxed_slice);
+                .iter()
+                .map(|r| Box::from(&buf[r.start..r.key_end]))
+                .chain(expired.into_iter().map(Vec::into_boxed_slice));
             self.store.record(&self.meta.name, changed);
         }
+        self.flush_buf = buf;
+        self.flush_rows = rows;
         self.delta_len = 0;
-        self.open_reader()
+        self.open_reader()?;
+        self.refresh_filter()
+    }
+
+    /// Rebuilds the filter from the table's rows (as of the last commit)
+    /// once more keys were added to it than it was sized for, sized for
+    /// four times the rows: a growing table is rescanned at ×4 steps, so
+    /// the rescans cost about a third of a pass over the final rows.
+    fn refresh_filter(&mut self) -> Result<(), StateError> {
+        if !self.filter.is_full() {
+            return Ok(());
+        }
+        let rows = usize::try_from(self.db_rows).unwrap_or(usize::MAX);
+        let mut filter = KeyFilter::with_capacity(rows.saturating_mul(4).max(self.capacity));
+        if let Some(reader) = &self.reader {
+            let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+            for row in reader.iter().map_err(|e| err(&e))? {
+                let (k, _) = row.map_err(|e| err(&e))?;
+                filter.insert(k.value());
+            }
+        }
+        self.filter = filter;
+        Ok(())
     }
 
     /// Flushes, then drops the older half of the cache.
@@ -474,6 +529,9 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
             let value = encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?;
             rows.push((row, value));
         }
+        for (k, _) in &rows {
+            self.filter.insert(k);
+        }
         let def = self.def();
         let start = key_group.to_be_bytes();
         let end = (key_group + 1).to_be_bytes();
@@ -490,7 +548,8 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
             }
             Ok(())
         })?;
-        self.open_reader()
+        self.open_reader()?;
+        self.refresh_filter()
     }
 
     fn apply_group_delta(
@@ -516,6 +575,9 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
             let value = encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?;
             rows.push((row(k)?, value));
         }
+        for (k, _) in &rows {
+            self.filter.insert(k);
+        }
         let def = self.def();
         self.store.write(|txn| {
             let mut table = txn.open_table(def)?;
@@ -527,7 +589,8 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
             }
             Ok(())
         })?;
-        self.open_reader()
+        self.open_reader()?;
+        self.refresh_filter()
     }
 
     fn clear_all(&mut self) {
@@ -538,10 +601,14 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
         self.db_cursor.clear();
         self.db_sweep = 0;
         let def = self.def();
-        let _ = self.store.write(|txn| {
+        let deleted = self.store.write(|txn| {
             txn.delete_table(def)?;
             Ok(())
         });
+        if deleted.is_ok() {
+            // Only then: the rows left by a failed delete must stay in it.
+            self.filter = KeyFilter::with_capacity(self.capacity);
+        }
         let _ = self.open_reader();
     }
 
@@ -554,6 +621,7 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
     }
 
     fn mem_bytes(&self) -> u64 {
-        (self.cache.len() * (std::mem::size_of::<K>() + std::mem::size_of::<Slot<S>>())) as u64
+        (self.cache.len() * (std::mem::size_of::<K>() + std::mem::size_of::<Slot<S>>())
+            + self.filter.bytes()) as u64
     }
 }

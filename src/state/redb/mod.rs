@@ -16,8 +16,12 @@
 //! order — when an eighth of the cache is dirty (a write transaction holds
 //! the pages it changes in memory), when the cache is full (then the older
 //! half of the entries is evicted) and at every snapshot. A miss reads the row through a read-only
-//! table of the last commit, held open between flushes. So state larger than
-//! memory works: only the cache is in memory. TTL is checked on every access
+//! table of the last commit, held open between flushes — unless the state's
+//! key filter (a Bloom filter of the row keys the table may hold, rebuilt
+//! from the rows as the table outgrows it) rules the key out: a key never
+//! seen before, as in a count over mostly new words, costs a hash and one
+//! cache line instead of a B-tree lookup. So state larger than
+//! memory works: only the cache (and the filter) is in memory. TTL is checked on every access
 //! of a cached entry, and the incremental sweep walks the cache per access
 //! and the database rows at each flush (as many rows as the accesses since
 //! the previous flush would have checked).
@@ -70,6 +74,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 mod cache;
+mod filter;
 mod snapshot;
 mod store;
 
