@@ -73,16 +73,16 @@ fn floe() -> Command {
     cmd
 }
 
-/// Runs the CLI; its stdout on success.
-fn run_ok(cmd: &mut Command) -> Vec<u8> {
+/// Runs the CLI; its stdout and stderr on success.
+fn run_ok(cmd: &mut Command) -> (Vec<u8>, String) {
     let out = cmd.output().expect("floe binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "floe failed with {:?}; stderr:\n{}",
+        "floe failed with {:?}; stderr:\n{stderr}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
     );
-    out.stdout
+    (out.stdout, stderr)
 }
 
 /// Parses `word,count` lines; a word must not appear twice.
@@ -139,7 +139,7 @@ fn wordcount_prints_the_oracles_counts_directly_and_through_restores() {
         let got = parse_counts(&std::fs::read(&out).expect("output read"));
         assert_eq!(got, expected, "file written directly, P={parallelism}");
 
-        let stdout = run_ok(floe().args([
+        let (stdout, _) = run_ok(floe().args([
             "run",
             "wordcount",
             "--input",
@@ -153,7 +153,7 @@ fn wordcount_prints_the_oracles_counts_directly_and_through_restores() {
     // Transactional: checkpoints, random failures, restores from them.
     let out = dir.path().join("committed.txt");
     let ck = dir.path().join("ck");
-    run_ok(floe().args([
+    let (_, stderr) = run_ok(floe().args([
         "run",
         "wordcount",
         "--input",
@@ -175,6 +175,12 @@ fn wordcount_prints_the_oracles_counts_directly_and_through_restores() {
     ]));
     let got = parse_counts(&std::fs::read(&out).expect("output read"));
     assert_eq!(got, expected, "transactional output after restores");
+    let restarts: u64 = stderr
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("restarts="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no restarts= in the summary:\n{stderr}"));
+    assert!(restarts >= 1, "no failure was restored:\n{stderr}");
 }
 
 #[test]
