@@ -24,7 +24,7 @@ fn words(seed: u64, n: usize, distinct: u64) -> Vec<String> {
     (0..n)
         .map(|_| {
             let w = rng.below(distinct);
-            if w % 7 == 0 {
+            if w.is_multiple_of(7) {
                 format!("longwordofthevocabularynumber{w}")
             } else {
                 format!("w{w}")
