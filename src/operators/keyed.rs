@@ -108,6 +108,9 @@ pub struct RollingOp<T, K, N> {
     /// Emit each key's final accumulator at end of input instead of an
     /// update per record.
     at_end: bool,
+    /// Keys moved out of `state` at end of input: the metrics go on
+    /// reporting the state's final size, as a per-record aggregation's do.
+    emitted: usize,
 }
 
 impl<T, K, N> RollingOp<T, K, N> {
@@ -118,6 +121,7 @@ impl<T, K, N> RollingOp<T, K, N> {
             kind,
             state: FxHashMap::default(),
             at_end: false,
+            emitted: 0,
         }
     }
 
@@ -302,12 +306,13 @@ where
         // checkpoint after the end holds no state that a restore would
         // emit a second time (the restored input is at its end already).
         let state = std::mem::take(&mut self.state);
+        self.emitted += state.len();
         out.extend_or_reuse(state.into_values().map(Record::new));
         Ok(())
     }
 
     fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
-        let entries = self.state.len();
+        let entries = self.state.len() + self.emitted;
         floe_actors::metrics::OperatorSample {
             state: Some(floe_actors::metrics::StateSize {
                 entries: entries as u64,
