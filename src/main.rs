@@ -8,7 +8,9 @@ mod cli;
 
 use mimalloc::MiMalloc;
 
-// The binary picks a faster allocator; the library never sets one.
+// The binary picks a faster allocator; the library never sets one. Built
+// without transparent huge pages (Cargo.toml): resident memory grows by the
+// page, not by 2 MiB at a time.
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 

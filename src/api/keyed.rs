@@ -72,6 +72,29 @@ where
         self.rolling("Keyed Sum", Rolling::Sum(Arc::new(field)))
     }
 
+    /// Sum of a field per key, emitted once per key when the input ends
+    /// (the key's first record with the field set to the sum, as Flink
+    /// keeps it), nothing before: Flink's `sum` in BATCH execution mode. For jobs
+    /// that want only the final sums, such as a bounded word count: no
+    /// update per record flows downstream, and nothing but this operator's
+    /// keyed state holds the sums. Checkpoints and restores are those of
+    /// [`sum`](Self::sum).
+    pub fn sum_at_end_of_input<N, F>(&self, field: F) -> DataStream<T>
+    where
+        N: Numeric,
+        F: Fn(&mut T) -> &mut N + Send + Sync + 'static,
+        T: StateValue,
+        K: Sync + StateKey,
+    {
+        let key = self.key.clone();
+        let kind = Rolling::Sum(Arc::new(field));
+        self.stream
+            .transform("Keyed Sum", move |_| {
+                RollingOp::at_end_of_input(key.clone(), kind.clone())
+            })
+            .with_serde_input::<T>()
+    }
+
     /// Rolling minimum of a field (other fields from the key's first record).
     pub fn min<N, F>(&self, field: F) -> DataStream<T>
     where

@@ -10,9 +10,10 @@
 //! - any other file (`/dev/null`, a pipe, a terminal) is written directly;
 //!   with checkpointing on, a warning says it is not transactional.
 //!
-//! Written directly, every subtask of the sink appends whole batches to the
-//! one file, taking its lock once per batch (never per record), so a
-//! parallel sink interleaves batches, never lines. Only the transactional
+//! Written directly, every subtask of the sink formats a batch into a reused
+//! buffer and appends it to the one file with one write, taking its lock once
+//! per batch (never per record), so a parallel sink interleaves batches, never
+//! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines). Only the transactional
 //! sink is exactly-once: written directly, a restart that replays records
 //! writes their lines again. An output naming the same
 //! file as the input, or as another output, is refused before anything is
@@ -122,6 +123,10 @@ impl Output {
     }
 }
 
+/// Bytes of lines a subtask formats before writing them: a batch of 4,096
+/// lines of up to 64 bytes is one write.
+const CHUNK: usize = 256 * 1024;
+
 /// The writer every subtask of one sink shares.
 struct Shared {
     writer: BufWriter<Box<dyn Write + Send>>,
@@ -198,7 +203,7 @@ impl Lines {
     /// count's final counts); call [`close`](Self::close) at the end.
     pub fn push_line(&mut self, line: impl Display) -> floe::Result<()> {
         let _ = writeln!(self.buf, "{line}");
-        if self.buf.len() >= 64 * 1024 {
+        if self.buf.len() >= CHUNK {
             self.write_buf(false)?;
         }
         Ok(())
@@ -219,6 +224,12 @@ impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
         for r in batch {
             // Writing to a Vec cannot fail.
             let _ = writeln!(self.buf, "{}", r.value);
+            // A batch of ordinary size is one write; a huge one (all final
+            // counts at end of input) goes in chunks of whole lines, so the
+            // buffer stays bounded.
+            if self.buf.len() >= CHUNK {
+                self.write_buf(false)?;
+            }
         }
         self.write_buf(false)
     }

@@ -1,12 +1,18 @@
 //! `floe run wordcount`: source → tokenize → key_by(word) → sum → final counts.
 //!
-//! The keyed sum emits an updated count per record, as Flink's does; a sink
-//! chained behind it keeps the latest count per word, and the CLI prints those
-//! once the job has finished.
+//! The CLI prints each word's final count. Written to stdout or a file, the
+//! counts come from the keyed sum's own state: it emits each word's final
+//! count once, at end of input (Flink's `sum` in BATCH mode), and a sink
+//! chained behind it formats them into the output a batch at a time, so no
+//! second map holds every count. To Kafka or PostgreSQL the sum emits an
+//! updated count per record, as Flink's streaming `sum` does: an upsert
+//! changelog.
 //!
 //! With `--state heap|redb` the sum is a keyed process function instead,
 //! holding the count of each word in a `ValueState<u64>` of the chosen state
-//! backend and emitting the updated count per record, like the sum.
+//! backend and emitting the updated count per record, like the sum; a sink
+//! chained behind it keeps the latest count per word, and the CLI prints
+//! those once the job has finished.
 
 use super::WordcountArgs;
 use super::output::Output;
@@ -114,6 +120,18 @@ impl floe::operators::Operator<(String, u64), String> for FinalCountLines {
 
     fn restore_state(&mut self, state: RestoredState) -> floe::Result<()> {
         restore_counts(&mut self.counts, &state)
+    }
+}
+
+/// A word and its final count, displayed as the output line `word,count`:
+/// formatted by the sink straight into its batch buffer, never into a
+/// `String` per word.
+#[derive(Clone)]
+struct CountLine(String, u64);
+
+impl std::fmt::Display for CountLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.0, self.1)
     }
 }
 
@@ -248,8 +266,19 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     };
     let done = Arc::new(Mutex::new(Vec::new()));
     let keyed = words.key_by_field(|t: &(String, u64)| &t.0);
+    // Only a changelog output (Kafka, PostgreSQL) wants every update.
+    let changelog = !matches!(
+        output,
+        Output::Stdout | Output::Direct(_) | Output::Transactional(_)
+    );
+    // The sum's state is the final counts: nothing else keeps them.
+    let from_sum = state.is_none() && !changelog;
     let (counts, counter) = match state {
-        None => (keyed.sum(|t: &mut (String, u64)| &mut t.1), "Keyed Sum"),
+        None if !from_sum => (keyed.sum(|t: &mut (String, u64)| &mut t.1), "Keyed Sum"),
+        None => (
+            keyed.sum_at_end_of_input(|t: &mut (String, u64)| &mut t.1),
+            "Keyed Sum",
+        ),
         Some(kind) => {
             let count = ValueStateDescriptor::<u64>::new("count");
             let function = move |(word, n): (String, u64),
@@ -263,6 +292,14 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             };
             (keyed.process_with_backend(function, kind), "Keyed Process")
         }
+    };
+    // The final counts as output lines, straight from the sum at end of
+    // input (no state of their own).
+    let lines = || {
+        counts
+            .map(|(word, count): (String, u64)| CountLine(word, count))
+            .name("Format")
+            .uid("format")
     };
     let sink = match &output {
         // An upsert changelog: every updated count, keyed by its word.
@@ -288,12 +325,24 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
                 .add_to(&rows)
                 .uid("postgres-sink")
         }
+        Output::Transactional(tx) if from_sum => lines()
+            .add_two_phase_sink(tx.clone())
+            .name("Committed Counts")
+            .uid("committed-counts"),
         Output::Transactional(tx) => counts
             .transform("Final Counts", |_| FinalCountLines::default())
             .uid("final-counts")
             .add_two_phase_sink(tx.clone())
             .name("Committed Counts")
             .uid("committed-counts"),
+        Output::Stdout | Output::Direct(_) if from_sum => {
+            lines()
+                .add_sink(output.open()?.ok_or_else(|| {
+                    floe::Error::User("stdout or a file is written directly".into())
+                })?)
+                .name("Final Counts")
+                .uid("final-counts")
+        }
         Output::Stdout | Output::Direct(_) => counts
             .add_sink(FinalCounts {
                 counts: Counts::default(),
@@ -330,7 +379,9 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             .lock()
             .map_err(|_| floe::Error::User("lock poisoned".into()))?,
     );
-    write_counts(&output, &maps)?;
+    if !from_sum {
+        write_counts(&output, &maps)?;
+    }
 
     eprintln!(
         "{} words={words}{}",
@@ -343,8 +394,8 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     Ok(())
 }
 
-/// Writes the final counts to a direct output (nothing for a transactional
-/// one, which the job's sink wrote).
+/// Writes the final counts of the `--state` job's sink to a direct output
+/// (nothing for a transactional one, which the job's sink wrote).
 fn write_counts(output: &Output, maps: &[Counts]) -> floe::Result<()> {
     let Some(mut lines) = output.open()? else {
         return Ok(());

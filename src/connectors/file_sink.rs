@@ -3,21 +3,30 @@
 //! With parallelism 1 the path is the file; with more, the path is a directory
 //! holding one file per subtask (`part-0`, `part-1`, ...), as Flink's
 //! `writeAsText` does.
+//!
+//! Batches are formatted into one buffer the sink keeps (no allocation per
+//! record) and written to the file with one write once it holds 256 KiB or
+//! more, and at the end: a write per batch at most, none per record.
 
 use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, Timestamp};
 use std::fmt::Display;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
+
+/// Bytes of formatted lines held before they are written.
+const FLUSH_AT: usize = 256 * 1024;
 
 /// The text file sink.
 #[derive(Debug)]
 pub struct FileSink {
     path: PathBuf,
     target: PathBuf,
-    writer: Option<BufWriter<File>>,
+    file: Option<File>,
+    /// Formatted lines not written yet (reused).
+    buf: Vec<u8>,
 }
 
 impl Clone for FileSink {
@@ -33,14 +42,23 @@ impl FileSink {
         FileSink {
             target: path.clone(),
             path,
-            writer: None,
+            file: None,
+            buf: Vec::new(),
         }
     }
 
-    fn writer(&mut self) -> Result<&mut BufWriter<File>> {
-        self.writer
+    /// Writes the buffered lines to the file with one write.
+    fn write_buf(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let file = self
+            .file
             .as_mut()
-            .ok_or_else(|| Error::User("file sink used before open".into()))
+            .ok_or_else(|| Error::User("file sink used before open".into()))?;
+        let result = file.write_all(&self.buf);
+        self.buf.clear();
+        result.map_err(|e| Error::io("cannot write", &self.target, e))
     }
 }
 
@@ -55,30 +73,32 @@ impl<T: Display + Send + 'static> SinkFunction<T> for FileSink {
         };
         let f = File::create(&self.target)
             .map_err(|e| Error::io("cannot create output file", &self.target, e))?;
-        self.writer = Some(BufWriter::with_capacity(256 * 1024, f));
+        self.file = Some(f);
+        self.buf.reserve(FLUSH_AT);
         Ok(())
     }
 
     fn invoke(&mut self, value: T, _: Option<Timestamp>) -> Result<()> {
-        let target = self.target.clone();
-        writeln!(self.writer()?, "{value}").map_err(|e| Error::io("cannot write", target, e))
+        // Writing to a Vec cannot fail.
+        let _ = writeln!(self.buf, "{value}");
+        if self.buf.len() >= FLUSH_AT {
+            self.write_buf()?;
+        }
+        Ok(())
     }
 
     fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
-        let target = self.target.clone();
-        let w = self.writer()?;
         for r in batch {
-            writeln!(w, "{}", r.value).map_err(|e| Error::io("cannot write", &target, e))?;
+            let _ = writeln!(self.buf, "{}", r.value);
+            // A huge batch goes in chunks, so the buffer stays bounded.
+            if self.buf.len() >= FLUSH_AT {
+                self.write_buf()?;
+            }
         }
         Ok(())
     }
 
     fn finish(&mut self) -> Result<()> {
-        let target = self.target.clone();
-        if let Some(w) = self.writer.as_mut() {
-            w.flush()
-                .map_err(|e| Error::io("cannot write", target, e))?;
-        }
-        Ok(())
+        self.write_buf()
     }
 }

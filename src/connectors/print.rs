@@ -1,5 +1,9 @@
 //! Prints records to stdout, one line each, as Flink's `print()` does: with a
 //! `N> ` prefix (N = subtask + 1) when the sink runs in parallel.
+//!
+//! A batch is formatted into a buffer the sink keeps (no allocation per
+//! record or per batch) and written to stdout with one write under its lock,
+//! so parallel subtasks interleave batches, never lines.
 
 use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::{Error, Result};
@@ -11,6 +15,8 @@ use std::io::Write;
 #[derive(Clone, Debug, Default)]
 pub struct PrintSink {
     prefix: String,
+    /// The lines of the batch being written (reused).
+    buf: Vec<u8>,
 }
 
 impl<T: Display + Send + 'static> SinkFunction<T> for PrintSink {
@@ -29,13 +35,14 @@ impl<T: Display + Send + 'static> SinkFunction<T> for PrintSink {
     }
 
     fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
-        let stdout = std::io::stdout();
-        let mut w = std::io::BufWriter::new(stdout.lock());
+        self.buf.clear();
         for r in batch {
-            writeln!(w, "{}{}", self.prefix, r.value)
-                .map_err(|e| Error::io("cannot write", "stdout", e))?;
+            // Writing to a Vec cannot fail.
+            let _ = writeln!(self.buf, "{}{}", self.prefix, r.value);
         }
-        w.flush()
+        let mut out = std::io::stdout().lock();
+        out.write_all(&self.buf)
+            .and_then(|_| out.flush())
             .map_err(|e| Error::io("cannot write", "stdout", e))
     }
 }

@@ -3,7 +3,11 @@
 //! The stream arrives partitioned by key groups, so every record of a key meets
 //! the same subtask. A rolling aggregation emits the updated value for every
 //! record, as Flink's streaming `reduce`/`sum` do; the final value per key is
-//! the last one emitted for it.
+//! the last one emitted for it. Built with [`RollingOp::at_end_of_input`] it
+//! emits nothing per record and each key's final value once, when the input
+//! ends, as Flink's keyed `reduce`/`sum` do in BATCH execution mode: a job that
+//! only wants the final values reads them from the keyed state instead of
+//! keeping a second map of the updates downstream.
 //!
 //! A keyed process function may register timers for the current key; the
 //! [`KeyedProcessOp`] keeps them in a [`TimerService`] and calls the function's
@@ -101,15 +105,34 @@ pub struct RollingOp<T, K, N> {
     key: KeyFn<T, K>,
     kind: Rolling<T, N>,
     state: FxHashMap<K, T>,
+    /// Emit each key's final accumulator at end of input instead of an
+    /// update per record.
+    at_end: bool,
+    /// Keys moved out of `state` at end of input: the metrics go on
+    /// reporting the state's final size, as a per-record aggregation's do.
+    emitted: usize,
 }
 
 impl<T, K, N> RollingOp<T, K, N> {
-    /// An aggregation with empty state.
+    /// An aggregation with empty state, emitting an update per record.
     pub fn new(key: KeyFn<T, K>, kind: Rolling<T, N>) -> Self {
         RollingOp {
             key,
             kind,
             state: FxHashMap::default(),
+            at_end: false,
+            emitted: 0,
+        }
+    }
+
+    /// An aggregation with empty state that emits nothing per record and
+    /// each key's final accumulator once, at end of input (Flink's BATCH
+    /// execution mode). Its state and checkpoints are those of
+    /// [`new`](Self::new).
+    pub fn at_end_of_input(key: KeyFn<T, K>, kind: Rolling<T, N>) -> Self {
+        RollingOp {
+            at_end: true,
+            ..Self::new(key, kind)
         }
     }
 }
@@ -187,6 +210,73 @@ where
     }
 }
 
+impl<T, K, N> RollingOp<T, K, N>
+where
+    T: Clone,
+    K: Hash + Eq + Clone,
+    N: Numeric,
+{
+    /// Folds `value` into its key's accumulator without producing an
+    /// update (for [`at_end_of_input`](Self::at_end_of_input)): a new key
+    /// keeps the record itself, an existing one is combined in place.
+    #[inline]
+    fn accumulate(&mut self, mut value: T) {
+        let state = &mut self.state;
+        let acc = match &self.key {
+            KeyFn::Owned(g) => {
+                let k = g(&value);
+                match state.get_mut(&k) {
+                    Some(acc) => acc,
+                    None => {
+                        state.insert(k, value);
+                        return;
+                    }
+                }
+            }
+            KeyFn::Borrowed(g) => match state.get_mut(g(&value)) {
+                Some(acc) => acc,
+                None => {
+                    state.insert(g(&value).clone(), value);
+                    return;
+                }
+            },
+        };
+        match &self.kind {
+            Rolling::Reduce(f) => {
+                // `f` takes the accumulator by value, as `update` gives it.
+                *acc = f(acc.clone(), value);
+            }
+            Rolling::Sum(field) => {
+                let add = *field(&mut value);
+                let sum = *field(acc) + add;
+                *field(acc) = sum;
+            }
+            Rolling::Min(field) => {
+                let v = *field(&mut value);
+                if v < *field(acc) {
+                    *field(acc) = v;
+                }
+            }
+            Rolling::Max(field) => {
+                let v = *field(&mut value);
+                if v > *field(acc) {
+                    *field(acc) = v;
+                }
+            }
+            Rolling::MinBy(field) => {
+                if *field(&mut value) < *field(acc) {
+                    *acc = value;
+                }
+            }
+            Rolling::MaxBy(field) => {
+                if *field(&mut value) > *field(acc) {
+                    *acc = value;
+                }
+            }
+        }
+    }
+}
+
 impl<T, K, N> Operator<T, T> for RollingOp<T, K, N>
 where
     T: StateValue,
@@ -195,6 +285,12 @@ where
 {
     #[inline]
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, T>) -> Result<()> {
+        if self.at_end {
+            for r in batch {
+                self.accumulate(r.value);
+            }
+            return Ok(());
+        }
         out.extend_or_reuse(batch.into_iter().map(|r| Record {
             value: self.update(r.value),
             timestamp: r.timestamp,
@@ -202,8 +298,21 @@ where
         Ok(())
     }
 
+    fn on_end_of_input(&mut self, out: &mut Output<'_, T>) -> Result<()> {
+        if !self.at_end {
+            return Ok(());
+        }
+        // Taken, not copied: the values move into the output, and a
+        // checkpoint after the end holds no state that a restore would
+        // emit a second time (the restored input is at its end already).
+        let state = std::mem::take(&mut self.state);
+        self.emitted += state.len();
+        out.extend_or_reuse(state.into_values().map(Record::new));
+        Ok(())
+    }
+
     fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
-        let entries = self.state.len();
+        let entries = self.state.len() + self.emitted;
         floe_actors::metrics::OperatorSample {
             state: Some(floe_actors::metrics::StateSize {
                 entries: entries as u64,
