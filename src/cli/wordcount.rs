@@ -1,5 +1,8 @@
 //! `floe run wordcount`: source → tokenize → key_by(word) → sum → final counts.
 //!
+//! An `--input` file is read by the parallel file source, its splits shared
+//! by the job's subtasks.
+//!
 //! The keyed sum emits an updated count per record, as Flink's does; a sink
 //! chained behind it keeps the latest count per word, and the CLI prints those
 //! once the job has finished.
@@ -229,7 +232,17 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             (words, "Kafka Source", None)
         }
         Some(super::connectors::Input::File(path)) => {
-            let lines = env.read_text_file(path).uid("lines");
+            // Split over the job's subtasks; the lines can be channel
+            // state, so unaligned checkpoints overtake them.
+            let source = floe::connectors::file_source::FileSource::new(
+                path,
+                floe::connectors::file_source::Utf8Lines,
+            )?
+            .split_size(args.split_size);
+            let lines = env
+                .add_source("Text File Source", move |ctx| Ok(source.reader(ctx)))
+                .uid("lines")
+                .with_channel_state();
             let words = lines
                 // Lazily: a huge line is split as the outputs have room.
                 .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))
