@@ -321,9 +321,15 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
             if skip {
                 source = source.skip_bad_lines(bad.clone());
             }
-            if args.watermarks == Watermarks::PerRecord {
+            // `--savepoint-at-records N` cuts the input after exactly N
+            // lines: each source subtask holds at an even share of N, which
+            // only one reader of the whole file is sure to reach.
+            if args.watermarks == Watermarks::PerRecord
+                || args.checkpoints.savepoint_at_records.is_some()
+            {
                 // One reader, in file order: the watermark after each
-                // record, and so the late records, are the file's.
+                // record, and so the late records, are the file's (for
+                // per-record watermarks).
                 env.add_source(SOURCE, move |ctx| Ok(source.reader(ctx)))
                     .uid("lines")
                     .set_parallelism(1)

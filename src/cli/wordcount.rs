@@ -243,6 +243,14 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
                 .add_source("Text File Source", move |ctx| Ok(source.reader(ctx)))
                 .uid("lines")
                 .with_channel_state();
+            // `--savepoint-at-records N` cuts the input after exactly N
+            // lines: each source subtask holds at an even share of N, which
+            // only one reader of the whole file is sure to reach.
+            let lines = if args.checkpoints.savepoint_at_records.is_some() {
+                lines.set_parallelism(1)
+            } else {
+                lines
+            };
             let words = lines
                 // Lazily: a huge line is split as the outputs have room.
                 .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))
