@@ -314,7 +314,10 @@ fn a_restore_at_another_parallelism_reads_every_line_once() {
             .filter(|l| got.get(*l).is_some_and(|&c| c != 1))
             .collect();
         wrong.sort();
-        assert!(wrong.is_empty(), "{before} -> {after}: counted twice {wrong:?}");
+        assert!(
+            wrong.is_empty(),
+            "{before} -> {after}: counted twice {wrong:?}"
+        );
         let read_after: usize = got.len();
         assert_eq!(
             read_after,

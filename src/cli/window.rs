@@ -146,18 +146,28 @@ pub fn parse_window(spec: &str, max_windows: u64) -> floe::Result<WindowAssigner
     Ok(assigner)
 }
 
+fn fields_error(line: &str) -> String {
+    format!(
+        "expected 3 fields key,timestamp_ms,value, found {}",
+        line.split(',').count()
+    )
+}
+
 /// Parses a `key,timestamp_ms,value` line; `Err` is the bad record's
 /// message. Fields are parsed from the line in place.
 fn parse_line(line: &str, keep_line: bool) -> Result<Event, String> {
-    let mut fields = line.split(',');
-    let (Some(key), Some(ts), Some(value), None) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        return Err(format!(
-            "expected 3 fields key,timestamp_ms,value, found {}",
-            line.split(',').count()
-        ));
+    // The commas found bytewise (a comma is ASCII, so the fields are on
+    // char boundaries).
+    let bytes = line.as_bytes();
+    let first = memchr::memchr(b',', bytes);
+    let second = first.and_then(|a| memchr::memchr(b',', &bytes[a + 1..]).map(|b| a + 1 + b));
+    let (Some(a), Some(b)) = (first, second) else {
+        return Err(fields_error(line));
     };
+    if memchr::memchr(b',', &bytes[b + 1..]).is_some() {
+        return Err(fields_error(line));
+    }
+    let (key, ts, value) = (&line[..a], &line[a + 1..b], &line[b + 1..]);
     let ts = ts
         .trim()
         .parse::<i64>()

@@ -20,7 +20,8 @@
 //!   reader never counts lines), or is skipped and counted.
 //! - **Watermarks** ([`FileSource::with_watermarks`]): per split, its
 //!   largest timestamp minus the bound minus 1; a subtask's watermark is
-//!   the minimum over its started, unfinished splits. Finished splits no
+//!   the minimum over its started, unfinished splits, emitted every
+//!   auto-watermark interval (periodic, as Flink's). Finished splits no
 //!   longer hold it back.
 
 pub mod split;
@@ -131,6 +132,7 @@ pub struct FileSource<D> {
     decoder: D,
     skipped: Option<Arc<AtomicU64>>,
     bound: Option<i64>,
+    interval: std::time::Duration,
 }
 
 impl<D: LineDecoder> FileSource<D> {
@@ -151,6 +153,7 @@ impl<D: LineDecoder> FileSource<D> {
             decoder,
             skipped: None,
             bound: None,
+            interval: std::time::Duration::ZERO,
         })
     }
 
@@ -167,9 +170,18 @@ impl<D: LineDecoder> FileSource<D> {
     }
 
     /// Gives records the decoder's timestamps and emits per-split
-    /// watermarks of bounded out-of-orderness `bound_ms`.
+    /// watermarks of bounded out-of-orderness `bound_ms`, every
+    /// [`DEFAULT_AUTO_WATERMARK_INTERVAL`](crate::time::DEFAULT_AUTO_WATERMARK_INTERVAL).
     pub fn with_watermarks(mut self, bound_ms: i64) -> Self {
         self.bound = Some(bound_ms.max(0));
+        self.interval = crate::time::DEFAULT_AUTO_WATERMARK_INTERVAL;
+        self
+    }
+
+    /// Emits the watermarks every `interval` instead (zero: after every
+    /// batch).
+    pub fn watermark_interval(mut self, interval: std::time::Duration) -> Self {
+        self.interval = interval;
         self
     }
 
@@ -195,6 +207,8 @@ impl<D: LineDecoder> FileSource<D> {
             skipped_since_poll: 0,
             bound: self.bound,
             timestamps: self.bound.is_some(),
+            interval: self.interval,
+            last_watermark: None,
         }
     }
 }
@@ -211,6 +225,9 @@ pub struct FileSourceReader<D> {
     skipped_since_poll: u64,
     bound: Option<i64>,
     timestamps: bool,
+    interval: std::time::Duration,
+    /// When the watermark was last computed.
+    last_watermark: Option<std::time::Instant>,
 }
 
 impl<D: LineDecoder> FileSourceReader<D> {
@@ -313,6 +330,16 @@ impl<D: LineDecoder> SourceFunction<D::Out> for FileSourceReader<D> {
 
     fn watermark(&mut self) -> Option<i64> {
         let bound = self.bound?;
+        if !self.interval.is_zero() {
+            let now = std::time::Instant::now();
+            if self
+                .last_watermark
+                .is_some_and(|last| now.duration_since(last) < self.interval)
+            {
+                return None;
+            }
+            self.last_watermark = Some(now);
+        }
         self.splits
             .iter()
             .filter(|s| !s.finished && s.next.is_some() && s.max_timestamp > i64::MIN)
@@ -453,7 +480,8 @@ mod tests {
         let source = FileSource::new(&path, Numbers)
             .expect("opens")
             .split_size(250)
-            .with_watermarks(5);
+            .with_watermarks(5)
+            .watermark_interval(std::time::Duration::ZERO);
         let mut reader = source.reader(&ctx(0, 1));
         assert_eq!(reader.watermark(), None);
         let mut out = Vec::new();
