@@ -115,6 +115,10 @@ pub struct WindowArgs {
     /// What to do with a malformed line: fail (default) or skip.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_bad_record: window::OnBadRecord,
+    /// Bytes per split of the `--input` file, shared out over the source's
+    /// subtasks round robin (with periodic watermarks).
+    #[arg(long, default_value_t = floe::connectors::file_source::DEFAULT_SPLIT_SIZE, value_parser = clap::value_parser!(u64).range(1..))]
+    pub split_size: u64,
     /// When the job ends, print each window subtask's per-channel input
     /// watermarks, idle flags and the channel holding the watermark back.
     #[arg(long)]
@@ -184,6 +188,10 @@ pub struct WordcountArgs {
     /// With a `kafka://` input: stop at the end offsets seen at start.
     #[arg(long)]
     pub bounded: bool,
+    /// Bytes per split of an `--input` file, shared out over the source's
+    /// subtasks round robin.
+    #[arg(long, default_value_t = floe::connectors::file_source::DEFAULT_SPLIT_SIZE, value_parser = clap::value_parser!(u64).range(1..))]
+    pub split_size: u64,
     /// Number of generated words.
     #[arg(long, default_value_t = 10_000_000)]
     pub records: u64,

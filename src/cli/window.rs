@@ -1,9 +1,17 @@
 //! `floe run window`: keyed event-time windows over `key,timestamp_ms,value` lines.
 //!
-//! The file is read and parsed by one source subtask (so line numbers and
-//! per-record watermarks are exact), keyed by `key` and windowed at the job's
-//! parallelism. Each firing writes `key,window_start,window_end,value`; late
-//! records are written unchanged to `--late-output`.
+//! A file is read by the parallel file source
+//! ([`floe::connectors::file_source`]), which parses each line in its read
+//! buffer: the key is an inline string (no allocation up to 23 bytes), and
+//! the line itself is kept only for `--late-output`. With periodic
+//! watermarks the source runs at the job's parallelism, each subtask's
+//! watermark the minimum over its unfinished splits'; with `--watermarks
+//! per-record` one subtask reads the file in order, so the watermarks and
+//! late records are exactly those of the file's order. Either way a bad line
+//! is named by its line number. The records are keyed by `key` and windowed
+//! at the job's parallelism. Each firing writes
+//! `key,window_start,window_end,value`; late records are written unchanged
+//! to `--late-output`.
 //!
 //! Sums are exact: accumulated in `i128`, a window whose sum leaves `i64`
 //! fails the job naming its key and window. A line whose timestamp has no
@@ -14,9 +22,11 @@ use super::WindowArgs;
 use super::output::Output;
 use super::progress::Progress;
 use super::window_state::StateWindows;
+use floe::connectors::file_source::{FileSource, LineDecoder};
 use floe::time::WatermarkStrategy;
 use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
 use floe::{Error, OutputTag, StreamExecutionEnvironment};
+use smol_str::SmolStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,10 +36,12 @@ const SOURCE: &str = "Text File Source";
 /// One parsed input line.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Event {
-    pub(super) key: String,
+    /// Inline up to 23 bytes: no allocation per record for usual keys.
+    pub(super) key: SmolStr,
     pub(super) ts: i64,
     pub(super) value: i64,
-    pub(super) line: String,
+    /// The line as read, kept only when late records are written.
+    pub(super) line: Option<String>,
 }
 
 /// The aggregation asked for with `--agg`.
@@ -134,62 +146,90 @@ pub fn parse_window(spec: &str, max_windows: u64) -> floe::Result<WindowAssigner
     Ok(assigner)
 }
 
-fn parse_line(line: String, number: u64) -> floe::Result<Event> {
-    let bad = |message: String| Error::BadRecord {
-        line: number,
-        message,
+fn fields_error(line: &str) -> String {
+    format!(
+        "expected 3 fields key,timestamp_ms,value, found {}",
+        line.split(',').count()
+    )
+}
+
+/// Parses a `key,timestamp_ms,value` line; `Err` is the bad record's
+/// message. Fields are parsed from the line in place.
+fn parse_line(line: &str, keep_line: bool) -> Result<Event, String> {
+    // The commas found bytewise (a comma is ASCII, so the fields are on
+    // char boundaries).
+    let bytes = line.as_bytes();
+    let first = memchr::memchr(b',', bytes);
+    let second = first.and_then(|a| memchr::memchr(b',', &bytes[a + 1..]).map(|b| a + 1 + b));
+    let (Some(a), Some(b)) = (first, second) else {
+        return Err(fields_error(line));
     };
-    let fields: Vec<&str> = line.split(',').collect();
-    if fields.len() != 3 {
-        return Err(bad(format!(
-            "expected 3 fields key,timestamp_ms,value, found {}",
-            fields.len()
-        )));
+    if memchr::memchr(b',', &bytes[b + 1..]).is_some() {
+        return Err(fields_error(line));
     }
-    let key = fields[0].trim().to_string();
-    let ts = fields[1]
+    let (key, ts, value) = (&line[..a], &line[a + 1..b], &line[b + 1..]);
+    let ts = ts
         .trim()
         .parse::<i64>()
-        .map_err(|_| bad(format!("timestamp '{}' is not an integer", fields[1])))?;
-    let value = fields[2]
+        .map_err(|_| format!("timestamp '{ts}' is not an integer"))?;
+    let value = value
         .trim()
         .parse::<i64>()
-        .map_err(|_| bad(format!("value '{}' is not an integer", fields[2])))?;
+        .map_err(|_| format!("value '{value}' is not an integer"))?;
     Ok(Event {
-        key,
+        key: SmolStr::new(key.trim()),
         ts,
         value,
-        line,
+        line: keep_line.then(|| line.to_owned()),
     })
 }
 
-/// Parses lines; counts and skips bad ones, or fails naming the line. Its
-/// line number is checkpointed, so a restored run names the same lines.
-/// A line that is not valid UTF-8 is a bad record like a malformed one; a
-/// timestamp the windows cannot hold is a bad record too.
+/// Turns lines into events. A line that is not valid UTF-8 is a bad record
+/// like a malformed one; a timestamp the windows cannot hold is a bad
+/// record too, checked here so that every window variant (`--state`) sees
+/// the same records.
 #[derive(Clone)]
-struct Parse {
-    /// The input file, named in the error of a line that is not UTF-8.
+struct EventDecoder {
+    /// The input, named in the error of a line that is not UTF-8.
     input: Arc<str>,
-    line: u64,
-    skip: bool,
-    bad: Arc<AtomicU64>,
+    keep_line: bool,
     assigner: WindowAssigner<Event>,
 }
 
-impl Parse {
-    fn event(&self, text: String) -> floe::Result<Event> {
-        let e = parse_line(text, self.line)?;
+impl LineDecoder for EventDecoder {
+    type Out = Event;
+
+    #[inline]
+    fn decode(&mut self, bytes: &[u8]) -> Result<Event, String> {
+        let Ok(line) = std::str::from_utf8(bytes) else {
+            return Err(format!("not valid UTF-8 in '{}'", self.input));
+        };
+        let e = parse_line(line, self.keep_line)?;
         self.assigner
             .try_assign(&e, e.ts, |_| {})
-            .map_err(|reason| Error::BadRecord {
-                line: self.line,
-                message: reason.to_string(),
-            })?;
+            .map_err(|reason| reason.to_string())?;
         Ok(e)
+    }
+
+    #[inline]
+    fn timestamp(&self, e: &Event) -> Option<i64> {
+        Some(e.ts)
     }
 }
 
+/// Parses the lines of a Kafka input (a file's are parsed by its source);
+/// counts and skips bad ones, or fails naming the line. Its line number is
+/// checkpointed, so a restored run names the same lines.
+#[cfg(feature = "kafka")]
+#[derive(Clone)]
+struct Parse {
+    decoder: EventDecoder,
+    line: u64,
+    skip: bool,
+    bad: Arc<AtomicU64>,
+}
+
+#[cfg(feature = "kafka")]
 impl floe::operators::Operator<Vec<u8>, Event> for Parse {
     fn process_batch(
         &mut self,
@@ -198,16 +238,14 @@ impl floe::operators::Operator<Vec<u8>, Event> for Parse {
     ) -> floe::Result<()> {
         for r in batch {
             self.line += 1;
-            let parsed = match String::from_utf8(r.value) {
-                Ok(text) => self.event(text),
-                Err(_) => Err(Error::BadRecord {
-                    line: self.line,
-                    message: format!("not valid UTF-8 in '{}'", self.input),
-                }),
-            };
-            match parsed {
+            match self.decoder.decode(&r.value) {
                 Ok(e) => out.collect(e),
-                Err(e) if !self.skip => return Err(e),
+                Err(message) if !self.skip => {
+                    return Err(Error::BadRecord {
+                        line: self.line,
+                        message,
+                    });
+                }
                 Err(_) => {
                     self.bad.fetch_add(1, Ordering::Relaxed);
                 }
@@ -281,15 +319,39 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     }
     let late_tag = OutputTag::<Event>::new("late");
     let agg = args.agg;
-    let parse = Parse {
+    let decoder = EventDecoder {
         input: Arc::from(args.input.display().to_string()),
-        line: 0,
-        skip: args.on_bad_record == OnBadRecord::Skip,
-        bad: bad.clone(),
+        keep_line: args.late_output.is_some(),
         assigner: assigner.clone(),
     };
-    let lines = match input {
-        super::connectors::Input::File(path) => env.read_text_file_bytes(path).uid("lines"),
+    let skip = args.on_bad_record == OnBadRecord::Skip;
+    let events = match input {
+        super::connectors::Input::File(path) => {
+            let mut source = FileSource::new(path, decoder)?.split_size(args.split_size);
+            if skip {
+                source = source.skip_bad_lines(bad.clone());
+            }
+            // `--savepoint-at-records N` cuts the input after exactly N
+            // lines: each source subtask holds at an even share of N, which
+            // only one reader of the whole file is sure to reach.
+            if args.watermarks == Watermarks::PerRecord
+                || args.checkpoints.savepoint_at_records.is_some()
+            {
+                // One reader, in file order: the watermark after each
+                // record, and so the late records, are the file's (for
+                // per-record watermarks).
+                env.add_source(SOURCE, move |ctx| Ok(source.reader(ctx)))
+                    .uid("lines")
+                    .set_parallelism(1)
+                    .assign_timestamps_and_watermarks(strategy)
+                    .uid("timestamps")
+                    .set_parallelism(1)
+            } else {
+                let source = source.with_watermarks(args.out_of_orderness);
+                env.add_source(SOURCE, move |ctx| Ok(source.reader(ctx)))
+                    .uid("lines")
+            }
+        }
         #[cfg(feature = "kafka")]
         super::connectors::Input::Kafka(url) => {
             let source = super::connectors::kafka_source(
@@ -297,31 +359,38 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
                 args.bounded,
                 Arc::new(|bytes: &[u8]| Ok(bytes.to_vec())),
             )?;
+            let parse = Parse {
+                decoder,
+                line: 0,
+                skip,
+                bad: bad.clone(),
+            };
             env.add_source("Kafka Source", move |ctx| source.reader(ctx))
                 .uid("kafka-source")
+                .transform("Parse", move |_| parse.clone())
+                .uid("parse")
+                .set_parallelism(1)
+                .assign_timestamps_and_watermarks(strategy)
+                .uid("timestamps")
+                .set_parallelism(1)
         }
     };
-    let events = lines
-        .transform("Parse", move |_| parse.clone())
-        .uid("parse")
-        .set_parallelism(1)
-        .assign_timestamps_and_watermarks(strategy)
-        .uid("timestamps")
-        .set_parallelism(1);
-    let keyed = events.key_by_field(|e: &Event| &e.key);
     let fired = match backend {
-        None => keyed
+        None => events
+            .key_by_field(|e: &Event| &e.key)
             .window(assigner)
             .max_windows_per_record(args.max_windows_per_record)
             .allowed_lateness(args.allowed_lateness)
             .side_output_late_data(&late_tag)
             .aggregate_with(
                 agg,
-                |key: &String, w: &TimeWindow, v: i64, out: &mut Vec<String>| {
+                |key: &SmolStr, w: &TimeWindow, v: i64, out: &mut Vec<String>| {
                     out.push(format!("{key},{},{},{v}", w.start, w.end))
                 },
             ),
-        Some(kind) => keyed
+        // The state windows are keyed by `String`, as their state is.
+        Some(kind) => events
+            .key_by(|e: &Event| e.key.to_string())
             .process_with_backend(
                 StateWindows::new(assigner, agg, args.allowed_lateness, late_tag.clone()),
                 kind,
@@ -333,7 +402,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     let late = fired
         .get_side_output(&late_tag)
         .with_channel_state()
-        .map(|e: Event| e.line)
+        .map(|e: Event| e.line.unwrap_or_default())
         .name("Late Records")
         .set_parallelism(1);
     let sink = output.sink(&fired)?.set_parallelism(1).uid("output");

@@ -1,5 +1,8 @@
 //! `floe run wordcount`: source → tokenize → key_by(word) → sum → final counts.
 //!
+//! An `--input` file is read by the parallel file source, its splits shared
+//! by the job's subtasks.
+//!
 //! The CLI prints each word's final count. Written to stdout or a file, the
 //! counts come from the keyed sum's own state: it emits each word's final
 //! count once, at end of input (Flink's `sum` in BATCH mode), and a sink
@@ -247,7 +250,25 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             (words, "Kafka Source", None)
         }
         Some(super::connectors::Input::File(path)) => {
-            let lines = env.read_text_file(path).uid("lines");
+            // Split over the job's subtasks; the lines can be channel
+            // state, so unaligned checkpoints overtake them.
+            let source = floe::connectors::file_source::FileSource::new(
+                path,
+                floe::connectors::file_source::Utf8Lines,
+            )?
+            .split_size(args.split_size);
+            let lines = env
+                .add_source("Text File Source", move |ctx| Ok(source.reader(ctx)))
+                .uid("lines")
+                .with_channel_state();
+            // `--savepoint-at-records N` cuts the input after exactly N
+            // lines: each source subtask holds at an even share of N, which
+            // only one reader of the whole file is sure to reach.
+            let lines = if args.checkpoints.savepoint_at_records.is_some() {
+                lines.set_parallelism(1)
+            } else {
+                lines
+            };
             let words = lines
                 // Lazily: a huge line is split as the outputs have room.
                 .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))

@@ -20,6 +20,7 @@ pub mod async_two_phase;
 pub mod collect;
 pub mod collection;
 pub mod file_sink;
+pub mod file_source;
 pub mod generator;
 #[cfg(feature = "kafka")]
 pub mod kafka;
@@ -97,6 +98,14 @@ pub trait SourceFunction<T>: Send + 'static {
     /// (this subtask's share of them); called once before the first poll.
     fn restore_state(&mut self, _entries: Vec<Vec<u8>>) -> Result<()> {
         Ok(())
+    }
+
+    /// Records the source read but did not emit since the last call (bad
+    /// input it skipped): counted as emitted by the source's metrics and
+    /// by `--savepoint-at-records`, so that a source's record count is its
+    /// input's. Default: none.
+    fn take_skipped(&mut self) -> u64 {
+        0
     }
 
     /// Entries every subtask receives whole on a restore (union list
@@ -280,8 +289,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         let source = &mut self.source;
         let r = catch_unwind(AssertUnwindSafe(|| source.poll_batch(max, &mut batch)));
         let poll = self.info.check(r)?;
+        let read = batch.len() as u64 + self.source.take_skipped();
         if let Some(p) = &mut self.pause {
-            p.remaining = p.remaining.saturating_sub(batch.len() as u64);
+            p.remaining = p.remaining.saturating_sub(read);
+        }
+        if read > batch.len() as u64 {
+            self.info
+                .metrics
+                .add_out((read - batch.len() as u64) as usize);
         }
         if !batch.is_empty() {
             self.info.metrics.add_out(batch.len());
