@@ -28,6 +28,10 @@ use std::collections::hash_map::Entry;
 use std::hash::Hash;
 use std::sync::Arc;
 
+/// Output records a watermark or `resume` call fires before it returns
+/// (rounded up to a whole window).
+const FIRE_CHUNK: usize = 4096;
+
 fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
@@ -54,6 +58,8 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A> {
     /// Keys in the last window merged from several panes: the size of the
     /// next one's map.
     merged_len: usize,
+    /// Output records per watermark or `resume` call ([`FIRE_CHUNK`]).
+    fire_chunk: usize,
     late: super::operator::LateCounts,
 }
 
@@ -96,6 +102,7 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
             fired: Vec::new(),
             windows: Vec::new(),
             merged_len: 0,
+            fire_chunk: FIRE_CHUNK,
             late: Default::default(),
         })
     }
@@ -227,10 +234,23 @@ where
         Ok(true)
     }
 
-    fn advance(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()>
+    /// Whether windows the watermark has passed are still to fire.
+    #[inline]
+    fn firing_pending(&self) -> bool {
+        self.next_end.is_some_and(|end| end - 1 <= self.watermark)
+    }
+
+    /// Fires the windows the watermark has passed, in order of their end,
+    /// stopping after the window that brings this call's output to `limit`
+    /// records (the rest fire on `resume`, so a watermark that passes many
+    /// windows does not build all their output at once).
+    fn advance(&mut self, limit: usize, out: &mut Output<'_, OUT>) -> Result<()>
     where
         K: serde::Serialize,
     {
+        let watermark = self.watermark;
+        // At least one window per call, whatever `out` already holds.
+        let stop_at = out.records.len().saturating_add(limit);
         while let Some(end) = self.next_end {
             if end - 1 > watermark {
                 break;
@@ -278,6 +298,9 @@ where
                     .map(|first| next.max(first)),
                 _ => None,
             };
+            if out.records.len() >= stop_at {
+                break;
+            }
         }
         self.drop_panes(watermark);
         if self.panes.is_empty() {
@@ -366,6 +389,9 @@ where
         )
     }
 
+    /// The runtime resumes pending firings before a snapshot (see
+    /// [`Operator::has_pending`]), so what is captured has fired up to the
+    /// watermark.
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
@@ -403,6 +429,11 @@ where
     }
 
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
+        if self.firing_pending() {
+            // A record must not see windows the watermark passed unfired
+            // (the node resumes first; this keeps the operator exact alone).
+            self.advance(usize::MAX, out)?;
+        }
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;
             if !self.element(&r.value, ts, out)? {
@@ -417,8 +448,19 @@ where
         if watermark <= self.watermark {
             return Ok(());
         }
+        if self.firing_pending() {
+            self.advance(usize::MAX, out)?;
+        }
         self.watermark = watermark;
-        self.advance(watermark, out)
+        self.advance(self.fire_chunk, out)
+    }
+
+    fn has_pending(&self) -> bool {
+        self.firing_pending()
+    }
+
+    fn resume(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
+        self.advance(self.fire_chunk, out)
     }
 }
 
@@ -469,11 +511,18 @@ mod tests {
         })
     }
 
-    /// Runs `steps`; the sorted output of each step.
-    fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(op: &mut O, steps: &[Step]) -> Vec<Vec<Fired>> {
+    /// Runs `steps`; the sorted output of each step. With `resume`, pending
+    /// firings are resumed after each step as the runtime does; without, the
+    /// next step must emit them first (and the last step resumes).
+    fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(
+        op: &mut O,
+        steps: &[Step],
+        resume: bool,
+    ) -> Vec<Vec<Fired>> {
         steps
             .iter()
-            .map(|step| {
+            .enumerate()
+            .map(|(i, step)| {
                 let mut records = Vec::new();
                 let mut watermarks = Vec::new();
                 let mut out = Output {
@@ -487,6 +536,9 @@ mod tests {
                         .expect("record processed"),
                     Step::Watermark(wm) => op.on_watermark(wm, &mut out).expect("watermark"),
                 }
+                while (resume || i + 1 == steps.len()) && op.has_pending() {
+                    op.resume(&mut out).expect("resumed");
+                }
                 let mut got: Vec<Fired> = records
                     .into_iter()
                     .map(|r| (r.value, r.timestamp))
@@ -495,6 +547,13 @@ mod tests {
                 got
             })
             .collect()
+    }
+
+    /// All outputs of a run, sorted.
+    fn all(steps: Vec<Vec<Fired>>) -> Vec<Fired> {
+        let mut v: Vec<Fired> = steps.into_iter().flatten().collect();
+        v.sort();
+        v
     }
 
     /// Flink's semantics with one sum per (key, window start); windows are
@@ -607,22 +666,27 @@ mod tests {
             slide in 1i64..=15,
             off in 0i64..15,
             lateness in prop_oneof![Just(0i64), 1i64..=12, Just(i64::MAX)],
+            chunk in prop_oneof![Just(1usize), Just(3), Just(FIRE_CHUNK)],
             steps in steps(),
         ) {
             let offset = off % slide;
             let assigner = || WindowAssigner::sliding(size, slide).with_offset(offset);
             let agg = Arc::new(Sum::of(value_of as fn(&Ev) -> i64));
-            let mut sliced = SlicedWindowOp::new(
-                KeyFn::Borrowed(key_of),
-                spec(assigner(), lateness, true),
-                agg.clone(),
-                window_fn(),
-            )
-            .expect("sliding windows slice");
+            let sliced = || {
+                let mut op = SlicedWindowOp::new(
+                    KeyFn::Borrowed(key_of),
+                    spec(assigner(), lateness, true),
+                    agg.clone(),
+                    window_fn(),
+                )
+                .expect("sliding windows slice");
+                op.fire_chunk = chunk;
+                op
+            };
             let mut per_window = WindowOp::new(
                 KeyFn::Borrowed(key_of),
                 spec(assigner(), lateness, false),
-                agg,
+                agg.clone(),
                 window_fn(),
             );
             let mut model = Model {
@@ -635,13 +699,19 @@ mod tests {
                 late: 0,
             };
             let want: Vec<Vec<Fired>> = steps.iter().map(|s| model.step(s)).collect();
-            let got = drive(&mut sliced, &steps);
+            let mut op = sliced();
+            let got = drive(&mut op, &steps, true);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 prop_assert_eq!(g, w, "step {} ({:?})", i, &steps[i]);
             }
-            prop_assert_eq!(sliced.late.late, model.late);
-            prop_assert_eq!(drive(&mut per_window, &steps), want);
-            prop_assert!(sliced.panes.is_empty(), "panes left after the last watermark");
+            prop_assert_eq!(op.late.late, model.late);
+            prop_assert!(op.panes.is_empty(), "panes left after the last watermark");
+            prop_assert_eq!(drive(&mut per_window, &steps, true), want.clone());
+            // Not resumed: the next record or watermark fires what is left
+            // first, so the records see the same windows.
+            let mut op = sliced();
+            prop_assert_eq!(all(drive(&mut op, &steps, false)), all(want));
+            prop_assert_eq!(op.late.late, model.late);
         }
     }
 }
