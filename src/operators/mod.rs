@@ -24,8 +24,8 @@ pub trait Operator<IN, OUT>: Send + 'static {
     /// Processes one batch, writing results to `out`.
     fn process_batch(&mut self, batch: Batch<IN>, out: &mut Output<'_, OUT>) -> Result<()>;
 
-    /// Whether the operator holds output of an earlier batch it has not
-    /// emitted yet (see [`resume`](Self::resume)).
+    /// Whether the operator holds output of an earlier batch or watermark
+    /// it has not emitted yet (see [`resume`](Self::resume)).
     fn has_pending(&self) -> bool {
         false
     }
@@ -40,7 +40,9 @@ pub trait Operator<IN, OUT>: Send + 'static {
         Ok(())
     }
 
-    /// Event time advanced; the watermark itself is forwarded after this returns.
+    /// Event time advanced; the watermark itself is forwarded after this
+    /// returns, or, when the operator then [has pending](Self::has_pending)
+    /// output (windows firing a part at a time), after its last `resume`.
     fn on_watermark(&mut self, _watermark: Timestamp, _out: &mut Output<'_, OUT>) -> Result<()> {
         Ok(())
     }

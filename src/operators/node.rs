@@ -188,6 +188,9 @@ pub struct OperatorNode<IN, OUT, O> {
     next: Box<dyn ChainInput<OUT>>,
     sides: Vec<Box<dyn SidePort>>,
     info: NodeInfo,
+    /// A watermark that arrived while the operator had output left to emit
+    /// (windows firing a bounded part at a time): forwarded after it.
+    held_watermark: Option<Timestamp>,
     _in: PhantomData<fn(IN)>,
 }
 
@@ -209,6 +212,7 @@ where
             next,
             sides,
             info,
+            held_watermark: None,
             _in: PhantomData,
         }
     }
@@ -265,6 +269,40 @@ where
         Ok(())
     }
 
+    /// Passes `watermark` on (a watermark generator's own input watermarks
+    /// stop here, but the final one).
+    fn forward_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        if !self.op.forwards_watermarks() && watermark != floe_actors::element::MAX_WATERMARK {
+            return Ok(());
+        }
+        self.next.watermark(watermark)?;
+        for s in &mut self.sides {
+            s.watermark(watermark)?;
+        }
+        Ok(())
+    }
+
+    /// Forwards the watermark held back behind pending output once the
+    /// operator has emitted all of it.
+    fn release_held_watermark(&mut self) -> floe_actors::Result<()> {
+        if !self.op.has_pending()
+            && let Some(watermark) = self.held_watermark.take()
+        {
+            self.forward_watermark(watermark)?;
+        }
+        Ok(())
+    }
+
+    /// Emits whatever the operator still holds, then the held watermark:
+    /// nothing overtakes them, even an element that arrives without the
+    /// subtask resuming the chain first.
+    fn finish_pending(&mut self) -> floe_actors::Result<()> {
+        while self.op.has_pending() {
+            self.run(|op, out| op.resume(out))?;
+        }
+        self.release_held_watermark()
+    }
+
     /// Stores the operator's state size and late records in its counters.
     fn sample_metrics(&self) {
         let op = &self.op;
@@ -282,6 +320,7 @@ where
 {
     #[inline]
     fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
+        self.finish_pending()?;
         let n = batch.len();
         self.run(move |op, out| op.process_batch(batch, out))?;
         // Counted once processed, so a reader that sees the count knows the
@@ -308,22 +347,24 @@ where
         if self.next.has_pending() {
             return self.next.resume();
         }
-        self.run(|op, out| op.resume(out))
+        self.run(|op, out| op.resume(out))?;
+        self.release_held_watermark()
     }
 
     fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        self.finish_pending()?;
         self.run(|op, out| op.on_watermark(watermark, out))?;
-        if !self.op.forwards_watermarks() && watermark != floe_actors::element::MAX_WATERMARK {
+        if self.op.has_pending() {
+            // The operator fires the rest by `resume`, a bounded part at a
+            // time; the watermark follows its last output.
+            self.held_watermark = Some(watermark);
             return Ok(());
         }
-        self.next.watermark(watermark)?;
-        for s in &mut self.sides {
-            s.watermark(watermark)?;
-        }
-        Ok(())
+        self.forward_watermark(watermark)
     }
 
     fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {
+        self.finish_pending()?;
         if !self.op.forwards_watermarks() {
             // A watermark generator decides the status of its own output.
             return Ok(());
@@ -345,6 +386,7 @@ where
     }
 
     fn end_of_input(&mut self) -> floe_actors::Result<()> {
+        self.finish_pending()?;
         self.run(|op, out| op.on_end_of_input(out))?;
         // The final values, whatever the sampling round.
         self.sample_metrics();
@@ -361,6 +403,7 @@ where
         unaligned: bool,
         out: &mut ChainSnapshot,
     ) -> floe_actors::Result<()> {
+        self.finish_pending()?;
         if !self.info.faults.is_empty() {
             self.info
                 .injected_fault(crate::failover::FaultMoment::Snapshot(

@@ -24,8 +24,13 @@ use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
 use std::hash::Hash;
 use std::sync::Arc;
+
+/// Output records a watermark or `resume` call fires before it returns
+/// (rounded up to a whole window).
+const FIRE_CHUNK: usize = 4096;
 
 fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 { a } else { gcd(b, a % b) }
@@ -50,6 +55,11 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A> {
     fired_upto: Timestamp,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
+    /// Keys in the last window merged from several panes: the size of the
+    /// next one's map.
+    merged_len: usize,
+    /// Output records per watermark or `resume` call ([`FIRE_CHUNK`]).
+    fire_chunk: usize,
     late: super::operator::LateCounts,
 }
 
@@ -91,6 +101,8 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
             fired_upto: MIN_WATERMARK,
             fired: Vec::new(),
             windows: Vec::new(),
+            merged_len: 0,
+            fire_chunk: FIRE_CHUNK,
             late: Default::default(),
         })
     }
@@ -142,15 +154,15 @@ where
     where
         K: serde::Serialize,
     {
-        let r = self
-            .agg
-            .try_get_result(acc)
-            .map_err(|e| Error::aggregate(key, w, e))?;
-        (self.window_fn)(key, &w, r, &mut self.fired);
-        for v in self.fired.drain(..) {
-            out.emit(Record::with_timestamp(v, w.max_timestamp()));
-        }
-        Ok(())
+        emit_result(
+            &*self.agg,
+            &self.window_fn,
+            &mut self.fired,
+            key,
+            w,
+            acc,
+            out,
+        )
     }
 
     /// Merges `key`'s accumulators of the panes inside `w`.
@@ -222,43 +234,58 @@ where
         Ok(true)
     }
 
-    fn advance(&mut self, watermark: Timestamp, out: &mut Output<'_, OUT>) -> Result<()>
+    /// Whether windows the watermark has passed are still to fire.
+    #[inline]
+    fn firing_pending(&self) -> bool {
+        self.next_end.is_some_and(|end| end - 1 <= self.watermark)
+    }
+
+    /// Fires the windows the watermark has passed, in order of their end,
+    /// stopping after the window that brings this call's output to `limit`
+    /// records (the rest fire on `resume`, so a watermark that passes many
+    /// windows does not build all their output at once).
+    fn advance(&mut self, limit: usize, out: &mut Output<'_, OUT>) -> Result<()>
     where
         K: serde::Serialize,
     {
+        let watermark = self.watermark;
+        // At least one window per call, whatever `out` already holds.
+        let stop_at = out.records.len().saturating_add(limit);
         while let Some(end) = self.next_end {
             if end - 1 > watermark {
                 break;
             }
             let w = TimeWindow::new(end.saturating_sub(self.size), end);
-            let inside: Vec<usize> = (0..self.panes.len())
-                .filter(|&i| w.start <= self.panes[i].0 && self.panes[i].0 < w.end)
-                .collect();
-            if let [only] = inside[..] {
+            // Panes are sorted by start: the window's are one run of them.
+            let lo = self.panes.partition_point(|(s, _)| *s < w.start);
+            let hi = self.panes.partition_point(|(s, _)| *s < w.end);
+            if hi == lo + 1 {
                 // One pane (tumbling windows): its accumulators are the results.
-                let pane = std::mem::take(&mut self.panes[only].1);
-                let emitted = pane
-                    .iter()
-                    .try_for_each(|(k, acc)| self.emit(k, w, acc, out));
-                self.panes[only].1 = pane;
-                emitted?;
-            } else {
-                let mut merged: FxHashMap<K, ACC> = FxHashMap::default();
-                for &i in &inside {
-                    for (k, acc) in &self.panes[i].1 {
-                        match merged.get_mut(k) {
-                            Some(m) => {
-                                let prev = std::mem::replace(m, acc.clone());
-                                *m = self.agg.merge(prev, acc.clone());
+                let pane = &self.panes[lo].1;
+                for (k, acc) in pane {
+                    emit_result(&*self.agg, &self.window_fn, &mut self.fired, k, w, acc, out)?;
+                }
+            } else if hi > lo {
+                // Keys borrowed from the panes (no clone per key and window),
+                // sized like the last merge so it does not grow by rehashing.
+                let mut merged: FxHashMap<&K, ACC> =
+                    FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
+                for (_, pane) in self.panes.range(lo..hi) {
+                    for (k, acc) in pane {
+                        match merged.entry(k) {
+                            Entry::Occupied(mut m) => {
+                                let prev = std::mem::replace(m.get_mut(), acc.clone());
+                                *m.get_mut() = self.agg.merge(prev, acc.clone());
                             }
-                            None => {
-                                merged.insert(k.clone(), acc.clone());
+                            Entry::Vacant(v) => {
+                                v.insert(acc.clone());
                             }
                         }
                     }
                 }
+                self.merged_len = merged.len();
                 for (k, acc) in &merged {
-                    self.emit(k, w, acc, out)?;
+                    emit_result(&*self.agg, &self.window_fn, &mut self.fired, k, w, acc, out)?;
                 }
             }
             self.fired_upto = end;
@@ -271,6 +298,9 @@ where
                     .map(|first| next.max(first)),
                 _ => None,
             };
+            if out.records.len() >= stop_at {
+                break;
+            }
         }
         self.drop_panes(watermark);
         if self.panes.is_empty() {
@@ -316,6 +346,32 @@ where
     }
 }
 
+/// Turns `key`'s accumulator for `w` into output records (a free function so
+/// a firing can emit while it borrows the panes).
+#[inline]
+fn emit_result<T, K, ACC, R, OUT, A>(
+    agg: &A,
+    window_fn: &WindowFunction<K, R, OUT>,
+    fired: &mut Vec<OUT>,
+    key: &K,
+    w: TimeWindow,
+    acc: &ACC,
+    out: &mut Output<'_, OUT>,
+) -> Result<()>
+where
+    K: serde::Serialize,
+    A: AggregateFunction<T, ACC, R>,
+{
+    let r = agg
+        .try_get_result(acc)
+        .map_err(|e| Error::aggregate(key, w, e))?;
+    window_fn(key, &w, r, fired);
+    for v in fired.drain(..) {
+        out.emit(Record::with_timestamp(v, w.max_timestamp()));
+    }
+    Ok(())
+}
+
 impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A>
 where
     T: Clone + Send + 'static,
@@ -333,6 +389,9 @@ where
         )
     }
 
+    /// The runtime resumes pending firings before a snapshot (see
+    /// [`Operator::has_pending`]), so what is captured has fired up to the
+    /// watermark.
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
@@ -370,6 +429,11 @@ where
     }
 
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
+        if self.firing_pending() {
+            // A record must not see windows the watermark passed unfired
+            // (the node resumes first; this keeps the operator exact alone).
+            self.advance(usize::MAX, out)?;
+        }
         for r in batch {
             let ts = WindowSpec::<T>::event_time(r.timestamp)?;
             if !self.element(&r.value, ts, out)? {
@@ -384,7 +448,270 @@ where
         if watermark <= self.watermark {
             return Ok(());
         }
+        if self.firing_pending() {
+            self.advance(usize::MAX, out)?;
+        }
         self.watermark = watermark;
-        self.advance(watermark, out)
+        self.advance(self.fire_chunk, out)
+    }
+
+    fn has_pending(&self) -> bool {
+        self.firing_pending()
+    }
+
+    fn resume(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
+        self.advance(self.fire_chunk, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pane-based operator against a brute-force model that keeps one sum
+    //! per (key, window), and against the per-window operator, step by step
+    //! on random inputs with late records and allowed lateness.
+
+    use super::*;
+    use crate::window::function::Sum;
+    use crate::window::operator::WindowOp;
+    use floe_actors::element::MAX_WATERMARK;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// (key, value); the event time travels in the record.
+    type Ev = (u8, i64);
+    /// (key, start, end, sum), and the record's timestamp.
+    type Fired = ((u8, i64, i64, i64), Option<Timestamp>);
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Record { key: u8, ts: i64, value: i64 },
+        Watermark(i64),
+    }
+
+    fn key_of(e: &Ev) -> &u8 {
+        &e.0
+    }
+
+    fn value_of(e: &Ev) -> i64 {
+        e.1
+    }
+
+    fn spec(assigner: WindowAssigner<Ev>, lateness: i64, panes: bool) -> WindowSpec<Ev> {
+        WindowSpec {
+            assigner,
+            allowed_lateness: lateness,
+            late_tag: None,
+            panes,
+        }
+    }
+
+    fn window_fn() -> WindowFunction<u8, i64, (u8, i64, i64, i64)> {
+        Arc::new(|k: &u8, w: &TimeWindow, r: i64, out: &mut Vec<_>| {
+            out.push((*k, w.start, w.end, r))
+        })
+    }
+
+    /// Runs `steps`; the sorted output of each step. With `resume`, pending
+    /// firings are resumed after each step as the runtime does; without, the
+    /// next step must emit them first (and the last step resumes).
+    fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(
+        op: &mut O,
+        steps: &[Step],
+        resume: bool,
+    ) -> Vec<Vec<Fired>> {
+        steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let mut records = Vec::new();
+                let mut watermarks = Vec::new();
+                let mut out = Output {
+                    records: &mut records,
+                    sides: &mut [],
+                    watermarks: &mut watermarks,
+                };
+                match *step {
+                    Step::Record { key, ts, value } => op
+                        .process_batch(vec![Record::with_timestamp((key, value), ts)], &mut out)
+                        .expect("record processed"),
+                    Step::Watermark(wm) => op.on_watermark(wm, &mut out).expect("watermark"),
+                }
+                while (resume || i + 1 == steps.len()) && op.has_pending() {
+                    op.resume(&mut out).expect("resumed");
+                }
+                let mut got: Vec<Fired> = records
+                    .into_iter()
+                    .map(|r| (r.value, r.timestamp))
+                    .collect();
+                got.sort();
+                got
+            })
+            .collect()
+    }
+
+    /// All outputs of a run, sorted.
+    fn all(steps: Vec<Vec<Fired>>) -> Vec<Fired> {
+        let mut v: Vec<Fired> = steps.into_iter().flatten().collect();
+        v.sort();
+        v
+    }
+
+    /// Flink's semantics with one sum per (key, window start); windows are
+    /// enumerated from their definition, not by the assigner.
+    struct Model {
+        size: i64,
+        slide: i64,
+        offset: i64,
+        lateness: i64,
+        watermark: i64,
+        sums: BTreeMap<(u8, i64), i128>,
+        late: u64,
+    }
+
+    impl Model {
+        fn starts(&self, ts: i64) -> Vec<i64> {
+            let mut s = ts - (ts - self.offset).rem_euclid(self.slide);
+            let mut v = Vec::new();
+            while s + self.size > ts {
+                v.push(s);
+                s -= self.slide;
+            }
+            v
+        }
+
+        fn closed(&self, start: i64) -> bool {
+            (start + self.size - 1).saturating_add(self.lateness) <= self.watermark
+        }
+
+        fn fired(&self, key: u8, start: i64) -> Fired {
+            let end = start + self.size;
+            let sum = i64::try_from(self.sums[&(key, start)]).expect("small sums");
+            ((key, start, end, sum), Some(end - 1))
+        }
+
+        fn step(&mut self, step: &Step) -> Vec<Fired> {
+            let mut out = Vec::new();
+            match *step {
+                Step::Record { key, ts, value } => {
+                    let live: Vec<i64> = self
+                        .starts(ts)
+                        .into_iter()
+                        .filter(|&s| !self.closed(s))
+                        .collect();
+                    if live.is_empty() && ts.saturating_add(self.lateness) <= self.watermark {
+                        self.late += 1;
+                    }
+                    for s in live {
+                        *self.sums.entry((key, s)).or_default() += i128::from(value);
+                        if s + self.size - 1 <= self.watermark {
+                            out.push(self.fired(key, s));
+                        }
+                    }
+                }
+                Step::Watermark(wm) if wm > self.watermark => {
+                    for &(key, s) in self.sums.keys() {
+                        let max = s + self.size - 1;
+                        if self.watermark < max && max <= wm {
+                            out.push(self.fired(key, s));
+                        }
+                    }
+                    self.watermark = wm;
+                    let sums = std::mem::take(&mut self.sums);
+                    self.sums = sums
+                        .into_iter()
+                        .filter(|&((_, s), _)| !self.closed(s))
+                        .collect();
+                }
+                Step::Watermark(_) => {}
+            }
+            out.sort();
+            out
+        }
+    }
+
+    /// Records around a wandering clock, some far behind it (late), and
+    /// watermarks a little behind the clock; a final `MAX_WATERMARK`.
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        let step = (0u8..10, 0u8..4, -40i64..=4, 0i64..=3, 1i64..100, 0i64..=6);
+        (-60i64..60, prop::collection::vec(step, 1..150)).prop_map(|(start, raw)| {
+            let mut clock = start;
+            let mut steps: Vec<Step> = raw
+                .into_iter()
+                .map(|(kind, key, behind, advance, value, bound)| {
+                    clock += advance;
+                    if kind < 7 {
+                        // Mostly near the clock, a few far behind it.
+                        let ts = if behind < -30 {
+                            clock + behind * 2
+                        } else {
+                            clock + behind.max(-3)
+                        };
+                        Step::Record { key, ts, value }
+                    } else {
+                        Step::Watermark(clock - bound)
+                    }
+                })
+                .collect();
+            steps.push(Step::Watermark(MAX_WATERMARK));
+            steps
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn panes_match_per_window_sums(
+            size in 1i64..=12,
+            slide in 1i64..=15,
+            off in 0i64..15,
+            lateness in prop_oneof![Just(0i64), 1i64..=12, Just(i64::MAX)],
+            chunk in prop_oneof![Just(1usize), Just(3), Just(FIRE_CHUNK)],
+            steps in steps(),
+        ) {
+            let offset = off % slide;
+            let assigner = || WindowAssigner::sliding(size, slide).with_offset(offset);
+            let agg = Arc::new(Sum::of(value_of as fn(&Ev) -> i64));
+            let sliced = || {
+                let mut op = SlicedWindowOp::new(
+                    KeyFn::Borrowed(key_of),
+                    spec(assigner(), lateness, true),
+                    agg.clone(),
+                    window_fn(),
+                )
+                .expect("sliding windows slice");
+                op.fire_chunk = chunk;
+                op
+            };
+            let mut per_window = WindowOp::new(
+                KeyFn::Borrowed(key_of),
+                spec(assigner(), lateness, false),
+                agg.clone(),
+                window_fn(),
+            );
+            let mut model = Model {
+                size,
+                slide,
+                offset,
+                lateness,
+                watermark: MIN_WATERMARK,
+                sums: BTreeMap::new(),
+                late: 0,
+            };
+            let want: Vec<Vec<Fired>> = steps.iter().map(|s| model.step(s)).collect();
+            let mut op = sliced();
+            let got = drive(&mut op, &steps, true);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                prop_assert_eq!(g, w, "step {} ({:?})", i, &steps[i]);
+            }
+            prop_assert_eq!(op.late.late, model.late);
+            prop_assert!(op.panes.is_empty(), "panes left after the last watermark");
+            prop_assert_eq!(drive(&mut per_window, &steps, true), want.clone());
+            // Not resumed: the next record or watermark fires what is left
+            // first, so the records see the same windows.
+            let mut op = sliced();
+            prop_assert_eq!(all(drive(&mut op, &steps, false)), all(want));
+            prop_assert_eq!(op.late.late, model.late);
+        }
     }
 }
