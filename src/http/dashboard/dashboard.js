@@ -312,8 +312,17 @@ function graphView(st) {
   return el("div", { class: "graph" }, root);
 }
 
+// A channel whose input ended carries Long.MAX_VALUE (it arrives rounded:
+// JSON numbers beyond 2^53 lose digits): shown as "end".
+const WATERMARK_END = 9.2e18;
+
+function watermarkValue(w) {
+  if (w === null || w === undefined) return "";
+  return w >= WATERMARK_END ? "end" : String(w);
+}
+
 function watermark(w) {
-  return w === null || w === undefined ? "–" : String(w);
+  return watermarkValue(w) || "–";
 }
 
 function vertexPage(id) {
@@ -330,7 +339,7 @@ function vertexPage(id) {
       el("td", { class: "n", "data-records-out": s.records_out }, num(s.records_out)),
       el("td", { class: `n bp-text-${level(s.backpressured_share)}`, "data-backpressure": s.backpressured_share }, pct(s.backpressured_share)),
       el("td", { class: "n" }, pct(s.idle_share)),
-      el("td", { class: "n", "data-watermark": s.watermark ?? "" }, watermark(s.watermark)),
+      el("td", { class: "n", "data-watermark": watermarkValue(s.watermark) }, watermark(s.watermark)),
       el("td", { class: "n" }, s.watermark_lag_ms === null || s.watermark_lag_ms === undefined ? "–" : `${num(s.watermark_lag_ms)} ms`),
       el("td", {}, queues(s.output_queued_batches, s.output_max_queued_batches)),
       el("td", { class: "n" }, num(s.state_entries)),
@@ -344,7 +353,7 @@ function vertexPage(id) {
         { class: s.holding_back === c.channel ? "holding" : null, "data-subtask": s.subtask, "data-channel": c.channel, "data-holding": s.holding_back === c.channel ? "true" : "false" },
         el("td", {}, `#${s.subtask}`),
         el("td", {}, `ch${c.channel}`),
-        el("td", { class: "n", "data-watermark": c.watermark ?? "" }, watermark(c.watermark)),
+        el("td", { class: "n", "data-watermark": watermarkValue(c.watermark) }, watermark(c.watermark)),
         el("td", {}, c.ended ? "ended" : c.idle ? "idle" : "active"),
         el("td", {}, queues([c.queued_batches], [c.max_queued_batches])),
         el("td", {}, s.holding_back === c.channel ? "◀ holds the watermark back" : ""),
