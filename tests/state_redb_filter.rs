@@ -12,16 +12,14 @@
 //! going on counting on the restored backends.
 
 mod cli_common;
+mod state_oracle;
 use cli_common::SplitMix;
 use floe::checkpoint::CheckpointId;
 use floe::state::{KeyGroupBytes, KeyScope, RedbStateBackend, StateBackend, ValueStateDescriptor};
 use floe_actors::keygroup::key_group;
-use std::collections::HashMap;
+use state_oracle::{MAXP, Oracle, check, only};
 
-const MAXP: u32 = 128;
 const KEYS: u64 = 5_000;
-
-type Oracle = HashMap<String, u64>;
 
 fn backend(range: std::ops::Range<u32>) -> RedbStateBackend<String> {
     RedbStateBackend::<String>::temp("op", MAXP, range)
@@ -51,37 +49,6 @@ fn step(r: &mut SplitMix, oracle: &mut Oracle, backends: &mut [RedbStateBackend<
     }
 }
 
-/// Every key of the backend's key groups equals the oracle, and so does
-/// the key count.
-fn check(b: &mut RedbStateBackend<String>, oracle: &Oracle, what: &str) {
-    let desc = ValueStateDescriptor::<u64>::new("v");
-    let range = b.key_group_range();
-    let mut expected = 0;
-    for i in 0..KEYS {
-        let k = format!("k{i}");
-        if !range.contains(&key_group(&k, MAXP)) {
-            continue;
-        }
-        let want = oracle.get(&k).copied();
-        expected += usize::from(want.is_some());
-        let got = KeyScope::new(b, &k)
-            .value_state(&desc)
-            .unwrap()
-            .value()
-            .unwrap();
-        assert_eq!(got, want, "{what}: key {k}");
-    }
-    assert_eq!(b.entries("v"), expected, "{what}: key count");
-}
-
-fn only(groups: &[KeyGroupBytes], range: &std::ops::Range<u32>) -> Vec<KeyGroupBytes> {
-    groups
-        .iter()
-        .filter(|g| range.contains(&g.key_group))
-        .cloned()
-        .collect()
-}
-
 #[test]
 fn rows_from_flushes_restores_deltas_and_rescaling_stay_visible() {
     let mut r = SplitMix(7);
@@ -90,7 +57,7 @@ fn rows_from_flushes_restores_deltas_and_rescaling_stay_visible() {
     for _ in 0..12_000 {
         step(&mut r, &mut oracle, &mut first);
     }
-    check(&mut first[0], &oracle, "before any checkpoint");
+    check(&mut first[0], &oracle, KEYS, "before any checkpoint");
     let full = first[0].snapshot_for(CheckpointId(1), false);
     assert_eq!(full.base(), None);
     let full = full.serialize().unwrap();
@@ -107,13 +74,13 @@ fn rows_from_flushes_restores_deltas_and_rescaling_stay_visible() {
     // The same parallelism, and rescaled to two subtasks.
     let mut same = [backend(0..MAXP)];
     same[0].restore(&chain).unwrap();
-    check(&mut same[0], &oracle, "restored");
+    check(&mut same[0], &oracle, KEYS, "restored");
     let (lo, hi) = (0..MAXP / 2, MAXP / 2..MAXP);
     let mut split = [backend(lo.clone()), backend(hi.clone())];
     split[0].restore(&only(&chain, &lo)).unwrap();
     split[1].restore(&only(&chain, &hi)).unwrap();
     for b in &mut split {
-        check(b, &oracle, "rescaled");
+        check(b, &oracle, KEYS, "rescaled");
     }
 
     // Counting on after the restore adds to the restored counts.
@@ -124,8 +91,8 @@ fn rows_from_flushes_restores_deltas_and_rescaling_stay_visible() {
         step(&mut r_same, &mut oracle, &mut same);
         step(&mut r_split, &mut oracle_split, &mut split);
     }
-    check(&mut same[0], &oracle, "after counting on");
+    check(&mut same[0], &oracle, KEYS, "after counting on");
     for b in &mut split {
-        check(b, &oracle_split, "rescaled, after counting on");
+        check(b, &oracle_split, KEYS, "rescaled, after counting on");
     }
 }

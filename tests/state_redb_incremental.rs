@@ -12,53 +12,18 @@
 //!   snapshot.
 
 mod cli_common;
+mod state_oracle;
 use cli_common::SplitMix;
 use floe::checkpoint::CheckpointId;
 use floe::state::{
     HeapStateBackend, KeyGroupBytes, KeyScope, MAX_DELTAS, RedbStateBackend, StateBackend,
     ValueStateDescriptor,
 };
-use floe_actors::keygroup::key_group;
+use state_oracle::{MAXP, Oracle, check, only};
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
-
-const MAXP: u32 = 128;
-
-type Oracle = HashMap<String, u64>;
 
 fn size(groups: &[KeyGroupBytes]) -> usize {
     groups.iter().map(|g| g.bytes.len()).sum()
-}
-
-/// Checks every key of `keys` whose key group is in `range` against the
-/// oracle, and the key count.
-fn check(b: &mut dyn StateBackend<String>, oracle: &Oracle, keys: u64, what: &str) {
-    let desc = ValueStateDescriptor::<u64>::new("v");
-    let range = b.key_group_range();
-    let mut expected = 0;
-    for i in 0..keys {
-        let k = format!("k{i}");
-        if !range.contains(&key_group(&k, MAXP)) {
-            continue;
-        }
-        let want = oracle.get(&k).copied();
-        expected += usize::from(want.is_some());
-        let got = KeyScope::new(b, &k)
-            .value_state(&desc)
-            .unwrap()
-            .value()
-            .unwrap();
-        assert_eq!(got, want, "{what}: key {k}");
-    }
-    assert_eq!(b.entries("v"), expected, "{what}: key count");
-}
-
-fn only(groups: &[KeyGroupBytes], range: &Range<u32>) -> Vec<KeyGroupBytes> {
-    groups
-        .iter()
-        .filter(|g| range.contains(&g.key_group))
-        .cloned()
-        .collect()
 }
 
 #[test]
