@@ -62,7 +62,7 @@ impl AppState {
     /// renders `prometheus`.
     pub fn new(
         work: impl Into<PathBuf>,
-        prometheus: Option<metrics_exporter_prometheus::PrometheusHandle>,
+        prometheus: Option<floe::http::PrometheusHandle>,
     ) -> Self {
         let mut jobs = Jobs::new();
         if let Some(p) = prometheus {

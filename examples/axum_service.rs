@@ -68,7 +68,7 @@ impl AppState {
     /// under `work/savepoints`; `/floe/metrics` renders `prometheus`.
     pub fn new(
         work: impl Into<PathBuf>,
-        prometheus: Option<metrics_exporter_prometheus::PrometheusHandle>,
+        prometheus: Option<floe::http::PrometheusHandle>,
     ) -> Self {
         let work = work.into();
         let mut jobs = Jobs::new().with_savepoint_dir(work.join("savepoints"));

@@ -8,7 +8,6 @@
 //! get distinct default names.
 
 use floe::StreamExecutionEnvironment;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use std::collections::HashSet;
 
 fn key(i: u64, keys: u64) -> u64 {
@@ -51,7 +50,7 @@ fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
 
 #[test]
 fn two_jobs_in_one_process_have_their_own_series() {
-    let prometheus = PrometheusBuilder::new()
+    let prometheus = floe::http::PrometheusBuilder::new()
         .install_recorder()
         .expect("the only recorder of this test binary");
     let (env_a, keys_a) = job(Some("alpha"), 30_000, 53);

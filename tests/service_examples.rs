@@ -39,8 +39,8 @@ const RECORDS: u64 = 40_000;
 const KEYS: u64 = 7;
 
 /// The process's Prometheus recorder (one per process).
-fn prometheus() -> metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
+fn prometheus() -> floe::http::PrometheusHandle {
+    static HANDLE: OnceLock<floe::http::PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| floe::http::install_prometheus().expect("the only recorder"))
         .clone()

@@ -312,6 +312,16 @@ impl JobHandle {
         self.done.clone().map(|_| ())
     }
 
+    /// A probe telling, without waiting, whether the job's end was reported
+    /// (its threads have ended: nothing of it publishes metrics any more).
+    /// Holds no clone of the handle, so it does not keep
+    /// [`cancel_on_drop`](Self::cancel_on_drop) from firing.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn end_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static + use<> {
+        let done = self.done.clone();
+        move || done.peek().is_some() || done.clone().now_or_never().is_some()
+    }
+
     /// The job's end, without holding a clone of the handle (so that a
     /// waiter does not keep [`cancel_on_drop`](Self::cancel_on_drop) from
     /// firing).

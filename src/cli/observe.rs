@@ -7,9 +7,8 @@
 //! every scrape first copies the job's counters into the `metrics` facade, so
 //! the answer is current whatever the publishing interval.
 
-use floe::http::{BackgroundServer, Jobs};
+use floe::http::{BackgroundServer, Jobs, PrometheusHandle};
 use floe::{Error, JobHandle, Result, StreamExecutionEnvironment};
-use metrics_exporter_prometheus::PrometheusHandle;
 use std::time::Duration;
 
 /// Options shared by the `run` jobs.

@@ -12,7 +12,7 @@
 //! | `POST /jobs/{name}/savepoint` | takes a savepoint into the registry's savepoint directory: `{"job", "path"}` |
 //! | `POST /jobs/{name}/stop` | stops the job with a savepoint there: `{"job", "path", "state"}` |
 //! | `POST /jobs/{name}/cancel` | cancels the job and waits for its end: `{"job", "state", "end"}` (`end`: `canceled`, or `finished` / `failed` when it ended first; 202 and no `end` after the cancel timeout) |
-//! | `DELETE /jobs/{name}` | forgets an ended job; its series leave `/metrics` |
+//! | `DELETE /jobs/{name}` | forgets an ended job; its series are deleted from the recorder |
 //! | `GET /dashboard/` | the web dashboard (`/` and `/dashboard` redirect there): the job graph, subtasks, checkpoints, failures, actions |
 //!
 //! Errors answer a status code and `{"error": "..."}`. Jobs are registered
@@ -20,9 +20,10 @@
 //! never blocks the server's threads: a savepoint, a stop and a cancel wait
 //! on the job's actors through channels.
 //!
-//! The metrics facade keeps a series once it was recorded, so the router
-//! hides the series of a job removed from the registry (and of an ended job
-//! replaced by a new one of the same name) from `/metrics`.
+//! `/metrics` is rendered by floe's own recorder ([`PrometheusRecorder`],
+//! `prometheus.rs`), which can delete series: forgetting a job deletes
+//! every series labelled with its name, so a service that starts a job per
+//! request does not grow with every job it ever ran.
 
 use crate::{JobEnd, JobHandle};
 use axum::Json;
@@ -31,14 +32,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 mod dashboard;
+mod prometheus;
 mod server;
+pub use prometheus::{DEFAULT_BUCKETS, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 pub use server::BackgroundServer;
 
 /// Errors of the HTTP surface.
@@ -60,12 +61,6 @@ pub enum HttpError {
     /// recorder is installed already, or a bucket list is empty).
     #[error("cannot install the metrics recorder: {0}")]
     Recorder(String),
-}
-
-impl From<BuildError> for HttpError {
-    fn from(e: BuildError) -> Self {
-        HttpError::Recorder(e.to_string())
-    }
 }
 
 /// Histogram buckets (seconds) of the `_seconds` histograms: checkpoint
@@ -95,12 +90,12 @@ pub const BYTES_BUCKETS: [f64; 14] = [
 
 /// A Prometheus builder configured for floe's metrics: real histograms
 /// (cumulative buckets, [`SECONDS_BUCKETS`] for names ending in `_seconds`,
-/// [`BYTES_BUCKETS`] for `_bytes`) instead of the exporter's default
-/// summaries. A program adds its own settings and installs it.
+/// [`BYTES_BUCKETS`] for `_bytes`). A program adds its own settings and
+/// installs it.
 pub fn prometheus_builder() -> Result<PrometheusBuilder, HttpError> {
-    Ok(PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Suffix("_bytes".into()), &BYTES_BUCKETS)?)
+    PrometheusBuilder::new()
+        .set_buckets_for_suffix("_seconds", &SECONDS_BUCKETS)?
+        .set_buckets_for_suffix("_bytes", &BYTES_BUCKETS)
 }
 
 /// Installs [`prometheus_builder`]'s recorder as the process's global
@@ -124,12 +119,16 @@ pub struct Jobs {
 struct Inner {
     /// Registered jobs, oldest first.
     jobs: Mutex<Vec<(String, JobHandle)>>,
-    /// Names of jobs removed: their series are left out of `/metrics`.
-    retired: Mutex<HashSet<String>>,
+    /// Jobs removed before their end: their series are deleted again at
+    /// each sweep (a running job publishes anew) until the job ended.
+    retiring: Mutex<Vec<(String, EndProbe)>>,
     prometheus: Option<PrometheusHandle>,
     savepoint_dir: Option<PathBuf>,
     cancel_timeout: Option<Duration>,
 }
+
+/// Whether a removed job's end was reported (`JobHandle::end_probe`).
+type EndProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// How long `POST /jobs/{name}/cancel` waits for the job to end by default.
 pub const DEFAULT_CANCEL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -150,7 +149,7 @@ impl Jobs {
     fn configure(self, f: impl FnOnce(&mut Inner)) -> Self {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
             jobs: Mutex::new(lock(&shared.jobs).clone()),
-            retired: Mutex::new(lock(&shared.retired).clone()),
+            retiring: Mutex::new(lock(&shared.retiring).clone()),
             prometheus: shared.prometheus.clone(),
             savepoint_dir: shared.savepoint_dir.clone(),
             cancel_timeout: shared.cancel_timeout,
@@ -182,19 +181,24 @@ impl Jobs {
     }
 
     /// Registers a job under its name ([`JobHandle::job_name`]). A job of
-    /// that name that ended is replaced; one still running is not, and its
-    /// handle is returned as the error.
+    /// that name that ended is replaced (the new job takes over the series
+    /// of that name); one still running is not, and its handle is returned
+    /// as the error.
     pub fn insert(&self, handle: JobHandle) -> Result<(), JobHandle> {
         let name = handle.job_name().to_string();
-        let mut jobs = lock(&self.inner.jobs);
-        if let Some(i) = jobs.iter().position(|(n, _)| *n == name) {
-            if !jobs[i].1.status().is_terminal() {
-                return Err(handle);
+        {
+            let mut jobs = lock(&self.inner.jobs);
+            if let Some(i) = jobs.iter().position(|(n, _)| *n == name) {
+                if !jobs[i].1.status().is_terminal() {
+                    return Err(handle);
+                }
+                jobs.remove(i);
             }
-            jobs.remove(i);
+            // The name's series are the new job's from now on.
+            lock(&self.inner.retiring).retain(|(n, _)| *n != name);
+            jobs.push((name, handle));
         }
-        lock(&self.inner.retired).remove(&name);
-        jobs.push((name, handle));
+        self.sweep();
         Ok(())
     }
 
@@ -206,13 +210,38 @@ impl Jobs {
             .map(|(_, h)| h.clone())
     }
 
-    /// Forgets the job registered under `name`, returning it; its series
-    /// leave `/metrics` (it is not canceled: cancel it first if it runs).
+    /// Forgets the job registered under `name`, returning it, and deletes
+    /// every series labelled `job="name"` from the recorder (it is not
+    /// canceled: cancel it first if it runs; the series it publishes until
+    /// its end are deleted at each scrape, then for good).
     pub fn remove(&self, name: &str) -> Option<JobHandle> {
-        let mut jobs = lock(&self.inner.jobs);
-        let i = jobs.iter().position(|(n, _)| n == name)?;
-        lock(&self.inner.retired).insert(name.to_string());
-        Some(jobs.remove(i).1)
+        let handle = {
+            let mut jobs = lock(&self.inner.jobs);
+            let i = jobs.iter().position(|(n, _)| n == name)?;
+            let handle = jobs.remove(i).1;
+            // A probe, not the handle: holding a clone would keep
+            // `cancel_on_drop` from firing.
+            let probe: EndProbe = Arc::new(handle.end_probe());
+            lock(&self.inner.retiring).push((name.to_string(), probe));
+            handle
+        };
+        self.sweep();
+        Some(handle)
+    }
+
+    /// Deletes the series of the removed jobs; forgets those that ended.
+    fn sweep(&self) {
+        let Some(prometheus) = self.inner.prometheus.as_ref() else {
+            lock(&self.inner.retiring).clear();
+            return;
+        };
+        lock(&self.inner.retiring).retain(|(name, ended)| {
+            // Asked before deleting: a job whose end was reported publishes
+            // nothing more, so what is deleted now stays deleted.
+            let ended = ended();
+            prometheus.remove_series("job", name);
+            !ended
+        });
     }
 
     /// The registered jobs' names, oldest first.
@@ -232,52 +261,22 @@ impl Jobs {
     }
 
     /// The Prometheus text of `/metrics`: every registered job's counters
-    /// published now, then the recorder rendered, without the series of
-    /// removed jobs. `None` without a Prometheus handle.
+    /// published now, then the recorder rendered (after deleting again the
+    /// series of removed jobs that had not ended). `None` without a
+    /// Prometheus handle.
     pub fn render_metrics(&self) -> Option<String> {
         let prometheus = self.inner.prometheus.as_ref()?;
         for (_, h) in self.handles() {
             h.status_reporter().publish_metrics();
         }
-        let text = prometheus.render();
-        let retired = lock(&self.inner.retired).clone();
-        if retired.is_empty() {
-            return Some(text);
-        }
-        let labels: Vec<String> = retired
-            .iter()
-            .map(|n| format!("job=\"{}\"", escape_label(n)))
-            .collect();
-        let mut out = String::with_capacity(text.len());
-        for line in text.lines() {
-            if !line.starts_with('#') && labels.iter().any(|l| has_label(line, l)) {
-                continue;
-            }
-            out.push_str(line);
-            out.push('\n');
-        }
-        Some(out)
+        self.sweep();
+        Some(prometheus.render())
     }
-}
 
-/// Escapes a label value as the text format writes it.
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Whether a sample line carries `label` (`job="x"`) as a whole label.
-fn has_label(line: &str, label: &str) -> bool {
-    let Some(open) = line.find('{') else {
-        return false;
-    };
-    let labels = &line[open..];
-    labels.match_indices(label).any(|(i, _)| {
-        let before = labels.as_bytes().get(i.wrapping_sub(1)).copied();
-        let after = labels.as_bytes().get(i + label.len()).copied();
-        matches!(before, Some(b'{') | Some(b',')) && matches!(after, Some(b',') | Some(b'}'))
-    })
+    /// The Prometheus handle of `/metrics`, if any (to count its series).
+    pub fn prometheus(&self) -> Option<&PrometheusHandle> {
+        self.inner.prometheus.as_ref()
+    }
 }
 
 /// The router: see the module's documentation for its routes. Mount it with
@@ -465,16 +464,5 @@ mod tests {
             text.contains("# HELP floe_checkpoint_duration_seconds "),
             "{text}"
         );
-    }
-
-    #[test]
-    fn label_match_is_whole() {
-        let l = "job=\"a\"";
-        assert!(has_label("m{job=\"a\",operator=\"x\"} 1", l));
-        assert!(has_label("m{operator=\"x\",job=\"a\"} 1", l));
-        assert!(!has_label("m{job=\"ab\"} 1", l));
-        assert!(!has_label("m{xjob=\"a\"} 1", l));
-        assert!(!has_label("m 1", l));
-        assert_eq!(escape_label("a\"b\\"), "a\\\"b\\\\");
     }
 }
