@@ -3,11 +3,17 @@
 //! savepoint, stop and cancel over HTTP, while the program awaits the job.
 //!
 //! ```sh
-//! cargo run --example tokio_service -- 127.0.0.1:9464
+//! cargo run --example tokio_service -- 127.0.0.1:9464 /tmp/numbers
 //! curl localhost:9464/status
 //! curl -XPOST localhost:9464/jobs/numbers/savepoint   # {"path": ...}
 //! curl -XPOST localhost:9464/jobs/numbers/cancel      # the program exits
+//! cargo run --example tokio_service -- 127.0.0.1:9464 /tmp/numbers  # resumes
 //! ```
+//!
+//! The job checkpoints into `WORK/checkpoints` with
+//! `Config::resume_latest`: a start resumes from the latest completed
+//! checkpoint there, and the first start (nothing there yet) starts fresh,
+//! so the program is the same on every start.
 //!
 //! `execute_async` returns at once (the job runs on an actix system of its
 //! own thread); `JobHandle::wait` is a future, awaited here without
@@ -16,30 +22,64 @@
 use floe::http::Jobs;
 use floe::operators::sink::SinkFunction;
 use floe::{CheckpointConfig, JobHandle, StreamExecutionEnvironment};
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A sink that drops what it gets.
-#[derive(Clone)]
-struct Discard;
+/// How often the job checkpoints.
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
-impl SinkFunction<(u64, u64)> for Discard {
-    fn invoke(&mut self, _: (u64, u64), _: Option<floe::Timestamp>) -> floe::Result<()> {
+/// The latest count per key the job emitted (a service would write them
+/// to its store; here they stay in memory for the caller to read).
+#[derive(Clone, Default)]
+pub struct LatestCounts(Arc<Mutex<BTreeMap<u64, u64>>>);
+
+impl LatestCounts {
+    /// The counts so far.
+    pub fn snapshot(&self) -> BTreeMap<u64, u64> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+impl SinkFunction<(u64, u64)> for LatestCounts {
+    fn invoke(&mut self, (key, count): (u64, u64), _: Option<floe::Timestamp>) -> floe::Result<()> {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key, count);
+        }
+        Ok(())
+    }
+
+    fn invoke_batch(&mut self, batch: floe::Batch<(u64, u64)>) -> floe::Result<()> {
+        // One lock per batch, not per record.
+        if let Ok(mut m) = self.0.lock() {
+            for r in batch {
+                m.insert(r.value.0, r.value.1);
+            }
+        }
         Ok(())
     }
 }
 
 /// Starts the job: `records` numbers counted per key `i % 100`, the
-/// counting operator throttled to `rate` records/s if given. The result
-/// goes nowhere: this example is about watching and controlling a job.
-pub fn start_job(records: u64, rate: Option<f64>, work: &Path) -> floe::Result<JobHandle> {
+/// counting operator throttled to `rate` records/s if given, the running
+/// counts written to `counts`. It resumes from the latest completed
+/// checkpoint under `work/checkpoints`, or starts fresh when there is none:
+/// start it again with the same `records` (the checkpointed positions are
+/// within the generator's range).
+pub fn start_job(
+    records: u64,
+    rate: Option<f64>,
+    work: &Path,
+    counts: &LatestCounts,
+) -> floe::Result<JobHandle> {
     let env = StreamExecutionEnvironment::new();
     env.set_job_name("numbers").set_parallelism(2);
     env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_secs(10)),
-        dir: Some(work.join("checkpoints")),
+        interval: Some(CHECKPOINT_INTERVAL),
         ..Default::default()
     });
+    env.set_config(env.config().resume_latest(work.join("checkpoints")));
     let mut sum = env
         .from_generator(records, |i| (i % 100, 1u64))
         .uid("numbers")
@@ -49,7 +89,7 @@ pub fn start_job(records: u64, rate: Option<f64>, work: &Path) -> floe::Result<J
     if let Some(rate) = rate {
         sum = sum.set_input_rate(rate);
     }
-    sum.add_sink(Discard);
+    sum.add_sink(counts.clone()).name("Latest Counts");
     // Dropping the last handle (the program's end) cancels the job.
     Ok(env.execute_async()?.cancel_on_drop(true))
 }
@@ -81,9 +121,15 @@ async fn main() -> std::io::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:9464".into());
-    let work = std::env::temp_dir().join(format!("floe-tokio-service-{}", std::process::id()));
+    // The same directory on every start: the job resumes from it.
+    let work = std::env::args()
+        .nth(2)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("floe-tokio-service"));
     let prometheus = floe::http::install_prometheus().map_err(std::io::Error::other)?;
-    let job = start_job(u64::MAX / 2, Some(100_000.0), &work).map_err(std::io::Error::other)?;
+    let counts = LatestCounts::default();
+    let job = start_job(u64::MAX / 2, Some(100_000.0), &work, &counts)
+        .map_err(std::io::Error::other)?;
     let jobs = Jobs::new()
         .with_prometheus(prometheus)
         .with_savepoint_dir(work.join("savepoints"));
