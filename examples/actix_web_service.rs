@@ -60,10 +60,7 @@ pub struct AppState {
 impl AppState {
     /// State keeping checkpoints and savepoints under `work`; `/metrics`
     /// renders `prometheus`.
-    pub fn new(
-        work: impl Into<PathBuf>,
-        prometheus: Option<floe::http::PrometheusHandle>,
-    ) -> Self {
+    pub fn new(work: impl Into<PathBuf>, prometheus: Option<floe::http::PrometheusHandle>) -> Self {
         let mut jobs = Jobs::new();
         if let Some(p) = prometheus {
             jobs = jobs.with_prometheus(p);

@@ -66,10 +66,7 @@ pub struct AppState {
 impl AppState {
     /// State keeping checkpoints under `work/checkpoints` and savepoints
     /// under `work/savepoints`; `/floe/metrics` renders `prometheus`.
-    pub fn new(
-        work: impl Into<PathBuf>,
-        prometheus: Option<floe::http::PrometheusHandle>,
-    ) -> Self {
+    pub fn new(work: impl Into<PathBuf>, prometheus: Option<floe::http::PrometheusHandle>) -> Self {
         let work = work.into();
         let mut jobs = Jobs::new().with_savepoint_dir(work.join("savepoints"));
         if let Some(p) = prometheus {

@@ -128,8 +128,8 @@ async fn main() -> std::io::Result<()> {
         .unwrap_or_else(|| std::env::temp_dir().join("floe-tokio-service"));
     let prometheus = floe::http::install_prometheus().map_err(std::io::Error::other)?;
     let counts = LatestCounts::default();
-    let job = start_job(u64::MAX / 2, Some(100_000.0), &work, &counts)
-        .map_err(std::io::Error::other)?;
+    let job =
+        start_job(u64::MAX / 2, Some(100_000.0), &work, &counts).map_err(std::io::Error::other)?;
     let jobs = Jobs::new()
         .with_prometheus(prometheus)
         .with_savepoint_dir(work.join("savepoints"));

@@ -274,13 +274,16 @@ fn tokio_service_resumes_from_its_latest_checkpoint() {
     );
     first.cancel();
     assert!(
-        matches!(futures::executor::block_on(first.outcome()), floe::JobEnd::Canceled),
+        matches!(
+            futures::executor::block_on(first.outcome()),
+            floe::JobEnd::Canceled
+        ),
         "the first run was stopped mid-way"
     );
 
     // The same job started again resumes from the latest checkpoint.
-    let second = tokio_service::start_job(RECORDS, None, work.path(), &counts)
-        .expect("the second start");
+    let second =
+        tokio_service::start_job(RECORDS, None, work.path(), &counts).expect("the second start");
     let result = futures::executor::block_on(second.wait()).expect("the resumed job finishes");
     let counted = result
         .operator("Keyed Sum")

@@ -153,9 +153,6 @@ impl HistogramFn for Buckets {
     fn record_many(&self, value: f64, n: usize) {
         let n = n as u64;
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if c.per_bucket.len() != self.bounds.len() {
-            c.per_bucket.resize(self.bounds.len(), 0);
-        }
         // The first bucket whose bound is ≥ the value; above every bound
         // only `+Inf` (the count) holds it.
         if let Some(i) = self.bounds.iter().position(|b| value <= *b) {
@@ -228,10 +225,12 @@ impl Recorder for PrometheusRecorder {
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
         Histogram::from_arc(get_or_insert(&self.inner.histograms, key, || {
-            Arc::new(Buckets {
-                bounds: self.inner.bounds_for(key.name()),
-                counts: Mutex::default(),
-            })
+            let bounds = self.inner.bounds_for(key.name());
+            let counts = Mutex::new(BucketCounts {
+                per_bucket: vec![0; bounds.len()],
+                ..BucketCounts::default()
+            });
+            Arc::new(Buckets { bounds, counts })
         }))
     }
 }
@@ -247,27 +246,15 @@ impl PrometheusHandle {
     /// but is no longer rendered; the next registration of the same series
     /// starts it anew.
     pub fn remove_series(&self, label: &str, value: &str) -> usize {
-        let mut removed = 0;
-        let mut prune = |n_before: usize, n_after: usize| removed += n_before - n_after;
-        {
-            let mut m = write(&self.inner.counters);
+        fn prune<V>(map: &RwLock<HashMap<Key, V>>, label: &str, value: &str) -> usize {
+            let mut m = write(map);
             let before = m.len();
             m.retain(|k, _| !has_label(k, label, value));
-            prune(before, m.len());
+            before - m.len()
         }
-        {
-            let mut m = write(&self.inner.gauges);
-            let before = m.len();
-            m.retain(|k, _| !has_label(k, label, value));
-            prune(before, m.len());
-        }
-        {
-            let mut m = write(&self.inner.histograms);
-            let before = m.len();
-            m.retain(|k, _| !has_label(k, label, value));
-            prune(before, m.len());
-        }
-        removed
+        prune(&self.inner.counters, label, value)
+            + prune(&self.inner.gauges, label, value)
+            + prune(&self.inner.histograms, label, value)
     }
 
     /// How many series the recorder holds: a series is one metric name with
@@ -292,9 +279,7 @@ impl PrometheusHandle {
     pub fn render(&self) -> String {
         let descriptions = read(&self.inner.descriptions).clone();
         let mut out = String::new();
-        let counters = families(&read(&self.inner.counters), |c| {
-            c.load(Ordering::Acquire)
-        });
+        let counters = families(&read(&self.inner.counters), |c| c.load(Ordering::Acquire));
         for (name, series) in &counters {
             header(&mut out, name, "counter", &descriptions);
             for (labels, v) in series {
@@ -519,6 +504,10 @@ d_seconds_count{job=\"x\"} 3
 
     #[test]
     fn empty_buckets_are_refused() {
-        assert!(PrometheusBuilder::new().set_buckets_for_suffix("_x", &[]).is_err());
+        assert!(
+            PrometheusBuilder::new()
+                .set_buckets_for_suffix("_x", &[])
+                .is_err()
+        );
     }
 }
