@@ -311,10 +311,10 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
         // which a read_committed reader skips without handing them out.
         let positions = consumer.position().expect("positions");
         for e in positions.elements() {
-            if let (Offset::Offset(next), Some(end)) = (e.offset(), ends.get(&e.partition())) {
-                if next >= *end {
-                    ends.remove(&e.partition());
-                }
+            if let (Offset::Offset(next), Some(end)) = (e.offset(), ends.get(&e.partition()))
+                && next >= *end
+            {
+                ends.remove(&e.partition());
             }
         }
     }
