@@ -71,7 +71,11 @@ pub fn broker_kind() -> Option<String> {
 /// check fails; one known not to (tansu 0.6, no `EndTxn`) makes `test`
 /// say on stderr that it is skipped and why.
 pub fn transactions_or_skip(broker: &str, test: &str) -> bool {
-    let probe = floe::connectors::kafka_sink::KafkaSink::<String>::lines(broker, &unique("probe"))
+    // The check commits an offset of this topic in a transaction: it
+    // exists, so only the transactions are tested.
+    let topic = unique("probe");
+    create_topic(broker, &topic, 1);
+    let probe = floe::connectors::kafka_sink::KafkaSink::<String>::lines(broker, &topic)
         .transactional_id_prefix(&unique("probe"));
     match probe.check_transactions() {
         Ok(()) => true,
