@@ -298,7 +298,9 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
             std::time::Instant::now() < deadline,
             "topic {topic} not read to its end in 60 s"
         );
-        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+        let polled = consumer.poll(Duration::from_millis(100));
+        let idle = polled.is_none();
+        if let Some(m) = polled {
             let m = m.expect("record");
             // The end is the high watermark of the fetch answers (tansu 0.6's
             // ListOffsets `latest` is short by all but one record of the last batch).
@@ -312,7 +314,11 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
         }
         // Done with a partition once the reader's position passed its end:
         // the last offsets may be transaction markers or aborted records,
-        // which a read_committed reader skips without handing them out.
+        // which a read_committed reader skips without handing them out
+        // (checked when a poll finds nothing, not per record).
+        if !idle {
+            continue;
+        }
         let positions = consumer.position().expect("positions");
         for e in positions.elements() {
             if let (Offset::Offset(next), Some(end)) = (e.offset(), ends.get(&e.partition()))
