@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # Real servers for the connector and dashboard tests: PostgreSQL, a
-# Kafka-protocol broker (tansu) and chromedriver (headless Chromium over
-# WebDriver), each on a free loopback port, private to this checkout.
+# Kafka-protocol broker (nisshi, else tansu) and chromedriver (headless
+# Chromium over WebDriver), each on a free loopback port, private to this
+# checkout.
 #
 #   scripts/services.sh start [postgres] [kafka] [webdriver]   install what is missing, start, wait
 #   scripts/services.sh stop                                   stop them
+#   scripts/services.sh kill kafka                 SIGKILL the broker, keep its port and storage
+#                                                  (`start kafka` then restarts it on both)
 #   scripts/services.sh env                        print the env file (source it)
 #
 # `start` writes target/services.env with
 #   FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:PORT/floe
 #   FLOE_TEST_KAFKA=127.0.0.1:PORT
+#   FLOE_TEST_KAFKA_BROKER=nisshi|tansu   (which broker; the tests adapt to its gaps)
 #   FLOE_TEST_WEBDRIVER=http://127.0.0.1:PORT
 # which the tests read (they fail with a pointer here when it is missing,
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
-# tansu with `cargo install` (kept in ~/.cargo/bin: built once, ~10 min on
-# 2 cores), chromium and chromium-driver (dashboard tests).
-# tansu 0.6 and the Kafka clients: the tests use the librdkafka 2.12 that
-# rdkafka-sys vendors (Debian's 2.0.2 misreads the tagged fields of tansu's
-# ApiVersions v3 answer and reconnects forever). tansu has no EndTxn
-# (Kafka transactions cannot commit) and exact offsets only at record-batch
-# starts; docs/kafka.md says what the tests do about both.
+# the broker with `cargo install` (kept in ~/.cargo/bin: built once),
+# chromium and chromium-driver (dashboard tests).
+# The broker: nisshi 0.8.1 (tansu's successor: EndTxn, so Kafka transactions
+# commit; storage in a SQLite file under target/services/kafka-data, so a
+# restart keeps the topics) when it is installed; else tansu 0.6 (memory
+# storage, no EndTxn) when that is; when neither is, nisshi if the toolchain
+# can build it (its dependencies need rustc 1.96), else tansu.
+# FLOE_KAFKA_BROKER=nisshi|tansu picks one. The tests use the librdkafka
+# 2.12 that rdkafka-sys vendors (Debian's 2.0.2 misreads the tagged fields
+# of the brokers' ApiVersions v3 answer and reconnects forever);
+# docs/kafka.md says what each broker lacks and what the tests do about it.
 # PostgreSQL runs as the `postgres` user (initdb refuses root), with
 # max_prepared_transactions=64 for two-phase commit, its data and socket in
 # a private directory under $TMPDIR.
@@ -78,17 +86,49 @@ install_postgres() {
   pg_bin >/dev/null || die "PostgreSQL did not install"
 }
 
-tansu_bin() {
-  if command -v tansu >/dev/null 2>&1; then command -v tansu; return 0; fi
-  [ -x "$HOME/.cargo/bin/tansu" ] && { echo "$HOME/.cargo/bin/tansu"; return 0; }
+# The path of broker $1 (nisshi or tansu), if installed.
+broker_path() {
+  if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
+  [ -x "$HOME/.cargo/bin/$1" ] && { echo "$HOME/.cargo/bin/$1"; return 0; }
   return 1
 }
 
-install_tansu() {
-  tansu_bin >/dev/null && return 0
-  log "installing tansu (cargo install, about 10 minutes)"
-  cargo install tansu --locked --features dynostore >&2 || die "cargo install tansu failed"
-  tansu_bin >/dev/null || die "tansu is not on PATH nor in ~/.cargo/bin"
+# Whether the default toolchain can build nisshi 0.8.1 (rustc >= 1.96).
+nisshi_buildable() {
+  local v
+  v="$(rustc --version 2>/dev/null | awk '{print $2}')" || return 1
+  [ -n "$v" ] && [ "$(printf '%s\n1.96.0\n' "${v%%-*}" | sort -V | head -1)" = 1.96.0 ]
+}
+
+# Which broker `start kafka` runs (see the header).
+broker_kind() {
+  if [ -n "${FLOE_KAFKA_BROKER:-}" ]; then
+    case "$FLOE_KAFKA_BROKER" in
+      nisshi | tansu) echo "$FLOE_KAFKA_BROKER"; return 0 ;;
+      *) die "FLOE_KAFKA_BROKER=$FLOE_KAFKA_BROKER: expected nisshi or tansu" ;;
+    esac
+  fi
+  if broker_path nisshi >/dev/null; then echo nisshi
+  elif broker_path tansu >/dev/null; then echo tansu
+  elif nisshi_buildable; then echo nisshi
+  else echo tansu
+  fi
+}
+
+install_broker() {
+  local kind=$1
+  broker_path "$kind" >/dev/null && return 0
+  case "$kind" in
+    nisshi)
+      log "installing nisshi (cargo install, 15 minutes or more on 2 cores)"
+      cargo install nisshi@0.8.1 --locked >&2 || die "cargo install nisshi failed"
+      ;;
+    tansu)
+      log "installing tansu (cargo install, about 10 minutes)"
+      cargo install tansu --locked --features dynostore >&2 || die "cargo install tansu failed"
+      ;;
+  esac
+  broker_path "$kind" >/dev/null || die "$kind is not on PATH nor in ~/.cargo/bin"
 }
 
 install_chromium() {
@@ -143,23 +183,55 @@ stop_postgres() {
 }
 
 start_kafka() {
-  local bin port
-  if alive "$STATE/tansu.pid"; then
-    log "tansu already runs"
+  local kind bin port
+  if alive "$STATE/kafka.pid"; then
+    log "$(cat "$STATE/kafka.kind") already runs"
     return 0
   fi
-  bin="$(tansu_bin)"
-  port="$(free_port)"
-  echo "$port" >"$STATE/tansu.port"
-  # Memory storage: fast, and every topic is gone at a restart (the tests
-  # create their own uniquely named topics).
-  nohup "$bin" broker \
+  # A restart after `kill kafka` keeps the broker, its port and storage.
+  if [ -f "$STATE/kafka.kind" ] && [ -f "$STATE/kafka.port" ]; then
+    kind="$(cat "$STATE/kafka.kind")"
+    port="$(cat "$STATE/kafka.port")"
+  else
+    kind="$(broker_kind)"
+    port="$(free_port)"
+  fi
+  install_broker "$kind"
+  bin="$(broker_path "$kind")"
+  echo "$kind" >"$STATE/kafka.kind"
+  echo "$port" >"$STATE/kafka.port"
+  mkdir -p "$STATE/kafka-data"
+  local storage
+  case "$kind" in
+    # A SQLite file (the URL is relative to the working directory): the
+    # topics outlive a restart of the broker.
+    nisshi) storage="sqlite://kafka.db" ;;
+    # Memory: every topic is gone at a restart (the tests create their own
+    # uniquely named topics).
+    tansu) storage="memory://tansu/" ;;
+  esac
+  (cd "$STATE/kafka-data" && exec nohup "$bin" broker \
     --listener-url "tcp://127.0.0.1:$port" \
     --advertised-listener-url "tcp://127.0.0.1:$port" \
-    --storage-engine memory://tansu/ >"$STATE/tansu.log" 2>&1 &
-  echo $! >"$STATE/tansu.pid"
-  wait_port "$port" 60 || { cat "$STATE/tansu.log" >&2; die "tansu does not accept connections on $port"; }
-  log "tansu on 127.0.0.1:$port"
+    --storage-engine "$storage" >>"$STATE/kafka.log" 2>&1) &
+  echo $! >"$STATE/kafka.pid"
+  wait_port "$port" 60 || { cat "$STATE/kafka.log" >&2; die "$kind does not accept connections on $port"; }
+  log "$kind on 127.0.0.1:$port (storage $storage)"
+}
+
+# SIGKILL the broker, keeping its port and storage for the next start.
+kill_kafka() {
+  if alive "$STATE/kafka.pid"; then
+    kill -9 "$(cat "$STATE/kafka.pid")" 2>/dev/null || true
+    # Gone once its port refuses connections (a zombie still answers kill -0).
+    local port i=0
+    port="$(cat "$STATE/kafka.port")"
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && [ "$i" -lt 100 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+  fi
+  rm -f "$STATE/kafka.pid"
 }
 
 start_webdriver() {
@@ -185,10 +257,13 @@ stop_webdriver() {
 }
 
 stop_kafka() {
+  kill_kafka
+  # Brokers started before the kafka.* state files (tansu.pid).
   if alive "$STATE/tansu.pid"; then
     kill "$(cat "$STATE/tansu.pid")" 2>/dev/null || true
   fi
-  rm -f "$STATE/tansu.pid" "$STATE/tansu.port"
+  rm -rf "$STATE/kafka-data" "$STATE/kafka.kind" "$STATE/kafka.port" \
+    "$STATE/tansu.pid" "$STATE/tansu.port"
 }
 
 write_env() {
@@ -196,8 +271,9 @@ write_env() {
     if [ -f "$STATE/pg.port" ]; then
       echo "export FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:$(cat "$STATE/pg.port")/floe"
     fi
-    if [ -f "$STATE/tansu.port" ]; then
-      echo "export FLOE_TEST_KAFKA=127.0.0.1:$(cat "$STATE/tansu.port")"
+    if [ -f "$STATE/kafka.port" ]; then
+      echo "export FLOE_TEST_KAFKA=127.0.0.1:$(cat "$STATE/kafka.port")"
+      echo "export FLOE_TEST_KAFKA_BROKER=$(cat "$STATE/kafka.kind")"
     fi
     if [ -f "$STATE/chromedriver.port" ]; then
       echo "export FLOE_TEST_WEBDRIVER=http://127.0.0.1:$(cat "$STATE/chromedriver.port")"
@@ -223,7 +299,6 @@ fi
 case "$cmd" in
   start)
     [ -n "$want_pg" ] && install_postgres
-    [ -n "$want_kafka" ] && install_tansu
     [ -n "$want_web" ] && install_chromium
     [ -n "$want_pg" ] && start_postgres
     [ -n "$want_kafka" ] && start_kafka
@@ -237,12 +312,17 @@ case "$cmd" in
     stop_webdriver
     rm -f "$ENV_FILE"
     ;;
+  kill)
+    [ "${1:-}" = kafka ] || die "usage: scripts/services.sh kill kafka"
+    kill_kafka
+    log "broker killed (port and storage kept: \`start kafka\` restarts it)"
+    ;;
   env)
     [ -f "$ENV_FILE" ] || die "no services running: run scripts/services.sh start"
     cat "$ENV_FILE"
     ;;
   *)
-    echo "usage: scripts/services.sh start [postgres] [kafka] [webdriver] | stop | env" >&2
+    echo "usage: scripts/services.sh start [postgres] [kafka] [webdriver] | stop | kill kafka | env" >&2
     exit 2
     ;;
 esac

@@ -27,9 +27,9 @@ pub fn postgres_url() -> Option<String> {
     service("FLOE_TEST_POSTGRES_URL")
 }
 
-/// A service's address from the environment, else from the env file
+/// A variable from the environment, else from the env file
 /// `scripts/services.sh start` writes (`target/services.env`).
-fn service(var: &str) -> Option<String> {
+fn lookup(var: &str) -> Option<String> {
     let from_file = || {
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/services.env");
         let text = std::fs::read_to_string(file).ok()?;
@@ -38,11 +38,15 @@ fn service(var: &str) -> Option<String> {
             .find_map(|l| l.strip_prefix(&prefix))
             .map(str::to_owned)
     };
-    match std::env::var(var)
+    std::env::var(var)
         .ok()
         .filter(|v| !v.is_empty())
         .or_else(from_file)
-    {
+}
+
+/// A service's address (see [`lookup`]).
+fn service(var: &str) -> Option<String> {
+    match lookup(var) {
         Some(b) => Some(b),
         None if std::env::var("FLOE_SKIP_SERVICES").as_deref() == Ok("1") => {
             eprintln!("{var} not set and FLOE_SKIP_SERVICES=1: test skipped");
@@ -53,6 +57,76 @@ fn service(var: &str) -> Option<String> {
              file it writes (or set FLOE_SKIP_SERVICES=1 to skip the tests that need servers)"
         ),
     }
+}
+
+/// Which broker `scripts/services.sh` runs (`FLOE_TEST_KAFKA_BROKER`):
+/// `nisshi` (transactions, persistent storage), `tansu` (neither), or
+/// `None` for a broker started otherwise.
+pub fn broker_kind() -> Option<String> {
+    lookup("FLOE_TEST_KAFKA_BROKER")
+}
+
+/// Whether the broker commits Kafka transactions (the exactly-once sink's
+/// own check). A broker known to have them (nisshi) fails the test when the
+/// check fails; one known not to (tansu 0.6, no `EndTxn`) makes `test`
+/// say on stderr that it is skipped and why.
+pub fn transactions_or_skip(broker: &str, test: &str) -> bool {
+    // The check commits an offset of this topic in a transaction: it
+    // exists, so only the transactions are tested.
+    let topic = unique("probe");
+    create_topic(broker, &topic, 1);
+    let probe = floe::connectors::kafka_sink::KafkaSink::<String>::lines(broker, &topic)
+        .transactional_id_prefix(&unique("probe"));
+    match probe.check_transactions() {
+        Ok(()) => true,
+        Err(e) if broker_kind().as_deref() == Some("nisshi") => {
+            panic!("nisshi should commit transactions: {e}")
+        }
+        Err(e) => {
+            skipped(&format!(
+                "{test} SKIPPED: the broker ({}) cannot commit Kafka transactions ({e}); \
+                 it runs against nisshi (scripts/services.sh)",
+                broker_kind().unwrap_or_else(|| "unknown".into())
+            ));
+            false
+        }
+    }
+}
+
+/// Whether the broker keeps its topics across a restart (nisshi with its
+/// SQLite storage); otherwise `test` says on stderr that it is skipped.
+pub fn persistent_or_skip(test: &str) -> bool {
+    if broker_kind().as_deref() == Some("nisshi") {
+        return true;
+    }
+    skipped(&format!(
+        "{test} SKIPPED: the broker ({}) loses its topics on a restart; \
+         it runs against nisshi (scripts/services.sh)",
+        broker_kind().unwrap_or_else(|| "unknown".into())
+    ));
+    false
+}
+
+/// Says that a test is skipped on stderr itself, past the test harness's
+/// capture (which hides the output of passing tests), so a skip is seen.
+fn skipped(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Runs `scripts/services.sh ARGS` (e.g. `kill kafka`, `start kafka`).
+pub fn services(args: &[&str]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/services.sh");
+    let out = Command::new(script)
+        .args(args)
+        .stdout(Stdio::null())
+        .output()
+        .expect("scripts/services.sh runs");
+    assert!(
+        out.status.success(),
+        "scripts/services.sh {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A topic name no other test (or earlier run) uses.
@@ -70,20 +144,22 @@ pub fn unique(name: &str) -> String {
 }
 
 /// Creates `topic` with `partitions` partitions: with the broker's own
-/// `tansu topic create` when that is the broker here (librdkafka 2.0's
-/// CreateTopics gets no answer from tansu 0.6), else with the admin client.
+/// `topic create` when `scripts/services.sh` runs it (librdkafka's
+/// CreateTopics got no answer from tansu 0.6), else with the admin client.
 pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
-    let tansu = std::env::var_os("HOME")
-        .map(|h| std::path::PathBuf::from(h).join(".cargo/bin/tansu"))
-        .filter(|p| p.exists());
-    if let Some(tansu) = tansu {
-        let status = Command::new(tansu)
+    let cli = broker_kind().and_then(|kind| {
+        let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
+        Some(home.join(".cargo/bin").join(kind)).filter(|p| p.exists())
+    });
+    if let Some(cli) = cli {
+        let status = Command::new(&cli)
             .args(["topic", "create", "--broker"])
             .arg(format!("tcp://{broker}"))
             .args(["--partitions", &partitions.to_string(), topic])
+            .stdout(Stdio::null())
             .status()
-            .expect("tansu runs");
-        assert!(status.success(), "tansu topic create {topic} failed");
+            .expect("the broker's topic command runs");
+        assert!(status.success(), "{cli:?} topic create {topic} failed");
         return;
     }
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -130,12 +206,27 @@ pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
 /// a ListOffsets `latest` with the last batch's base offset + 1, so only
 /// one-record batches give it exact offsets to resume from and end at.
 pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
-    let producer: BaseProducer = ClientConfig::new()
+    produce_with(broker, topic, partitions, lines, true);
+}
+
+/// [`produce`], in one-record batches or with the client's normal batching
+/// (for the broker's own rate: no test reads such a topic at exact offsets
+/// on tansu).
+pub fn produce_with(
+    broker: &str,
+    topic: &str,
+    partitions: i32,
+    lines: &[String],
+    one_record_batches: bool,
+) {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", broker)
-        .set("linger.ms", "5")
-        .set("batch.num.messages", "1")
-        .create()
-        .expect("producer");
+        .set("linger.ms", "5");
+    if one_record_batches {
+        config.set("batch.num.messages", "1");
+    }
+    let producer: BaseProducer = config.create().expect("producer");
     for (i, line) in lines.iter().enumerate() {
         let mut record = BaseRecord::<(), str>::to(topic)
             .payload(line.as_str())
@@ -207,22 +298,33 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
             std::time::Instant::now() < deadline,
             "topic {topic} not read to its end in 60 s"
         );
-        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        let m = m.expect("record");
-        // The end is the high watermark of the fetch answers (tansu 0.6's
-        // ListOffsets `latest` is short by all but one record of the last batch).
-        let fetched_end = fetched_high_watermark(&consumer, topic, m.partition());
-        if let Some(end) = ends.get_mut(&m.partition()) {
-            *end = (*end).max(fetched_end);
-        }
-        if let Some(end) = ends.get(&m.partition()).copied() {
-            if m.offset() < end {
-                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        let polled = consumer.poll(Duration::from_millis(100));
+        let idle = polled.is_none();
+        if let Some(m) = polled {
+            let m = m.expect("record");
+            // The end is the high watermark of the fetch answers (tansu 0.6's
+            // ListOffsets `latest` is short by all but one record of the last batch).
+            let fetched_end = fetched_high_watermark(&consumer, topic, m.partition());
+            if let Some(end) = ends.get_mut(&m.partition()) {
+                *end = (*end).max(fetched_end);
+                if m.offset() < *end {
+                    out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+                }
             }
-            if m.offset() + 1 >= end {
-                ends.remove(&m.partition());
+        }
+        // Done with a partition once the reader's position passed its end:
+        // the last offsets may be transaction markers or aborted records,
+        // which a read_committed reader skips without handing them out
+        // (checked when a poll finds nothing, not per record).
+        if !idle {
+            continue;
+        }
+        let positions = consumer.position().expect("positions");
+        for e in positions.elements() {
+            if let (Offset::Offset(next), Some(end)) = (e.offset(), ends.get(&e.partition()))
+                && next >= *end
+            {
+                ends.remove(&e.partition());
             }
         }
     }

@@ -45,7 +45,7 @@ use crate::Result;
 use rdkafka::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
-use rdkafka::error::KafkaError as ClientError;
+use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,9 +150,21 @@ impl KafkaError {
 
 /// The client's own log lines go to `tracing` as warnings and below: a
 /// broker that is away is reported once, as the job's error, not as a
-/// stream of client log lines on stderr.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Quiet;
+/// stream of client log lines on stderr. It also notes that the client
+/// lost its brokers (librdkafka reports that only here, and reconnects
+/// silently), for the source to check them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Quiet {
+    lost_brokers: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Quiet {
+    /// Whether the client reported a lost connection since the last call.
+    pub(crate) fn take_lost_brokers(&self) -> bool {
+        self.lost_brokers
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+}
 
 /// Forwards one librdkafka log line to `tracing`.
 pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, facility: &str, message: &str) {
@@ -172,6 +184,13 @@ impl ClientContext for Quiet {
     }
 
     fn error(&self, error: ClientError, reason: &str) {
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+        ) {
+            self.lost_brokers
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         tracing::warn!(%error, "librdkafka: {reason}");
     }
 }
@@ -356,7 +375,7 @@ impl<T: Send + 'static> KafkaSource<T> {
             config.set(k, v);
         }
         config
-            .create_with_context(Quiet)
+            .create_with_context(Quiet::default())
             .map_err(KafkaError::client("consumer"))
     }
 

@@ -60,6 +60,9 @@ pub struct KafkaSourceReader<T> {
     next_discovery: Option<Instant>,
     /// Positions taken at checkpoints not yet complete, oldest first.
     positions: VecDeque<(CheckpointId, Vec<Position>)>,
+    /// Since when the client has lost its brokers and no record came
+    /// (cleared by a record or a broker's answer).
+    lost_since: Option<Instant>,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -80,6 +83,7 @@ impl<T> KafkaSourceReader<T> {
             initial: false,
             next_discovery: None,
             positions: VecDeque::new(),
+            lost_since: None,
         }
     }
 
@@ -284,6 +288,41 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
     }
 }
 
+impl<T> KafkaSourceReader<T> {
+    /// Fails the subtask when the client lost its brokers and none has
+    /// answered for the request timeout: librdkafka would reconnect forever
+    /// while the job, reading nothing, looked healthy. The failure restarts
+    /// the job (a `restart` line), whose bounded restarts end it with one
+    /// error line should the brokers stay away.
+    fn check_brokers(&mut self) -> Result<()> {
+        if self.consumer.context().take_lost_brokers() && self.lost_since.is_none() {
+            self.lost_since = Some(Instant::now());
+        }
+        let Some(since) = self.lost_since else {
+            return Ok(());
+        };
+        if since.elapsed() < self.config.timeout {
+            return Ok(());
+        }
+        // A metadata request tells a broker that is back (the client
+        // reconnects without saying so) from one that is still away.
+        match self.consumer.fetch_metadata(None, self.config.timeout) {
+            Ok(_) => {
+                self.lost_since = None;
+                Ok(())
+            }
+            Err(e) => Err(KafkaError::Unreachable {
+                brokers: self.config.brokers.clone(),
+                reason: format!(
+                    "connection lost, no answer for {} s: {e}",
+                    since.elapsed().as_secs()
+                ),
+            }
+            .into()),
+        }
+    }
+}
+
 /// Errors the client recovers from itself (it reconnects): the source waits.
 fn transient(e: &ClientError) -> bool {
     matches!(
@@ -319,6 +358,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
         if self.config.bounded && self.parts.iter().all(Part::done) {
             return Ok(SourcePoll::Finished);
         }
+        self.check_brokers()?;
         while out.len() < max {
             let message = match self.consumer.poll(Duration::ZERO) {
                 None => break,
@@ -327,7 +367,10 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
                     break;
                 }
                 Some(Err(e)) => return Err(KafkaError::client("poll")(e).into()),
-                Some(Ok(m)) => m,
+                Some(Ok(m)) => {
+                    self.lost_since = None;
+                    m
+                }
             };
             let (topic, partition, offset) =
                 (message.topic(), message.partition(), message.offset());

@@ -1,0 +1,218 @@
+//! The broker killed (`SIGKILL`) while a checkpointed `floe run wordcount`
+//! Kafka → Kafka runs (`scripts/services.sh kill kafka`):
+//! - started again on the same port with the same storage (nisshi; tansu
+//!   loses its topics, so there the test says it is skipped), the job
+//!   restarts from its last checkpoint — loudly, a `restart attempt=` line
+//!   on stderr — and its output equals the HashMap oracle (exactly once
+//!   with transactions, nothing lost without);
+//! - left down, the job gives up after its bounded restarts: non-zero exit,
+//!   `restart` lines, then one `error:` line.
+//!
+//! The tests stop the broker every other test uses, so they run one at a
+//! time, in this binary of their own, and start it again when done.
+
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use kafka_support::*;
+use std::io::BufRead;
+use std::process::Child;
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One test at a time: each stops the shared broker.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts the broker again when the test ends, passed or failed.
+struct Restart;
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        services(&["start", "kafka"]);
+    }
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|a| a.to_string()).collect()
+}
+
+/// A running floe whose stderr lines arrive on a channel.
+struct Job {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Job {
+    fn start(args: &[String]) -> Job {
+        let mut args = args.to_vec();
+        args.extend(["--status-interval".into(), "20".into()]);
+        let mut child = floe(&args).spawn().expect("floe runs");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Job {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a stderr line `matches` accepts; fails after the watchdog
+    /// or when the job ends first.
+    fn wait_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = matches(&line);
+                    self.seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = self.child.kill();
+                    panic!("no {what} ({e:?}); stderr:\n{}", self.seen.join("\n"));
+                }
+            }
+        }
+    }
+
+    /// Waits for the end (at most `limit`); its exit status and every
+    /// stderr line.
+    fn wait(mut self, limit: Duration) -> (std::process::ExitStatus, Vec<String>) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("floe status") {
+                self.seen.extend(self.lines.iter());
+                return (status, self.seen);
+            }
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => self.seen.push(line),
+                Err(_) if Instant::now() > deadline => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "floe still running after {limit:?}:\n{}",
+                        self.seen.join("\n")
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+fn checkpoints_at_least(n: u64) -> impl Fn(&str) -> bool {
+    move |line| {
+        line.starts_with("status ")
+            && field(line, "checkpoints")
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_some_and(|c| c >= n)
+    }
+}
+
+/// A wordcount of a seeded corpus in a 4-partition topic into a 2-partition
+/// one, checkpointed, throttled so the broker dies mid-input.
+fn job(
+    b: &str,
+    name: &str,
+    exactly_once: bool,
+) -> (
+    Vec<String>,
+    String,
+    std::collections::HashMap<String, u64>,
+    tempfile::TempDir,
+) {
+    let input = unique(&format!("{name}-in"));
+    create_topic(b, &input, 4);
+    let lines = corpus(31, 8_000, 300);
+    produce(b, &input, 4, &lines);
+    let output = unique(&format!("{name}-out"));
+    create_topic(b, &output, 2);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let delivery = if exactly_once {
+        ""
+    } else {
+        "?delivery=at-least-once"
+    };
+    let list = args(&[
+        "run",
+        "wordcount",
+        "--input",
+        &format!("kafka://{b}/{input}"),
+        "--bounded",
+        "--output",
+        &format!("kafka://{b}/{output}{delivery}"),
+        "--parallelism",
+        "2",
+        "--checkpoint-interval",
+        "50",
+        "--checkpoint-dir",
+        dir.path().join("ckpt").to_str().expect("UTF-8 path"),
+        "--sink-rate",
+        "4000",
+    ]);
+    (list, output, oracle(&lines), dir)
+}
+
+#[test]
+fn a_broker_restart_while_the_job_runs_is_retried_and_stays_exact() {
+    let _one = one_at_a_time();
+    let Some(b) = broker() else { return };
+    if !persistent_or_skip("a_broker_restart_while_the_job_runs_is_retried_and_stays_exact") {
+        return;
+    }
+    let exactly_once = transactions_or_skip(&b, "the exactly-once variant of the broker restart");
+    let (list, output, oracle, _dir) = job(&b, "restart", exactly_once);
+    let mut running = Job::start(&list);
+    running.wait_line("2 completed checkpoints", checkpoints_at_least(2));
+    let restart = Restart;
+    services(&["kill", "kafka"]);
+    // Failures are loud: the job says it restarts.
+    running.wait_line("restart line", |l| l.starts_with("restart attempt="));
+    drop(restart);
+    let (status, stderr) = running.wait(WATCHDOG);
+    assert!(status.success(), "the job recovers:\n{}", stderr.join("\n"));
+    check_changelog(&read_all(&b, &output), &oracle, exactly_once);
+}
+
+#[test]
+fn a_broker_that_stays_down_fails_the_job_after_bounded_restarts() {
+    let _one = one_at_a_time();
+    let Some(b) = broker() else { return };
+    let (list, _output, _oracle, _dir) = job(&b, "down", false);
+    let mut running = Job::start(&list);
+    running.wait_line("2 completed checkpoints", checkpoints_at_least(2));
+    let _restart = Restart;
+    services(&["kill", "kafka"]);
+    // Bounded: ten restarts at most, each failing within the client's
+    // timeouts.
+    let (status, stderr) = running.wait(2 * WATCHDOG);
+    let text = stderr.join("\n");
+    assert!(!status.success(), "the job cannot succeed:\n{text}");
+    assert!(
+        stderr.iter().any(|l| l.starts_with("restart attempt=")),
+        "each restart is on stderr:\n{text}"
+    );
+    let last = stderr.last().map(String::as_str).unwrap_or_default();
+    assert!(last.starts_with("error: "), "one error line last:\n{text}");
+    assert_eq!(
+        stderr.iter().filter(|l| l.starts_with("error: ")).count(),
+        1,
+        "one error line:\n{text}"
+    );
+}
