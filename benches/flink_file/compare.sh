@@ -79,7 +79,7 @@ run_flink() {
 
 # emit ENGINE W RECORDS WINDOWS WALL_S JOB_MS USER SYS CPU% RSS_KB LOAD1 BUSY0
 emit() {
-  local other load="$11"
+  local other load="${11}"
   if [ -n "${12}" ]; then
     other=$(awk -v b="$(( $(busy) - ${12} ))" -v hz="$HZ" -v own="$(awk -v u="$7" -v s="$8" 'BEGIN{print u+s}')" -v w="$5" \
       'BEGIN { o = (b / hz - own) * 100 / (w > 0 ? w : 1); printf "%d", (o < 0 ? 0 : o) }')
