@@ -219,6 +219,62 @@ fn parse_line(line: &str, keep_line: bool) -> Result<Event, String> {
     })
 }
 
+/// `bytes` as an `i64` when they are ASCII digits after an optional sign,
+/// at most 18 of them (so no overflow): what `str::parse` reads without
+/// trimming. `None` sends the line to [`parse_line`].
+#[inline]
+fn plain_i64(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut n = 0i64;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n * 10 + i64::from(d);
+    }
+    Some(if negative { -n } else { n })
+}
+
+/// The usual line, `key,digits,digits` with a UTF-8 key not starting or
+/// ending in whitespace, parsed bytewise without trimming; `None` for any
+/// other line, which [`parse_line`] then reads (and names, when bad). Where
+/// this one gives an event, `parse_line` gives the same one.
+#[inline]
+fn parse_plain(bytes: &[u8], keep_line: bool) -> Option<Event> {
+    let a = memchr::memchr(b',', bytes)?;
+    let rest = &bytes[a + 1..];
+    let b = memchr::memchr(b',', rest)?;
+    // A third comma, a space or a sign anywhere else fails here.
+    let ts = plain_i64(&rest[..b])?;
+    let value = plain_i64(&rest[b + 1..])?;
+    let key = std::str::from_utf8(&bytes[..a]).ok()?;
+    // An ASCII byte that is not whitespace at each end: `trim` keeps all.
+    let kept = |b: Option<&u8>| b.is_none_or(|&b| b.is_ascii() && !(b as char).is_whitespace());
+    if !kept(key.as_bytes().first()) || !kept(key.as_bytes().last()) {
+        return None;
+    }
+    let line = if keep_line {
+        // The key is UTF-8 and the rest ASCII.
+        Some(std::str::from_utf8(bytes).ok()?.to_owned())
+    } else {
+        None
+    };
+    Some(Event {
+        key: SmolStr::new(key),
+        ts,
+        value,
+        line,
+    })
+}
+
 /// Turns lines into events. A line that is not valid UTF-8 is a bad record
 /// like a malformed one; a timestamp the windows cannot hold is a bad
 /// record too, checked here so that every window variant (`--state`) sees
@@ -236,10 +292,15 @@ impl LineDecoder for EventDecoder {
 
     #[inline]
     fn decode(&mut self, bytes: &[u8]) -> Result<Event, String> {
-        let Ok(line) = std::str::from_utf8(bytes) else {
-            return Err(format!("not valid UTF-8 in '{}'", self.input));
+        let e = match parse_plain(bytes, self.keep_line) {
+            Some(e) => e,
+            None => {
+                let Ok(line) = std::str::from_utf8(bytes) else {
+                    return Err(format!("not valid UTF-8 in '{}'", self.input));
+                };
+                parse_line(line, self.keep_line)?
+            }
         };
-        let e = parse_line(line, self.keep_line)?;
         self.assigner
             .try_assign(&e, e.ts, |_| {})
             .map_err(|reason| reason.to_string())?;
