@@ -219,9 +219,7 @@ where
         // Windows the watermark passed take the record late (allowed
         // lateness) and fire again; only then is the key needed after the
         // pane has it, so only then is it copied again.
-        let refire = windows
-            .iter()
-            .any(|w| w.max_timestamp() <= self.watermark);
+        let refire = windows.iter().any(|w| w.max_timestamp() <= self.watermark);
         let acc = self.panes[idx]
             .1
             .entry(key)
