@@ -13,7 +13,9 @@
 //! Written directly, every subtask of the sink formats a batch into a reused
 //! buffer and appends it to the one file with one write, taking its lock once
 //! per batch (never per record), so a parallel sink interleaves batches, never
-//! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines). Only the transactional
+//! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines); a
+//! record type that writes its own line ([`WriteLine`], the window job's
+//! firings) is written bytewise, without `fmt`. Only the transactional
 //! sink is exactly-once: written directly, a restart that replays records
 //! writes their lines again. An output naming the same
 //! file as the input, or as another output, is refused before anything is
