@@ -13,7 +13,9 @@
 //! Written directly, every subtask of the sink formats a batch into a reused
 //! buffer and appends it to the one file with one write, taking its lock once
 //! per batch (never per record), so a parallel sink interleaves batches, never
-//! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines). Only the transactional
+//! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines); a
+//! record type that writes its own line ([`WriteLine`], the window job's
+//! firings) is written bytewise, without `fmt`. Only the transactional
 //! sink is exactly-once: written directly, a restart that replays records
 //! writes their lines again. An output naming the same
 //! file as the input, or as another output, is refused before anything is
@@ -121,6 +123,34 @@ impl Output {
             Output::Postgres(pg) => pg.sink_window_lines(stream)?,
         })
     }
+
+    /// As [`sink`](Self::sink), but stdout and a file written directly
+    /// take each record's line from [`WriteLine`] (bytewise, into the
+    /// batch's buffer) instead of `Display`; the other outputs use
+    /// `Display`, which must give the same line.
+    pub fn sink_lines<T>(self, stream: &DataStream<T>) -> floe::Result<DataStream<()>>
+    where
+        T: WriteLine + Display + Clone + Send + 'static,
+    {
+        Ok(match self {
+            Output::Stdout => stream
+                .add_sink(RawLines(Lines::stdout()))
+                .name("Print Sink"),
+            Output::Direct(path) => stream
+                .add_sink(RawLines(Lines::create(&path)?))
+                .name("Text File Sink"),
+            other => other.sink(stream)?,
+        })
+    }
+}
+
+/// A record that writes its own output line, without the `fmt` machinery:
+/// the window job's firings are most of its output, and `format!` of each
+/// was a quarter of its CPU time.
+pub trait WriteLine {
+    /// Appends the line, `\n` included, to `buf`; the same bytes as
+    /// `format!("{self}\n")`.
+    fn write_line(&self, buf: &mut Vec<u8>);
 }
 
 /// Bytes of lines a subtask formats before writing them: a batch of 4,096
@@ -236,6 +266,31 @@ impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
 
     fn finish(&mut self) -> floe::Result<()> {
         self.write_buf(true)
+    }
+}
+
+/// [`Lines`] whose records write their own lines ([`WriteLine`]).
+#[derive(Clone)]
+pub struct RawLines(Lines);
+
+impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines {
+    fn invoke(&mut self, value: T, _: Option<i64>) -> floe::Result<()> {
+        self.invoke_batch(vec![Record::new(value)])
+    }
+
+    fn invoke_batch(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
+        let lines = &mut self.0;
+        for r in batch {
+            r.value.write_line(&mut lines.buf);
+            if lines.buf.len() >= CHUNK {
+                lines.write_buf(false)?;
+            }
+        }
+        lines.write_buf(false)
+    }
+
+    fn finish(&mut self) -> floe::Result<()> {
+        self.0.write_buf(true)
     }
 }
 

@@ -19,7 +19,7 @@
 //! every window variant (`--state`) sees the same records.
 
 use super::WindowArgs;
-use super::output::Output;
+use super::output::{Output, WriteLine};
 use super::progress::Progress;
 use super::window_state::StateWindows;
 use floe::connectors::file_source::{FileSource, LineDecoder};
@@ -42,6 +42,41 @@ pub struct Event {
     pub(super) value: i64,
     /// The line as read, kept only when late records are written.
     pub(super) line: Option<String>,
+}
+
+/// One firing: the line `key,window_start,window_end,value`. Records of
+/// this type, not formatted strings, go from the window to the sink, which
+/// writes them bytewise into its batch buffer ([`WriteLine`]): no
+/// allocation and no `fmt` per result.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Firing {
+    pub(super) key: SmolStr,
+    pub(super) start: i64,
+    pub(super) end: i64,
+    pub(super) value: i64,
+}
+
+impl WriteLine for Firing {
+    #[inline]
+    fn write_line(&self, buf: &mut Vec<u8>) {
+        let mut int = itoa::Buffer::new();
+        buf.extend_from_slice(self.key.as_bytes());
+        buf.push(b',');
+        buf.extend_from_slice(int.format(self.start).as_bytes());
+        buf.push(b',');
+        buf.extend_from_slice(int.format(self.end).as_bytes());
+        buf.push(b',');
+        buf.extend_from_slice(int.format(self.value).as_bytes());
+        buf.push(b'\n');
+    }
+}
+
+/// The same line, for the outputs that format (transactional, Kafka,
+/// PostgreSQL).
+impl std::fmt::Display for Firing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{},{},{}", self.key, self.start, self.end, self.value)
+    }
 }
 
 /// The aggregation asked for with `--agg`.
@@ -184,6 +219,62 @@ fn parse_line(line: &str, keep_line: bool) -> Result<Event, String> {
     })
 }
 
+/// `bytes` as an `i64` when they are ASCII digits after an optional sign,
+/// at most 18 of them (so no overflow): what `str::parse` reads without
+/// trimming. `None` sends the line to [`parse_line`].
+#[inline]
+fn plain_i64(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut n = 0i64;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n * 10 + i64::from(d);
+    }
+    Some(if negative { -n } else { n })
+}
+
+/// The usual line, `key,digits,digits` with a UTF-8 key not starting or
+/// ending in whitespace, parsed bytewise without trimming; `None` for any
+/// other line, which [`parse_line`] then reads (and names, when bad). Where
+/// this one gives an event, `parse_line` gives the same one.
+#[inline]
+fn parse_plain(bytes: &[u8], keep_line: bool) -> Option<Event> {
+    let a = memchr::memchr(b',', bytes)?;
+    let rest = &bytes[a + 1..];
+    let b = memchr::memchr(b',', rest)?;
+    // A third comma, a space or a sign anywhere else fails here.
+    let ts = plain_i64(&rest[..b])?;
+    let value = plain_i64(&rest[b + 1..])?;
+    let key = std::str::from_utf8(&bytes[..a]).ok()?;
+    // An ASCII byte that is not whitespace at each end: `trim` keeps all.
+    let kept = |b: Option<&u8>| b.is_none_or(|&b| b.is_ascii() && !(b as char).is_whitespace());
+    if !kept(key.as_bytes().first()) || !kept(key.as_bytes().last()) {
+        return None;
+    }
+    let line = if keep_line {
+        // The key is UTF-8 and the rest ASCII.
+        Some(std::str::from_utf8(bytes).ok()?.to_owned())
+    } else {
+        None
+    };
+    Some(Event {
+        key: SmolStr::new(key),
+        ts,
+        value,
+        line,
+    })
+}
+
 /// Turns lines into events. A line that is not valid UTF-8 is a bad record
 /// like a malformed one; a timestamp the windows cannot hold is a bad
 /// record too, checked here so that every window variant (`--state`) sees
@@ -201,10 +292,15 @@ impl LineDecoder for EventDecoder {
 
     #[inline]
     fn decode(&mut self, bytes: &[u8]) -> Result<Event, String> {
-        let Ok(line) = std::str::from_utf8(bytes) else {
-            return Err(format!("not valid UTF-8 in '{}'", self.input));
+        let e = match parse_plain(bytes, self.keep_line) {
+            Some(e) => e,
+            None => {
+                let Ok(line) = std::str::from_utf8(bytes) else {
+                    return Err(format!("not valid UTF-8 in '{}'", self.input));
+                };
+                parse_line(line, self.keep_line)?
+            }
         };
-        let e = parse_line(line, self.keep_line)?;
         self.assigner
             .try_assign(&e, e.ts, |_| {})
             .map_err(|reason| reason.to_string())?;
@@ -384,8 +480,13 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
             .side_output_late_data(&late_tag)
             .aggregate_with(
                 agg,
-                |key: &SmolStr, w: &TimeWindow, v: i64, out: &mut Vec<String>| {
-                    out.push(format!("{key},{},{},{v}", w.start, w.end))
+                |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
+                    out.push(Firing {
+                        key: key.clone(),
+                        start: w.start,
+                        end: w.end,
+                        value,
+                    })
                 },
             ),
         // The state windows are keyed by `String`, as their state is.
@@ -405,7 +506,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         .map(|e: Event| e.line.unwrap_or_default())
         .name("Late Records")
         .set_parallelism(1);
-    let sink = output.sink(&fired)?.set_parallelism(1).uid("output");
+    let sink = output.sink_lines(&fired)?.set_parallelism(1).uid("output");
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
@@ -461,4 +562,122 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         e.linger();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The bytewise paths against the general ones they shortcut: the
+    //! parser against `parse_line` (trimming, `str::parse`), the firing
+    //! line against `format!`.
+
+    use super::*;
+
+    /// A seeded SplitMix64.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+            from[(self.next() % from.len() as u64) as usize]
+        }
+    }
+
+    fn same(a: &Event, b: &Event) -> bool {
+        (&a.key, a.ts, a.value, &a.line) == (&b.key, b.ts, b.value, &b.line)
+    }
+
+    /// Random lines built from pieces that trip the parsers (signs, spaces,
+    /// a vertical tab and Unicode whitespace, commas, 18- and 19-digit
+    /// numbers, a key longer than the inline 23 bytes): wherever the
+    /// bytewise parser gives an event, `parse_line` gives the same one, and
+    /// every usual line takes the bytewise path.
+    #[test]
+    fn plain_lines_parse_as_parse_line_does() {
+        let keys = [
+            "k1",
+            "",
+            " k",
+            "k ",
+            "k\u{b}",
+            "\u{a0}k",
+            "k\u{3000}",
+            "é",
+            "a b",
+            "a-key-longer-than-twenty-three-bytes",
+            "k,x",
+        ];
+        let numbers = [
+            "0",
+            "-0",
+            "+7",
+            "-",
+            "+",
+            "12",
+            " 12",
+            "12 ",
+            "1_0",
+            "x",
+            "",
+            "999999999999999999",
+            "-999999999999999999",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "1699999999855",
+            "1,2",
+        ];
+        let mut rng = Rng(16);
+        let mut plain = 0;
+        for case in 0..20_000 {
+            let line = format!(
+                "{},{},{}",
+                rng.pick(&keys),
+                rng.pick(&numbers),
+                rng.pick(&numbers)
+            );
+            let keep = case % 2 == 0;
+            if let Some(fast) = parse_plain(line.as_bytes(), keep) {
+                plain += 1;
+                let slow = parse_line(&line, keep).expect("a plain line is a good line");
+                assert!(same(&fast, &slow), "{line:?}: {fast:?} != {slow:?}");
+            }
+        }
+        assert!(plain > 1000, "only {plain} lines took the bytewise path");
+        for line in ["k7872,1699999999855,54", "k0,-5,+3", ",1,2", "kü1,0,-0"] {
+            let fast = parse_plain(line.as_bytes(), true).expect("plain");
+            let slow = parse_line(line, true).expect("good");
+            assert!(same(&fast, &slow), "{line:?}");
+        }
+    }
+
+    /// The bytes a firing writes are `format!`'s, extremes included.
+    #[test]
+    fn a_firing_writes_the_formatted_line() {
+        let mut rng = Rng(7);
+        let edges = [0, 1, -1, 9, 10, -10, i64::MAX, i64::MIN, 1_699_999_999_000];
+        let mut buf = Vec::new();
+        for i in 0..5_000 {
+            let mut n = || match rng.next() % 3 {
+                0 => edges[(rng.next() % edges.len() as u64) as usize],
+                1 => (rng.next() % 100_000) as i64 - 50_000,
+                _ => rng.next() as i64,
+            };
+            let f = Firing {
+                key: SmolStr::new(["k1", "", "é,ü", "a-key-longer-than-twenty-three-bytes"][i % 4]),
+                start: n(),
+                end: n(),
+                value: n(),
+            };
+            buf.clear();
+            f.write_line(&mut buf);
+            let want = format!("{},{},{},{}\n", f.key, f.start, f.end, f.value);
+            assert_eq!(String::from_utf8_lossy(&buf), want);
+            assert_eq!(format!("{f}\n"), want);
+        }
+    }
 }

@@ -18,7 +18,7 @@
 //! same checked aggregate (`try_get_result`) as in the built-in operator, so
 //! an out-of-range timestamp or an overflowing sum fails the same way.
 
-use super::window::{Agg, Event};
+use super::window::{Agg, Event, Firing};
 use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::{OnTimerContext, ProcessContext};
 use floe::state::MapStateDescriptor;
@@ -70,12 +70,17 @@ impl StateWindows {
 
     /// The output line of a firing, or the aggregate's failure naming the
     /// key and the window.
-    fn line(&self, key: &String, (start, pane): Fired) -> floe::Result<String> {
-        let result = self
+    fn line(&self, key: &String, (start, pane): Fired) -> floe::Result<Firing> {
+        let value = self
             .agg
             .try_get_result(&pane.acc)
             .map_err(|e| floe::Error::aggregate(key, TimeWindow::new(start, pane.end), e))?;
-        Ok(format!("{key},{start},{},{result}", pane.end))
+        Ok(Firing {
+            key: key.as_str().into(),
+            start,
+            end: pane.end,
+            value,
+        })
     }
 
     /// Adds `e` to each of its (non-merging) windows that is not past its
@@ -86,7 +91,7 @@ impl StateWindows {
         e: &Event,
         windows: &[TimeWindow],
         wm: Timestamp,
-        ctx: &mut ProcessContext<'_, '_, String, String>,
+        ctx: &mut ProcessContext<'_, '_, Firing, String>,
         fired: &mut Vec<Fired>,
         timers: &mut Vec<Timestamp>,
     ) -> floe::Result<bool> {
@@ -124,7 +129,7 @@ impl StateWindows {
         e: &Event,
         window: TimeWindow,
         wm: Timestamp,
-        ctx: &mut ProcessContext<'_, '_, String, String>,
+        ctx: &mut ProcessContext<'_, '_, Firing, String>,
         fired: &mut Vec<Fired>,
         timers: &mut Vec<Timestamp>,
     ) -> floe::Result<bool> {
@@ -159,11 +164,11 @@ impl StateWindows {
     }
 }
 
-impl KeyedProcessFunction<String, Event, String> for StateWindows {
+impl KeyedProcessFunction<String, Event, Firing> for StateWindows {
     fn process_element(
         &mut self,
         e: Event,
-        ctx: &mut ProcessContext<'_, '_, String, String>,
+        ctx: &mut ProcessContext<'_, '_, Firing, String>,
     ) -> floe::Result<()> {
         let wm = ctx.current_watermark();
         let mut windows = Vec::new();
@@ -197,7 +202,7 @@ impl KeyedProcessFunction<String, Event, String> for StateWindows {
     fn on_timer(
         &mut self,
         timestamp: Timestamp,
-        ctx: &mut OnTimerContext<'_, '_, String, String>,
+        ctx: &mut OnTimerContext<'_, '_, Firing, String>,
     ) -> floe::Result<()> {
         let mut fired = Vec::new();
         {
