@@ -74,6 +74,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 mod cache;
+mod chunk;
 mod filter;
 mod snapshot;
 mod store;
