@@ -16,6 +16,7 @@ use indexmap::IndexMap;
 use redb::{ReadableTable, TableDefinition, TableError};
 use rustc_hash::FxBuildHasher;
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
@@ -533,6 +534,52 @@ impl<K: StateKey, S: StateValue> KeyedTable<K, S> for RedbTable<K, S> {
         };
         self.mark(i, true);
         Ok((!self.expired(e.stamp, now)).then_some(e.value))
+    }
+
+    fn for_each_entry(
+        &mut self,
+        now: Timestamp,
+        f: &mut dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        self.visit(now, f)
+    }
+}
+
+impl<K: StateKey, S: StateValue> RedbTable<K, S> {
+    /// Flushes, then decodes every row of the last commit in key order.
+    fn visit(
+        &mut self,
+        now: Timestamp,
+        f: &mut dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        self.flush_dirty()?;
+        let Some(reader) = &self.reader else {
+            return Ok(());
+        };
+        let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+        // The callback's or the decoder's error, carried past redb's.
+        let mut failed = None;
+        let chunks = reader.iter().map_err(|e| err(&e))?;
+        let walked = chunk::for_each_entry(chunks, |_, key, payload| {
+            let stop = || redb::Error::Corrupted("stopped".into());
+            if self.expired(row_stamp(payload), now) {
+                return Ok(());
+            }
+            let decoded = postcard::from_bytes::<K>(key)
+                .and_then(|k| postcard::from_bytes::<S>(&payload[8..]).map(|v| (k, v)));
+            let r = match decoded {
+                Ok((k, v)) => f(Cow::Owned(k), &v),
+                Err(e) => Err(self.serde(e)),
+            };
+            r.map_err(|e| {
+                failed = Some(e);
+                stop()
+            })
+        });
+        match (failed, walked) {
+            (Some(e), _) => Err(e),
+            (None, r) => r.map_err(|e| err(&e)),
+        }
     }
 }
 

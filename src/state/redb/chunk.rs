@@ -167,10 +167,7 @@ where
 pub(super) fn for_each_entry<'r>(
     chunks: impl Iterator<
         Item = Result<
-            (
-                redb::AccessGuard<'r, Bytes>,
-                redb::AccessGuard<'r, Bytes>,
-            ),
+            (redb::AccessGuard<'r, Bytes>, redb::AccessGuard<'r, Bytes>),
             redb::StorageError,
         >,
     >,
@@ -262,10 +259,8 @@ pub(super) fn apply(
         s.limit.clear();
         let mut limited = false;
         if found {
-            let mut next = table.range::<&[u8]>((
-                Bound::Excluded(s.old_key.as_slice()),
-                upper(&end),
-            ))?;
+            let mut next =
+                table.range::<&[u8]>((Bound::Excluded(s.old_key.as_slice()), upper(&end)))?;
             if let Some(c) = next.next() {
                 let (k, _) = c?;
                 s.limit.extend_from_slice(k.value());
@@ -530,7 +525,11 @@ mod tests {
     #[test]
     fn appends_in_key_order_fill_chunks() {
         let batches: Vec<Vec<_>> = (0..20u16)
-            .map(|b| (0..100u16).map(|i| (1, b * 100 + i, Some(u32::from(i)))).collect())
+            .map(|b| {
+                (0..100u16)
+                    .map(|i| (1, b * 100 + i, Some(u32::from(i))))
+                    .collect()
+            })
             .collect();
         check(&batches);
     }
