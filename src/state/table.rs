@@ -202,6 +202,10 @@ impl<K: StateKey, S: StateValue> TypedTable<K, S> {
     }
 }
 
+/// What visits a table's entries: a key (borrowed where the table holds it
+/// typed) and its value.
+pub(crate) type EntryVisitor<'f, K, S> = dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError> + 'f;
+
 /// The per-key operations the state handles use, implemented by every
 /// backend's typed table.
 pub(crate) trait KeyedTable<K: Clone, S> {
@@ -223,7 +227,7 @@ pub(crate) trait KeyedTable<K: Clone, S> {
     fn for_each_entry(
         &mut self,
         now: Timestamp,
-        f: &mut dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError>,
+        f: &mut EntryVisitor<'_, K, S>,
     ) -> Result<(), StateError>;
 }
 
@@ -248,7 +252,7 @@ impl<K: StateKey, S: StateValue> KeyedTable<K, S> for TypedTable<K, S> {
     fn for_each_entry(
         &mut self,
         now: Timestamp,
-        f: &mut dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError>,
+        f: &mut EntryVisitor<'_, K, S>,
     ) -> Result<(), StateError> {
         for group in &self.groups {
             for (k, e) in group.iter() {

@@ -8,7 +8,7 @@ use super::{Def, Reader, RedbStore, storage};
 use crate::state::descriptor::StateMeta;
 use crate::state::error::StateError;
 use crate::state::snapshot::CapturedState;
-use crate::state::table::{KeyedTable, Stamped};
+use crate::state::table::{EntryVisitor, KeyedTable, Stamped};
 use crate::state::ttl::{StateTtlConfig, TtlUpdateType};
 use crate::state::{StateKey, StateTable, StateValue};
 use floe_actors::element::Timestamp;
@@ -539,7 +539,7 @@ impl<K: StateKey, S: StateValue> KeyedTable<K, S> for RedbTable<K, S> {
     fn for_each_entry(
         &mut self,
         now: Timestamp,
-        f: &mut dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError>,
+        f: &mut EntryVisitor<'_, K, S>,
     ) -> Result<(), StateError> {
         self.visit(now, f)
     }
@@ -547,11 +547,7 @@ impl<K: StateKey, S: StateValue> KeyedTable<K, S> for RedbTable<K, S> {
 
 impl<K: StateKey, S: StateValue> RedbTable<K, S> {
     /// Flushes, then decodes every row of the last commit in key order.
-    fn visit(
-        &mut self,
-        now: Timestamp,
-        f: &mut dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError>,
-    ) -> Result<(), StateError> {
+    fn visit(&mut self, now: Timestamp, f: &mut EntryVisitor<'_, K, S>) -> Result<(), StateError> {
         self.flush_dirty()?;
         let Some(reader) = &self.reader else {
             return Ok(());
