@@ -228,21 +228,6 @@ impl Lines {
             r => r.map_err(|e| floe::Error::io("cannot write", &*self.name, e)),
         }
     }
-
-    /// Writes one line (a caller writing outside a job, such as the word
-    /// count's final counts); call [`close`](Self::close) at the end.
-    pub fn push_line(&mut self, line: impl Display) -> floe::Result<()> {
-        let _ = writeln!(self.buf, "{line}");
-        if self.buf.len() >= CHUNK {
-            self.write_buf(false)?;
-        }
-        Ok(())
-    }
-
-    /// Writes what is buffered and flushes.
-    pub fn close(&mut self) -> floe::Result<()> {
-        self.write_buf(true)
-    }
 }
 
 impl<T: Display + Send + 'static> SinkFunction<T> for Lines {

@@ -13,118 +13,19 @@
 //!
 //! With `--state heap|redb` the sum is a keyed process function instead,
 //! holding the count of each word in a `ValueState<u64>` of the chosen state
-//! backend and emitting the updated count per record, like the sum; a sink
-//! chained behind it keeps the latest count per word, and the CLI prints
-//! those once the job has finished.
+//! backend; like the sum, it emits each word's final count from that state
+//! at end of input (walking the state's keys), or the updated count per
+//! record to a changelog output.
 
 use super::WordcountArgs;
 use super::output::Output;
 use super::progress::Progress;
+use floe::StreamExecutionEnvironment;
+use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::ProcessContext;
-use floe::operators::sink::SinkFunction;
-use floe::operators::{RestoredState, SnapshotContext, StateCapture, keyed_snapshot};
 use floe::state::ValueStateDescriptor;
 use floe::text::WordGenerator;
-use floe::{Record, StreamExecutionEnvironment};
-use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex};
-
-/// A word of up to 23 bytes stored inline, so a lookup compares 24 bytes in
-/// place instead of chasing a pointer to the stored key.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct InlineWord([u8; 24]);
-
-impl InlineWord {
-    #[inline]
-    fn new(word: &str) -> Option<Self> {
-        let b = word.as_bytes();
-        if b.len() > 23 {
-            return None;
-        }
-        let mut a = [0u8; 24];
-        a[..b.len()].copy_from_slice(b);
-        a[23] = b.len() as u8;
-        Some(InlineWord(a))
-    }
-
-    fn as_str(&self) -> &str {
-        let len = self.0[23] as usize;
-        std::str::from_utf8(&self.0[..len]).expect("built from a str")
-    }
-}
-
-/// The latest count per word of one subtask.
-#[derive(Clone, Default)]
-struct Counts {
-    short: FxHashMap<InlineWord, u64>,
-    long: FxHashMap<String, u64>,
-}
-
-impl Counts {
-    #[inline]
-    fn set(&mut self, word: String, count: u64) {
-        match InlineWord::new(&word) {
-            Some(k) => {
-                self.short.insert(k, count);
-            }
-            None => {
-                self.long.insert(word, count);
-            }
-        }
-    }
-
-    fn for_each(&self, mut f: impl FnMut(&str, u64)) {
-        self.short.iter().for_each(|(k, c)| f(k.as_str(), *c));
-        self.long.iter().for_each(|(k, c)| f(k, *c));
-    }
-}
-
-/// Keeps the latest count per word; hands its map over when the input ends.
-#[derive(Clone)]
-struct FinalCounts {
-    counts: Counts,
-    done: Arc<Mutex<Vec<Counts>>>,
-}
-
-/// Keeps the latest count per word and emits `word,count` lines when the
-/// input ends, into the transactional file sink (checkpointing with a file
-/// `--output`): the lines are committed through the two-phase-commit
-/// protocol like any sink's, so a restore rolls back what was committed
-/// after the restored checkpoint.
-#[derive(Clone, Default)]
-struct FinalCountLines {
-    counts: Counts,
-}
-
-impl floe::operators::Operator<(String, u64), String> for FinalCountLines {
-    fn process_batch(
-        &mut self,
-        batch: Vec<Record<(String, u64)>>,
-        _: &mut floe::operators::Output<'_, String>,
-    ) -> floe::Result<()> {
-        for r in batch {
-            let (word, count) = r.value;
-            self.counts.set(word, count);
-        }
-        Ok(())
-    }
-
-    fn on_end_of_input(
-        &mut self,
-        out: &mut floe::operators::Output<'_, String>,
-    ) -> floe::Result<()> {
-        std::mem::take(&mut self.counts).for_each(|w, c| out.collect(format!("{w},{c}")));
-        Ok(())
-    }
-
-    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> floe::Result<StateCapture> {
-        snapshot_counts(&self.counts, ctx)
-    }
-
-    fn restore_state(&mut self, state: RestoredState) -> floe::Result<()> {
-        restore_counts(&mut self.counts, &state)
-    }
-}
+use std::sync::Arc;
 
 /// A word and its final count, displayed as the output line `word,count`:
 /// formatted by the sink straight into its batch buffer, never into a
@@ -138,56 +39,41 @@ impl std::fmt::Display for CountLine {
     }
 }
 
-/// Counts keyed by word, like the sum before them: a restore at another
-/// parallelism hands each word to the subtask its key group goes to.
-fn snapshot_counts(counts: &Counts, ctx: &SnapshotContext) -> floe::Result<StateCapture> {
-    let mut entries: Vec<(String, u64)> = Vec::new();
-    counts.for_each(|w, c| entries.push((w.to_string(), c)));
-    let groups = keyed_snapshot::encode(entries.iter().map(|(w, c)| (w, c)), ctx.max_parallelism)?;
-    Ok(StateCapture::keyed_bytes(groups))
+/// The `--state` job's count: a `ValueState<u64>` per word in the chosen
+/// backend. To a changelog output it emits the updated count per record;
+/// otherwise each word's final count once, from the state at end of input,
+/// so no second map holds every count.
+#[derive(Clone)]
+struct StateCount {
+    count: ValueStateDescriptor<u64>,
+    at_end: bool,
 }
 
-fn restore_counts(counts: &mut Counts, state: &RestoredState) -> floe::Result<()> {
-    keyed_snapshot::decode::<String, u64>(&state.keyed, |w, c| counts.set(w, c))
-}
-
-impl SinkFunction<(String, u64)> for FinalCounts {
-    fn invoke(&mut self, (word, count): (String, u64), _: Option<i64>) -> floe::Result<()> {
-        self.counts.set(word, count);
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<(String, u64)>>) -> floe::Result<()> {
-        for r in batch {
-            let (word, count) = r.value;
-            self.counts.set(word, count);
+impl KeyedProcessFunction<String, (String, u64), (String, u64)> for StateCount {
+    fn process_element(
+        &mut self,
+        (word, n): (String, u64),
+        ctx: &mut ProcessContext<'_, '_, (String, u64), String>,
+    ) -> floe::Result<()> {
+        let mut state = ctx.value_state(&self.count)?;
+        let total = state.value()?.unwrap_or(0) + n;
+        state.update(total)?;
+        if !self.at_end {
+            ctx.collect((word, total));
         }
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
-        let counts = std::mem::take(&mut self.counts);
-        self.done
-            .lock()
-            .map_err(|_| floe::Error::User("final counts lock poisoned".into()))?
-            .push(counts);
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut ProcessContext<'_, '_, (String, u64), String>,
+    ) -> floe::Result<()> {
+        if self.at_end {
+            ctx.for_each_entry(&self.count, |word, &n, out| {
+                out.collect((word.into_owned(), n));
+            })?;
+        }
         Ok(())
-    }
-
-    fn snapshot_state(&mut self, ctx: &SnapshotContext) -> floe::Result<StateCapture> {
-        // Keyed by word, like the sum before it: a restore at another
-        // parallelism hands each word to the subtask its key group goes to.
-        let mut entries: Vec<(String, u64)> = Vec::new();
-        self.counts
-            .for_each(|w, c| entries.push((w.to_string(), c)));
-        let groups =
-            keyed_snapshot::encode(entries.iter().map(|(w, c)| (w, c)), ctx.max_parallelism)?;
-        Ok(StateCapture::keyed_bytes(groups))
-    }
-
-    fn restore_state(&mut self, state: RestoredState) -> floe::Result<()> {
-        let counts = &mut self.counts;
-        keyed_snapshot::decode::<String, u64>(&state.keyed, |w, c| counts.set(w, c))
     }
 }
 
@@ -285,37 +171,31 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             (words, "Word Generator", Some(args.records))
         }
     };
-    let done = Arc::new(Mutex::new(Vec::new()));
     let keyed = words.key_by_field(|t: &(String, u64)| &t.0);
     // Only a changelog output (Kafka, PostgreSQL) wants every update.
     let changelog = !matches!(
         output,
         Output::Stdout | Output::Direct(_) | Output::Transactional(_)
     );
-    // The sum's state is the final counts: nothing else keeps them.
-    let from_sum = state.is_none() && !changelog;
+    // The counting operator's state is the final counts: nothing else
+    // keeps them.
+    let at_end = !changelog;
     let (counts, counter) = match state {
-        None if !from_sum => (keyed.sum(|t: &mut (String, u64)| &mut t.1), "Keyed Sum"),
+        None if !at_end => (keyed.sum(|t: &mut (String, u64)| &mut t.1), "Keyed Sum"),
         None => (
             keyed.sum_at_end_of_input(|t: &mut (String, u64)| &mut t.1),
             "Keyed Sum",
         ),
         Some(kind) => {
-            let count = ValueStateDescriptor::<u64>::new("count");
-            let function = move |(word, n): (String, u64),
-                                 ctx: &mut ProcessContext<'_, '_, (String, u64), String>|
-                  -> floe::Result<()> {
-                let mut state = ctx.value_state(&count)?;
-                let total = state.value()?.unwrap_or(0) + n;
-                state.update(total)?;
-                ctx.collect((word, total));
-                Ok(())
+            let function = StateCount {
+                count: ValueStateDescriptor::<u64>::new("count"),
+                at_end,
             };
             (keyed.process_with_backend(function, kind), "Keyed Process")
         }
     };
-    // The final counts as output lines, straight from the sum at end of
-    // input (no state of their own).
+    // The final counts as output lines, straight from the counting
+    // operator at end of input (no state of their own).
     let lines = || {
         counts
             .map(|(word, count): (String, u64)| CountLine(word, count))
@@ -346,17 +226,11 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
                 .add_to(&rows)
                 .uid("postgres-sink")
         }
-        Output::Transactional(tx) if from_sum => lines()
+        Output::Transactional(tx) => lines()
             .add_two_phase_sink(tx.clone())
             .name("Committed Counts")
             .uid("committed-counts"),
-        Output::Transactional(tx) => counts
-            .transform("Final Counts", |_| FinalCountLines::default())
-            .uid("final-counts")
-            .add_two_phase_sink(tx.clone())
-            .name("Committed Counts")
-            .uid("committed-counts"),
-        Output::Stdout | Output::Direct(_) if from_sum => {
+        Output::Stdout | Output::Direct(_) => {
             lines()
                 .add_sink(output.open()?.ok_or_else(|| {
                     floe::Error::User("stdout or a file is written directly".into())
@@ -364,13 +238,6 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
                 .name("Final Counts")
                 .uid("final-counts")
         }
-        Output::Stdout | Output::Direct(_) => counts
-            .add_sink(FinalCounts {
-                counts: Counts::default(),
-                done: done.clone(),
-            })
-            .name("Final Counts")
-            .uid("final-counts"),
     };
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
@@ -395,14 +262,6 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
 
     let stats = handle.checkpoint_stats();
     args.checkpoints.report_savepoint(&stats)?;
-    let maps = std::mem::take(
-        &mut *done
-            .lock()
-            .map_err(|_| floe::Error::User("lock poisoned".into()))?,
-    );
-    if !from_sum {
-        write_counts(&output, &maps)?;
-    }
 
     eprintln!(
         "{} words={words}{}",
@@ -413,22 +272,4 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         e.linger();
     }
     Ok(())
-}
-
-/// Writes the final counts of the `--state` job's sink to a direct output
-/// (nothing for a transactional one, which the job's sink wrote).
-fn write_counts(output: &Output, maps: &[Counts]) -> floe::Result<()> {
-    let Some(mut lines) = output.open()? else {
-        return Ok(());
-    };
-    let mut result = Ok(());
-    for m in maps {
-        m.for_each(|word, count| {
-            if result.is_ok() {
-                result = lines.push_line(format_args!("{word},{count}"));
-            }
-        });
-    }
-    result?;
-    lines.close()
 }

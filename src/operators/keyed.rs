@@ -410,6 +410,14 @@ pub trait KeyedProcessFunction<K, IN, OUT>: Send + 'static {
     ) -> Result<()> {
         Ok(())
     }
+
+    /// The input is complete, after the final watermark fired every
+    /// event-time timer: emit final results from the keyed state with
+    /// [`ProcessContext::for_each_entry`] (there is no current key). The
+    /// default does nothing.
+    fn on_end_of_input(&mut self, _ctx: &mut ProcessContext<'_, '_, OUT, K>) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Any `FnMut(value, ctx) -> Result<()>` is a keyed process function (its
@@ -683,7 +691,18 @@ where
         Ok(())
     }
 
-    fn on_end_of_input(&mut self, _: &mut Output<'_, OUT>) -> Result<()> {
+    fn on_end_of_input(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
+        let mut ctx = ProcessContext {
+            out,
+            timestamp: None,
+            watermark: self.watermark,
+            key: None,
+            timers: Some(&mut self.timers),
+            timer_misuse: false,
+            state: Some(self.state.as_mut()),
+            operator_state: None,
+        };
+        self.function.on_end_of_input(&mut ctx)?;
         // The final watermark has fired every event-time timer. Pending
         // processing-time timers are dropped, as in Flink.
         let dropped = self.timers.clear(TimeDomain::ProcessingTime);

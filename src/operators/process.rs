@@ -23,12 +23,13 @@ use super::{Operator, Output, OutputTag, RestoredState, SnapshotContext, StateCa
 use crate::state::{
     AggregatingState, AggregatingStateDescriptor, KeyScope, ListState, ListStateDescriptor,
     MapState, MapStateDescriptor, OperatorListState, OperatorStateStore, ReducingState,
-    ReducingStateDescriptor, StateBackend, StateError, StateKey, StateValue, ValueState,
-    ValueStateDescriptor,
+    ReducingStateDescriptor, StateBackend, StateDescriptor, StateError, StateKey, StateValue,
+    ValueState, ValueStateDescriptor, for_each_entry,
 };
 use crate::time::{Clock, SystemClock, TimeDomain, TimerService};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Timestamp};
+use std::borrow::Cow;
 use std::hash::Hash;
 use std::ops::{Deref, DerefMut};
 
@@ -240,6 +241,33 @@ impl<OUT, K: Hash + Eq + Clone> ProcessContext<'_, '_, OUT, K> {
 /// assert_eq!(got, vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]);
 /// ```
 impl<OUT, K: StateKey> ProcessContext<'_, '_, OUT, K> {
+    /// Calls `f` with every key holding a value of the state `desc` (not
+    /// just the current key's), the value and the output: at end of input
+    /// ([`KeyedProcessFunction::on_end_of_input`]), to emit final results
+    /// from the keyed state instead of keeping them a second time
+    /// elsewhere. Keys are borrowed from the heap backend, decoded (owned)
+    /// from redb.
+    ///
+    /// [`KeyedProcessFunction::on_end_of_input`]: super::keyed::KeyedProcessFunction::on_end_of_input
+    pub fn for_each_entry<D: StateDescriptor>(
+        &mut self,
+        desc: &D,
+        mut f: impl FnMut(Cow<'_, K>, &D::Stored, &mut Output<'_, OUT>),
+    ) -> Result<()> {
+        let Some(backend) = self.state.as_deref_mut() else {
+            return Err(StateError::NotKeyed {
+                state: desc.meta().name.clone(),
+            }
+            .into());
+        };
+        let out = &mut *self.out;
+        for_each_entry(backend, desc, |k, v| {
+            f(k, v, out);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
     fn key_scope(&mut self, state: &str) -> std::result::Result<KeyScope<'_, K>, StateError> {
         match (self.state.as_deref_mut(), self.key) {
             (Some(backend), Some(key)) => Ok(KeyScope::new(backend, key)),

@@ -58,7 +58,7 @@ pub use map::MapState;
 pub use operator::{OperatorListState, OperatorStateEntries, OperatorStateStore, Redistribution};
 pub use redb::{MAX_DELTAS, RedbStateBackend, RedbStore};
 pub use reducing::ReducingState;
-pub use scope::KeyScope;
+pub use scope::{KeyScope, for_each_entry};
 pub use snapshot::{
     CapturedState, Change, CheckpointChain, DELTA_VERSION, GroupDelta, KeyGroupBytes,
     KeyGroupChanges, KeyGroupState, Snapshot, StateBlob, StateChange,

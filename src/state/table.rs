@@ -18,6 +18,7 @@ use indexmap::IndexMap;
 use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Serialize};
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -201,9 +202,13 @@ impl<K: StateKey, S: StateValue> TypedTable<K, S> {
     }
 }
 
+/// What visits a table's entries: a key (borrowed where the table holds it
+/// typed) and its value.
+pub(crate) type EntryVisitor<'f, K, S> = dyn FnMut(Cow<'_, K>, &S) -> Result<(), StateError> + 'f;
+
 /// The per-key operations the state handles use, implemented by every
 /// backend's typed table.
-pub(crate) trait KeyedTable<K, S> {
+pub(crate) trait KeyedTable<K: Clone, S> {
     /// See [`TypedTable::get`].
     fn get(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<&S>, StateError>;
     /// See [`TypedTable::get_mut`].
@@ -217,6 +222,13 @@ pub(crate) trait KeyedTable<K, S> {
     fn put(&mut self, key_group: u32, key: &K, value: S, now: Timestamp) -> Result<(), StateError>;
     /// See [`TypedTable::take`].
     fn take(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<S>, StateError>;
+    /// Calls `f` with every key holding a value unexpired at `now`, and the
+    /// value (a borrowed key where the table holds it typed).
+    fn for_each_entry(
+        &mut self,
+        now: Timestamp,
+        f: &mut EntryVisitor<'_, K, S>,
+    ) -> Result<(), StateError>;
 }
 
 impl<K: StateKey, S: StateValue> KeyedTable<K, S> for TypedTable<K, S> {
@@ -236,6 +248,20 @@ impl<K: StateKey, S: StateValue> KeyedTable<K, S> for TypedTable<K, S> {
     }
     fn take(&mut self, key_group: u32, key: &K, now: Timestamp) -> Result<Option<S>, StateError> {
         TypedTable::take(self, key_group, key, now)
+    }
+    fn for_each_entry(
+        &mut self,
+        now: Timestamp,
+        f: &mut EntryVisitor<'_, K, S>,
+    ) -> Result<(), StateError> {
+        for group in &self.groups {
+            for (k, e) in group.iter() {
+                if !self.expired(e, now) {
+                    f(Cow::Borrowed(k), &e.value)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

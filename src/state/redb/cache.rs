@@ -1,22 +1,24 @@
 //! One state's rows in the database, typed, behind a bounded in-memory cache
 //! of decoded entries: reads, writes, bulk flushes, eviction and the TTL sweep.
 
+use super::chunk::{self, Change};
 use super::filter::KeyFilter;
 use super::snapshot::RedbCaptured;
 use super::{Def, Reader, RedbStore, storage};
 use crate::state::descriptor::StateMeta;
 use crate::state::error::StateError;
 use crate::state::snapshot::CapturedState;
-use crate::state::table::{KeyedTable, Stamped};
+use crate::state::table::{EntryVisitor, KeyedTable, Stamped};
 use crate::state::ttl::{StateTtlConfig, TtlUpdateType};
 use crate::state::{StateKey, StateTable, StateValue};
 use floe_actors::element::Timestamp;
 use indexmap::IndexMap;
-use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, TableError};
+use redb::{ReadableTable, TableDefinition, TableError};
 use rustc_hash::FxBuildHasher;
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::marker::PhantomData;
-use std::ops::{Bound, Range};
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -54,7 +56,8 @@ pub(crate) struct RedbTable<K, S> {
     dirty: Vec<usize>,
     /// The table as of the last commit (`None`: it does not exist).
     reader: Option<Reader>,
-    /// Rows in the database as of the last commit.
+    /// Entries in the database as of the last commit (kept by the writes:
+    /// a row holds several).
     db_rows: u64,
     /// Over the cached keys: those with a value minus those with a row.
     delta_len: i64,
@@ -67,6 +70,8 @@ pub(crate) struct RedbTable<K, S> {
     flush_buf: Vec<u8>,
     /// A flush's rows in `flush_buf`.
     flush_rows: Vec<FlushRow>,
+    /// The chunk merge's buffers.
+    chunks: chunk::Scratch,
     /// The cache sweep's position.
     cursor: usize,
     /// The database sweep's position: the last row key checked.
@@ -114,6 +119,7 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
             filter: KeyFilter::with_capacity(capacity),
             flush_buf: Vec::new(),
             flush_rows: Vec::new(),
+            chunks: chunk::Scratch::default(),
             cursor: 0,
             db_cursor: Vec::new(),
             db_sweep: 0,
@@ -159,11 +165,9 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
     /// Reopens the read-only view of the table on the last commit.
     fn open_reader(&mut self) -> Result<(), StateError> {
         self.reader = None;
-        self.db_rows = 0;
         let read = self.store.read()?;
         match read.open_table(self.def()) {
             Ok(t) => {
-                self.db_rows = t.len().map_err(|e| storage(&self.operator, e))?;
                 self.reader = Some(t);
                 Ok(())
             }
@@ -187,18 +191,14 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         let Some(reader) = &self.reader else {
             return Ok(None);
         };
-        let found = reader
-            .get(self.scratch.as_slice())
-            .map_err(|e| storage(&self.operator, e))?;
-        let Some(row) = found else {
-            return Ok(None);
-        };
-        let bytes = row.value();
-        let value: S = postcard::from_bytes(&bytes[8..]).map_err(|e| self.serde(e))?;
-        Ok(Some(Stamped {
-            value,
-            stamp: row_stamp(bytes),
-        }))
+        let found = chunk::with_entry(reader, &self.scratch, |bytes| {
+            postcard::from_bytes::<S>(&bytes[8..]).map(|value| Stamped {
+                value,
+                stamp: row_stamp(bytes),
+            })
+        })
+        .map_err(|e| storage(&self.operator, e))?;
+        found.transpose().map_err(|e| self.serde(e))
     }
 
     /// The cache index of `key`, read from the database on a miss (after
@@ -307,45 +307,41 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         let now = self.last_now;
         let mut cursor = std::mem::take(&mut self.db_cursor);
         let def: Def<'_> = TableDefinition::new(&self.name);
-        let expired = self.store.write(|txn| {
+        let changes: Vec<Change<'_>> = rows
+            .iter()
+            .map(|r| Change {
+                row: &buf[r.start..r.key_end],
+                payload: (r.end > r.key_end).then(|| &buf[r.key_end..r.end]),
+            })
+            .collect();
+        let mut scratch = std::mem::take(&mut self.chunks);
+        let written = self.store.write(|txn| {
             let mut table = txn.open_table(def)?;
-            for r in &rows {
-                let k = &buf[r.start..r.key_end];
-                if r.end > r.key_end {
-                    table.insert(k, &buf[r.key_end..r.end])?;
-                } else {
-                    table.remove(k)?;
-                }
-            }
+            let mut added = chunk::apply(&mut table, &changes, &mut scratch)?;
             let mut expired = Vec::new();
-            let mut steps = 0;
-            'passes: for _ in 0..2 {
-                if steps >= sweep {
-                    break;
-                }
-                for row in
-                    table.range::<&[u8]>((Bound::Excluded(cursor.as_slice()), Bound::Unbounded))?
-                {
-                    let (k, v) = row?;
-                    steps += 1;
-                    cursor.clear();
-                    cursor.extend_from_slice(k.value());
-                    if row_stamp(v.value()).saturating_add(ttl_ms) <= now {
-                        expired.push(cursor.clone());
-                    }
-                    if steps >= sweep {
-                        break 'passes;
-                    }
-                }
-                // Reached the end: start over.
-                cursor.clear();
-                steps += 1;
+            if sweep > 0 {
+                chunk::sweep(
+                    &table,
+                    &mut cursor,
+                    sweep,
+                    |p| row_stamp(p).saturating_add(ttl_ms) <= now,
+                    &mut expired,
+                )?;
+                let gone: Vec<Change<'_>> = expired
+                    .iter()
+                    .map(|k| Change {
+                        row: k,
+                        payload: None,
+                    })
+                    .collect();
+                added += chunk::apply(&mut table, &gone, &mut scratch)?;
             }
-            for k in &expired {
-                table.remove(k.as_slice())?;
-            }
-            Ok(expired)
-        })?;
+            Ok((expired, added))
+        });
+        drop(changes);
+        self.chunks = scratch;
+        let (expired, added) = written?;
+        self.db_rows = self.db_rows.saturating_add_signed(added);
         self.db_cursor = cursor;
         self.db_sweep = 0;
         for &i in &self.dirty {
@@ -388,13 +384,63 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         let mut filter = KeyFilter::with_capacity(rows.saturating_mul(4).max(self.capacity));
         if let Some(reader) = &self.reader {
             let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
-            for row in reader.iter().map_err(|e| err(&e))? {
-                let (k, _) = row.map_err(|e| err(&e))?;
-                filter.insert(k.value());
-            }
+            let mut row = Vec::new();
+            chunk::for_each_entry(reader.iter().map_err(|e| err(&e))?, |prefix, key, _| {
+                row.clear();
+                row.extend_from_slice(prefix);
+                row.extend_from_slice(key);
+                filter.insert(&row);
+                Ok(())
+            })
+            .map_err(|e| err(&e))?;
         }
         self.filter = filter;
         Ok(())
+    }
+
+    /// Writes `rows` (row key, payload or `None` to remove) of `key_group`
+    /// in one transaction, after removing the group's entries when
+    /// `replace`; a later row of a key wins over an earlier one.
+    fn write_group(
+        &mut self,
+        key_group: u32,
+        replace: bool,
+        mut rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<(), StateError> {
+        // Sorted, the last of equal keys kept.
+        rows.reverse();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.dedup_by(|later, earlier| later.0 == earlier.0);
+        for (k, v) in &rows {
+            if v.is_some() {
+                // Before the write: the filter never misses a row.
+                self.filter.insert(k);
+            }
+        }
+        let changes: Vec<Change<'_>> = rows
+            .iter()
+            .map(|(k, v)| Change {
+                row: k,
+                payload: v.as_deref(),
+            })
+            .collect();
+        let mut scratch = std::mem::take(&mut self.chunks);
+        let def = self.def();
+        let written = self.store.write(|txn| {
+            let mut table = txn.open_table(def)?;
+            let removed = if replace {
+                chunk::clear_group(&mut table, key_group)?
+            } else {
+                0
+            };
+            let added = chunk::apply(&mut table, &changes, &mut scratch)?;
+            Ok(added - i64::try_from(removed).unwrap_or(i64::MAX))
+        });
+        self.chunks = scratch;
+        let added = written?;
+        self.db_rows = self.db_rows.saturating_add_signed(added);
+        self.open_reader()?;
+        self.refresh_filter()
     }
 
     /// Flushes, then drops the older half of the cache.
@@ -489,6 +535,48 @@ impl<K: StateKey, S: StateValue> KeyedTable<K, S> for RedbTable<K, S> {
         self.mark(i, true);
         Ok((!self.expired(e.stamp, now)).then_some(e.value))
     }
+
+    fn for_each_entry(
+        &mut self,
+        now: Timestamp,
+        f: &mut EntryVisitor<'_, K, S>,
+    ) -> Result<(), StateError> {
+        self.visit(now, f)
+    }
+}
+
+impl<K: StateKey, S: StateValue> RedbTable<K, S> {
+    /// Flushes, then decodes every row of the last commit in key order.
+    fn visit(&mut self, now: Timestamp, f: &mut EntryVisitor<'_, K, S>) -> Result<(), StateError> {
+        self.flush_dirty()?;
+        let Some(reader) = &self.reader else {
+            return Ok(());
+        };
+        let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+        // The callback's or the decoder's error, carried past redb's.
+        let mut failed = None;
+        let chunks = reader.iter().map_err(|e| err(&e))?;
+        let walked = chunk::for_each_entry(chunks, |_, key, payload| {
+            let stop = || redb::Error::Corrupted("stopped".into());
+            if self.expired(row_stamp(payload), now) {
+                return Ok(());
+            }
+            let decoded = postcard::from_bytes::<K>(key)
+                .and_then(|k| postcard::from_bytes::<S>(&payload[8..]).map(|v| (k, v)));
+            let r = match decoded {
+                Ok((k, v)) => f(Cow::Owned(k), &v),
+                Err(e) => Err(self.serde(e)),
+            };
+            r.map_err(|e| {
+                failed = Some(e);
+                stop()
+            })
+        });
+        match (failed, walked) {
+            (Some(e), _) => Err(e),
+            (None, r) => r.map_err(|e| err(&e)),
+        }
+    }
 }
 
 impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
@@ -527,29 +615,9 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
             let row = postcard::to_extend(k, key_group.to_be_bytes().to_vec())
                 .map_err(|e| self.serde(e))?;
             let value = encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?;
-            rows.push((row, value));
+            rows.push((row, Some(value)));
         }
-        for (k, _) in &rows {
-            self.filter.insert(k);
-        }
-        let def = self.def();
-        let start = key_group.to_be_bytes();
-        let end = (key_group + 1).to_be_bytes();
-        let last = key_group == u32::MAX;
-        self.store.write(|txn| {
-            let mut table = txn.open_table(def)?;
-            if last {
-                table.retain_in::<&[u8], _>(start.as_slice().., |_, _| false)?;
-            } else {
-                table.retain_in::<&[u8], _>(start.as_slice()..end.as_slice(), |_, _| false)?;
-            }
-            for (k, v) in &rows {
-                table.insert(k.as_slice(), v.as_slice())?;
-            }
-            Ok(())
-        })?;
-        self.open_reader()?;
-        self.refresh_filter()
+        self.write_group(key_group, true, rows)
     }
 
     fn apply_group_delta(
@@ -570,27 +638,13 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
         for k in &removed {
             gone.push(row(k)?);
         }
-        let mut rows = Vec::with_capacity(entries.len());
+        let mut rows = Vec::with_capacity(entries.len() + gone.len());
+        rows.extend(gone.into_iter().map(|k| (k, None)));
         for (k, e) in &entries {
             let value = encode_row(e.stamp, &e.value).map_err(|e| self.serde(e))?;
-            rows.push((row(k)?, value));
+            rows.push((row(k)?, Some(value)));
         }
-        for (k, _) in &rows {
-            self.filter.insert(k);
-        }
-        let def = self.def();
-        self.store.write(|txn| {
-            let mut table = txn.open_table(def)?;
-            for k in &gone {
-                table.remove(k.as_slice())?;
-            }
-            for (k, v) in &rows {
-                table.insert(k.as_slice(), v.as_slice())?;
-            }
-            Ok(())
-        })?;
-        self.open_reader()?;
-        self.refresh_filter()
+        self.write_group(key_group, false, rows)
     }
 
     fn clear_all(&mut self) {
@@ -608,6 +662,7 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
         if deleted.is_ok() {
             // Only then: the rows left by a failed delete must stay in it.
             self.filter = KeyFilter::with_capacity(self.capacity);
+            self.db_rows = 0;
         }
         let _ = self.open_reader();
     }

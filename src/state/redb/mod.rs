@@ -1,11 +1,14 @@
 //! The redb state backend: every state in an embedded redb database file per
 //! subtask, behind a bounded in-memory cache per state.
 //!
-//! Layout: one redb table per registered state (named `state/<name>`); a row
-//! key is the key group as a big-endian `u32` followed by the postcard bytes
-//! of the key, so the rows of a key group are one contiguous range; a row
-//! value is the TTL stamp as a big-endian `i64` followed by the postcard bytes
-//! of the value (so expiry is checked without decoding the value).
+//! Layout: one redb table per registered state (named `state/<name>`); an
+//! entry's row key is the key group as a big-endian `u32` followed by the
+//! postcard bytes of the key, so the entries of a key group are one
+//! contiguous range; its payload is the TTL stamp as a big-endian `i64`
+//! followed by the postcard bytes of the value (so expiry is checked without
+//! decoding the value). A B-tree row holds a run of consecutive entries of
+//! one key group (see `chunk`): a flush rewrites the runs its changes fall in
+//! rather than inserting a row per key.
 //!
 //! **Cache.** Each state keeps up to
 //! [`cache_capacity`](RedbStateBackend::with_cache_capacity) entries in an
@@ -74,6 +77,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 mod cache;
+mod chunk;
 mod filter;
 mod snapshot;
 mod store;

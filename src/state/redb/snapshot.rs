@@ -2,6 +2,7 @@
 //! transaction, in full or as the delta since the base checkpoint.
 
 use super::cache::row_stamp;
+use super::chunk;
 use super::{Def, Reader, storage};
 use crate::state::descriptor::StateMeta;
 use crate::state::error::StateError;
@@ -59,15 +60,17 @@ impl CapturedState for RedbCaptured {
         );
         let mut n: usize = 0;
         let mut body = Vec::new();
-        for row in table.range::<&[u8]>(range).map_err(|e| err(&e))? {
-            let (k, v) = row.map_err(|e| err(&e))?;
-            let (k, v) = (k.value(), v.value());
+        let chunks = table.range::<&[u8]>(range).map_err(|e| err(&e))?;
+        chunk::for_each_entry(chunks, |_, k, v| {
             // postcard of (K, Stamped { value, stamp }): the fields in order.
-            body.extend_from_slice(&k[4..]);
+            body.extend_from_slice(k);
             body.extend_from_slice(&v[8..]);
-            body = postcard::to_extend(&row_stamp(v), body).map_err(|e| err(&e))?;
+            postcard::to_io(&row_stamp(v), &mut body)
+                .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
             n += 1;
-        }
+            Ok(())
+        })
+        .map_err(|e| err(&e))?;
         if n == 0 {
             return Ok(None);
         }
@@ -107,15 +110,17 @@ impl CapturedState for RedbDelta {
         let (mut n_puts, mut n_removed) = (0usize, 0usize);
         for row in &self.rows[start..end] {
             let found = match &table {
-                Some(t) => t.get(&row[..]).map_err(|e| err(&e))?,
+                Some(t) => chunk::with_entry(t, row, |v| {
+                    puts.extend_from_slice(&row[4..]);
+                    puts.extend_from_slice(&v[8..]);
+                    row_stamp(v)
+                })
+                .map_err(|e| err(&e))?,
                 None => None,
             };
             match found {
-                Some(v) => {
-                    let v = v.value();
-                    puts.extend_from_slice(&row[4..]);
-                    puts.extend_from_slice(&v[8..]);
-                    puts = postcard::to_extend(&row_stamp(v), puts).map_err(|e| err(&e))?;
+                Some(stamp) => {
+                    puts = postcard::to_extend(&stamp, puts).map_err(|e| err(&e))?;
                     n_puts += 1;
                 }
                 None => {

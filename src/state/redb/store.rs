@@ -3,10 +3,40 @@
 
 use super::{Changes, DB_CACHE_BYTES, RedbStateBackend, RedbStore, TakenChanges, storage};
 use crate::state::error::StateError;
-use redb::{Builder, Durability, ReadTransaction, WriteTransaction};
+use redb::backends::FileBackend;
+use redb::{Builder, Durability, ReadTransaction, StorageBackend, WriteTransaction};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+/// The database file, never synced: it is working storage, deleted with the
+/// backend and never reopened (recovery goes through snapshots), so the
+/// `fdatasync` redb issues at its durable commits (every 8th flush, which
+/// lets it reuse freed pages) would only cost time.
+#[derive(Debug)]
+struct WorkingFile(FileBackend);
+
+impl StorageBackend for WorkingFile {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+
+    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, std::io::Error> {
+        self.0.read(offset, len)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self, _eventual: bool) -> Result<(), std::io::Error> {
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+}
 
 impl RedbStore {
     pub(super) fn create(operator: &str, path: PathBuf) -> Result<Self, StateError> {
@@ -21,9 +51,16 @@ impl RedbStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(fail(&e)),
         }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| fail(&e))?;
+        let file = FileBackend::new(file).map_err(|e| fail(&e))?;
         let db = Builder::new()
             .set_cache_size(DB_CACHE_BYTES)
-            .create(&path)
+            .create_with_backend(WorkingFile(file))
             .map_err(|e| fail(&e))?;
         Ok(RedbStore {
             operator: operator.to_string(),
@@ -49,8 +86,8 @@ impl RedbStore {
         let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
         let mut txn = self.db.begin_write().map_err(|e| err(&e))?;
         // redb frees the pages a commit replaced only at a durable commit:
-        // every 8th is one (written, not fsynced), the others skip the
-        // header write.
+        // every 8th is one (written, never synced: `WorkingFile`), the
+        // others skip the header write.
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         txn.set_durability(if n % 8 == 7 {
             Durability::Eventual
