@@ -8,10 +8,10 @@
 //! failover (`region.rs`) when configured.
 
 use super::graph::{Node, node_uid};
+use super::job::JobHandle;
 use super::region::Regions;
 use super::spawn::{SavepointRequest, Spawner};
-use crate::api::JobHandle;
-use crate::api::status::{EdgeInfo, JobGraphInfo, OperatorInfo, RegionInfo, VertexInfo};
+use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, RegionInfo, VertexInfo};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
     BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterSubtasks,
@@ -171,7 +171,7 @@ pub(crate) struct Shared {
     /// Restarts so far that started from the beginning (no checkpoint).
     pub scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
     /// Restarts and restore fallbacks, for the job's subscribers.
-    pub events: Arc<crate::api::events::EventLog>,
+    pub events: Arc<super::events::EventLog>,
     /// Region restarts begun, against which checkpoints complete.
     pub region_fence: crate::checkpoint::coordinator::RegionFence,
     /// The job's progress and the configured observers.
@@ -244,7 +244,7 @@ pub(crate) fn launch(
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),
-        events: Arc::new(crate::api::events::EventLog::with_observer(observers)),
+        events: Arc::new(super::events::EventLog::with_observer(observers)),
         region_fence: Default::default(),
         // Deterministic execution keeps every actor on the current arbiter.
         pool: pool.filter(|_| config.deterministic().is_none()),
@@ -260,7 +260,7 @@ pub(crate) fn launch(
     };
     let graph = plan.describe();
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
-    let control = Arc::new(crate::api::job::JobControl::new(
+    let control = Arc::new(super::job::JobControl::new(
         shared.failover.clone(),
         shared.events.clone(),
         shared.observers.clone(),
@@ -451,10 +451,10 @@ pub(crate) fn deploy_attempt(
 /// Tells the job's subscribers that `loaded` was restored in place of newer,
 /// damaged checkpoints (`load_latest` logged each one already).
 pub(super) fn report_fallback(
-    events: &crate::api::events::EventLog,
+    events: &super::events::EventLog,
     loaded: &crate::checkpoint::LoadedSnapshot,
 ) {
-    use crate::api::events::{FallbackEvent, JobEvent, SkippedCheckpoint};
+    use super::events::{FallbackEvent, JobEvent, SkippedCheckpoint};
     if loaded.skipped.is_empty() {
         return;
     }

@@ -15,8 +15,8 @@
 //!    checkpoints completed.
 
 use super::deploy::{Attempt, Job, Shared};
-use crate::api::events::{JobEvent, RestartEvent};
-use crate::api::job::JobControl;
+use super::events::{JobEvent, RestartEvent};
+use super::job::JobControl;
 use crate::config::Config;
 use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
 use floe_actors::error::Error;

@@ -22,7 +22,7 @@ pub(super) struct Regions {
     fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
     tracker: crate::failover::RestartTracker,
     failover: Arc<Mutex<super::manager::FailoverStats>>,
-    events: Arc<crate::api::events::EventLog>,
+    events: Arc<super::events::EventLog>,
     /// The restart strategy's last delay, for the restart's event.
     last_delay_ms: u64,
     stats: Arc<Mutex<CheckpointStats>>,
@@ -218,8 +218,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             checkpoint = restored_id,
             "restarted a region"
         );
-        self.events.emit(crate::api::events::JobEvent::Restarted(
-            crate::api::events::RestartEvent {
+        self.events.emit(super::events::JobEvent::Restarted(
+            super::events::RestartEvent {
                 attempt,
                 cause,
                 restored_checkpoint: restored,

@@ -3,7 +3,7 @@
 //! to an older checkpoint because newer ones were damaged.
 //!
 //! The library never prints. It logs these through `tracing` (warn) and
-//! hands them to subscribers ([`JobHandle::events`](super::JobHandle::events)),
+//! hands them to subscribers ([`JobHandle::events`](super::job::JobHandle::events)),
 //! so that a program can show them its own way; the `floe` binary prints one
 //! stderr line per event. A subscriber first receives every event of the job
 //! so far (a restart can happen before anyone subscribed), then each new one;
