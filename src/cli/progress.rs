@@ -47,7 +47,7 @@ pub fn event_lines(event: &floe::JobEvent) -> Vec<String> {
             r.attempt,
             r.cause,
             r.restored_checkpoint
-                .map_or_else(|| "none".to_string(), |id| id.to_string())
+                .map_or_else(|| "none".to_string(), |id| id.0.to_string())
         )],
         floe::JobEvent::RestoreFellBack(f) => f
             .skipped
@@ -55,7 +55,7 @@ pub fn event_lines(event: &floe::JobEvent) -> Vec<String> {
             .map(|s| {
                 format!(
                     "restore fallback restored_checkpoint={} skipped_checkpoint={} reason={:?}",
-                    f.restored_checkpoint, s.checkpoint, s.reason
+                    f.restored_checkpoint.0, s.checkpoint.0, s.reason
                 )
             })
             .collect(),

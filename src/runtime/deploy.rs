@@ -194,7 +194,7 @@ pub(crate) struct Attempt {
     /// When the attempt's subtasks first processed records.
     pub activity: Arc<std::sync::OnceLock<std::time::Instant>>,
     /// The checkpoint or savepoint the attempt restored, if any.
-    pub restored: Option<u64>,
+    pub restored: Option<floe_actors::ids::CheckpointId>,
 }
 
 /// Deploys `plan` in the current actix system and returns the job's handle;
@@ -459,12 +459,12 @@ pub(super) fn report_fallback(
         return;
     }
     events.emit(JobEvent::RestoreFellBack(FallbackEvent {
-        restored_checkpoint: loaded.meta.id.0,
+        restored_checkpoint: loaded.meta.id,
         skipped: loaded
             .skipped
             .iter()
             .map(|(id, e)| SkippedCheckpoint {
-                checkpoint: id.0,
+                checkpoint: *id,
                 reason: e.to_string(),
             })
             .collect(),
@@ -493,7 +493,7 @@ fn checkpoint_setup(
         Some(s) => s.max_id()?.0,
         None => 0,
     };
-    let restored = restore.map(|r| r.checkpoint_id).unwrap_or(0);
+    let restored = restore.map_or(0, |r| r.checkpoint_id.0);
     let operators = plan
         .nodes
         .iter()

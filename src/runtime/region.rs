@@ -143,7 +143,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             },
         };
         let restored = restore.as_ref().map(|r| r.checkpoint_id);
-        let restored_id = restored.unwrap_or(0);
+        // 0 in the logs, metrics and failover statistics: from the beginning.
+        let restored_id = restored.map_or(0, |c| c.0);
         tracing::info!(
             region,
             checkpoint = restored_id,
@@ -164,7 +165,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             subtasks.sort_unstable();
             mode.record(crate::failover::deterministic::TraceEvent::Restarted {
                 subtasks,
-                checkpoint: restored_id,
+                checkpoint: restored,
             });
         }
         actix::spawn(async move {
