@@ -121,7 +121,7 @@ pub fn status_line(handle: &JobHandle, source: &str, last: &mut (u64, Instant)) 
     if let Some(c) = last_checkpoint {
         line.push_str(&format!(
             " last_checkpoint={} last_checkpoint_ms={}",
-            c.id, c.duration_ms
+            c.id.0, c.duration_ms
         ));
     }
     line
