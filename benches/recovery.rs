@@ -86,7 +86,7 @@ fn run(env: StreamExecutionEnvironment) -> Recovery {
         .checkpoint_stats()
         .history
         .iter()
-        .find(|c| c.id == restored)
+        .find(|c| c.id.0 == restored)
         .map(|c| c.state_bytes)
         .unwrap_or(0);
     Recovery {

@@ -16,8 +16,7 @@
 mod gated;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
-use floe::connectors::async_sink::{DEFAULT_CAPACITY, to_channel};
-use floe::connectors::async_source::{from_channel, from_stream};
+use floe::connectors::async_sink::DEFAULT_CAPACITY;
 use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
 use gated::wait_until;
 use std::collections::{BTreeSet, HashMap};
@@ -58,12 +57,13 @@ fn stream_source_keyed_count_channel_sink_equals_the_oracle() {
     env.set_batch_size(64);
     let (tx, rx) = tokio::sync::mpsc::channel::<(u64, u64)>(16);
     let read = reader(rx, |v| v.0 == END, |_| {});
-    let counts = from_stream(&env, "numbers", || {
-        futures::stream::iter((0..N).map(|i| (key(i), 1u64)))
-    })
-    .key_by(|t: &(u64, u64)| t.0)
-    .sum(|t: &mut (u64, u64)| &mut t.1);
-    to_channel(&counts, "channel", tx.clone());
+    let counts = env
+        .from_stream("numbers", || {
+            futures::stream::iter((0..N).map(|i| (key(i), 1u64)))
+        })
+        .key_by(|t: &(u64, u64)| t.0)
+        .sum(|t: &mut (u64, u64)| &mut t.1);
+    counts.to_channel("channel", tx.clone());
     env.execute().expect("the job finishes");
     tx.blocking_send((END, 0)).expect("the reader runs");
     let got = read.join().expect("reader");
@@ -117,11 +117,13 @@ fn a_slow_channel_reader_bounds_what_the_job_holds() {
         (received, worst)
     });
     let counter = accepted.clone();
-    let stream = from_stream(&env, "numbers", || futures::stream::iter(0..N)).map(move |v| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        v
-    });
-    to_channel(&stream, "channel", tx.clone());
+    let stream = env
+        .from_stream("numbers", || futures::stream::iter(0..N))
+        .map(move |v| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            v
+        });
+    stream.to_channel("channel", tx.clone());
     env.execute().expect("the job finishes");
     tx.blocking_send(END).expect("the reader runs");
     let (received, worst) = read.join().expect("the bound held");
@@ -157,11 +159,12 @@ fn a_stream_source_with_a_failure_is_at_least_once() {
     env.set_config(config);
     let (tx, rx) = tokio::sync::mpsc::channel::<u64>(64);
     let read = reader(rx, |v| *v == END, |_| {});
-    let tagged = from_stream(&env, "numbers", || futures::stream::iter(0..N))
+    let tagged = env
+        .from_stream("numbers", || futures::stream::iter(0..N))
         .rebalance()
         .map(|v| v)
         .name("tag");
-    to_channel(&tagged, "channel", tx.clone());
+    tagged.to_channel("channel", tx.clone());
     let handle = env.execute_async().expect("starts");
     futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
     assert_eq!(handle.failover_stats().restarts, 1, "the fault fired once");
@@ -183,10 +186,11 @@ fn a_channel_source_feeds_a_job_and_backpressures_its_sender() {
     let (in_tx, in_rx) = tokio::sync::mpsc::channel::<u64>(4);
     let (out_tx, out_rx) = tokio::sync::mpsc::channel::<u64>(4);
     let read = reader(out_rx, |v| *v == END, |_| {});
-    let doubled = from_channel(&env, "requests", in_rx)
+    let doubled = env
+        .from_channel("requests", in_rx)
         .rebalance()
         .map(|v: u64| v * 2);
-    to_channel(&doubled, "responses", out_tx.clone());
+    doubled.to_channel("responses", out_tx.clone());
     let handle = env.execute_async().expect("starts");
     for i in 0..N {
         // Waits while the job is behind.
@@ -271,7 +275,7 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
     }));
     env.set_config(config);
     let out = dir.path().join("out.txt");
-    floe::connectors::async_source::add_async_source(&env, "counter", |ctx| {
+    env.add_async_source("counter", |ctx| {
         let (next, end) = ctx.split(N);
         Ok(Counter { next, end })
     })

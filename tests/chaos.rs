@@ -346,7 +346,7 @@ fn a_run_without_faults_completes_checkpoints_and_traces_no_failure() {
         .trace
         .iter()
         .filter_map(|t| match t.event {
-            TraceEvent::CheckpointTriggered { id } => Some((t.at_ms, id)),
+            TraceEvent::CheckpointTriggered { id } => Some((t.at_ms, id.0)),
             _ => None,
         })
         .collect();
@@ -447,7 +447,15 @@ fn a_restart_from_the_beginning_after_a_sink_committed_stays_exact() {
             let restarts = run
                 .trace
                 .iter()
-                .filter(|t| matches!(t.event, TraceEvent::Restarted { checkpoint: 0, .. }))
+                .filter(|t| {
+                    matches!(
+                        t.event,
+                        TraceEvent::Restarted {
+                            checkpoint: None,
+                            ..
+                        }
+                    )
+                })
                 .count();
             assert_eq!(restarts, 1, "{what}: one restart from the beginning");
             let mut got = run.output.clone();

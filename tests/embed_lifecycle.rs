@@ -10,7 +10,7 @@
 mod gated;
 use floe::checkpoint::CheckpointConfig;
 use floe::failover::{Fault, FaultInjection, FaultPoint, JobObserver, RestartStrategy};
-use floe::{Config, Error, JobEnd, JobStatus, StreamExecutionEnvironment};
+use floe::{CheckpointId, Config, Error, JobEnd, JobStatus, StreamExecutionEnvironment};
 use gated::{Gate, gated_generator, wait_for_new_checkpoints};
 use std::collections::HashMap;
 use std::path::Path;
@@ -103,16 +103,19 @@ impl Recorder {
 }
 
 impl JobObserver for Recorder {
-    fn checkpoint_completed(&self, id: u64) {
-        self.completed.lock().unwrap().push(id);
+    fn checkpoint_completed(&self, id: CheckpointId) {
+        self.completed.lock().unwrap().push(id.0);
     }
 
     fn failed(&self, error: &floe_actors::Error) {
         self.failures.lock().unwrap().push(error.clone());
     }
 
-    fn restarted(&self, attempt: u64, restored: Option<u64>) {
-        self.restarts.lock().unwrap().push((attempt, restored));
+    fn restarted(&self, attempt: u64, restored: Option<CheckpointId>) {
+        self.restarts
+            .lock()
+            .unwrap()
+            .push((attempt, restored.map(|c| c.0)));
     }
 
     fn ended(&self, status: JobStatus) {

@@ -25,36 +25,7 @@ const LAYERS: &[(&str, u32)] = &[
 
 /// Edges that close a cycle or point up the order today, and why each is
 /// still there. Removing the reason removes the entry; nothing is added.
-const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
-    (
-        "runtime",
-        "api",
-        "the job handle, its control, its events and the status types live in \
-         api/{job,events,status}.rs; they move under runtime with the lifecycle work",
-    ),
-    (
-        "time",
-        "operators",
-        "the watermark assigner is an operator (time/assign.rs)",
-    ),
-    (
-        "window",
-        "operators",
-        "the window operators implement `Operator` in window/",
-    ),
-    (
-        "connectors",
-        "api",
-        "the async bridges' and the PostgreSQL sink's builder helpers take a \
-         DataStream / the environment (connectors/async_*.rs, postgres.rs); they \
-         become methods of the API (env.from_source, stream.sink_to) next",
-    ),
-    (
-        "state",
-        "window",
-        "aggregating state takes `window::function::AggregateFunction`",
-    ),
-];
+const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[];
 
 /// The longest a source file may be.
 const MAX_LINES: usize = 800;

@@ -22,9 +22,7 @@
 mod gated;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
-use floe::connectors::async_two_phase::{
-    AsyncTwoPhaseCommitSink, Recovery, add_async_two_phase_sink,
-};
+use floe::connectors::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
 use floe::connectors::postgres::{PgTxn, PostgresSink, PostgresSinkConfig, WriteMode};
 use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
 use floe::operators::sink::SinkContext;
@@ -189,7 +187,7 @@ fn upsert_keyed_count_with_failures_equals_the_oracle() {
     .map(|(k, c): (u64, u64)| (format!("k{k}"), c));
     let config =
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Upsert).job(&job);
-    PostgresSink::new(config).expect("config").add_to(&counts);
+    counts.add_postgres_sink(PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     // The snapshot fault fires while the sources hold; the other after.
     wait_until("a restart", || handle.failover_stats().restarts >= 1);
@@ -249,7 +247,7 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
     });
     let config =
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append).job(&job);
-    PostgresSink::new(config).expect("config").add_to(&records);
+    records.add_postgres_sink(PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     wait_until("a restart", || handle.failover_stats().restarts >= 1);
     gate.open();
@@ -321,7 +319,7 @@ fn recovery_ends_a_former_attempts_session_before_resolving() {
         .key_by(|t: &(u64, u64)| t.0)
         .sum(|t: &mut (u64, u64)| &mut t.1)
         .map(|(k, c): (u64, u64)| (format!("k{k}"), c as i64));
-    PostgresSink::new(config).expect("config").add_to(&counts);
+    counts.add_postgres_sink(PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     futures::executor::block_on(handle.wait()).expect("the job finishes");
     assert_eq!(handle.failover_stats().restarts, 0, "no restart");
@@ -356,7 +354,7 @@ fn a_server_down_at_start_fails_the_job_with_one_clear_error() {
     let rows = env.from_collection(vec![("a".to_string(), 1i64)]);
     let config = PostgresSinkConfig::from_url(&url, &["key", "value"], WriteMode::Upsert)
         .expect("a valid URL");
-    PostgresSink::new(config).expect("config").add_to(&rows);
+    rows.add_postgres_sink(PostgresSink::new(config).expect("config"));
     let err = env.execute().expect_err("no server");
     let message = err.to_string();
     assert!(
@@ -403,7 +401,8 @@ where
         .map(|i: i64| (format!("r{i}"), i))
         .uid("rows")
         .set_input_rate(8_000.0);
-    add_async_two_phase_sink(&rows, "PostgreSQL crash", sink).uid("sink");
+    rows.add_async_two_phase_sink("PostgreSQL crash", sink)
+        .uid("sink");
 }
 
 /// Prepares like the real sink, but loses its first commit (as when the
@@ -575,9 +574,9 @@ fn measure_rows_per_second() {
                 &format!("CREATE TABLE {table} (key text, value int8)"),
             );
             if transactional {
-                sink.add_to(&rows);
+                rows.add_postgres_sink(sink);
             } else {
-                floe::connectors::async_sink::add_async_sink(&rows, "PostgreSQL", sink);
+                rows.add_async_sink("PostgreSQL", sink);
             }
             let start = std::time::Instant::now();
             env.execute().expect("the job finishes");

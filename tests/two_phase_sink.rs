@@ -737,8 +737,8 @@ fn job_restored_from_an_older_checkpoint_drops_later_output() {
         .checkpoint_stats()
         .last_completed
         .expect("a checkpoint committed the output");
-    let older = dir.path().join("older").join(format!("chk-{id}"));
-    copy_dir(&checkpoints.join(format!("chk-{id}")), &older);
+    let older = dir.path().join("older").join(format!("chk-{}", id.0));
+    copy_dir(&checkpoints.join(format!("chk-{}", id.0)), &older);
     // Output committed after it: the second quarter.
     gate.pass();
     let second = commit_up_to_the_stop(&gate, 2, &out);

@@ -10,6 +10,9 @@ macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $inner:ty, $prefix:literal) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        // Serialized as the bare number: the JSON of `/status`, the events
+        // and the checkpoint history stay plain numbers.
+        #[serde(transparent)]
         pub struct $name(pub $inner);
 
         impl fmt::Display for $name {

@@ -157,7 +157,7 @@ impl Harness {
                     self.run(next)?;
                 }
                 Action::Completed(r) => {
-                    let id = CheckpointId(r.id);
+                    let id = r.id;
                     if !r.savepoint
                         && let Some(last) = self
                             .log
@@ -173,7 +173,7 @@ impl Harness {
                     self.log.failed_in_row = 0;
                 }
                 Action::Aborted { record, counts } => {
-                    let id = CheckpointId(record.id);
+                    let id = record.id;
                     prop_assert!(!self.log.completed.contains(&id));
                     prop_assert!(!self.log.aborted.contains(&id), "{id} aborted twice");
                     self.log.aborted.push(id);

@@ -201,7 +201,9 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     {
         let strategy = std::sync::Mutex::new(strategy);
         self.transform("Timestamps/Watermarks", move |_| {
-            crate::time::TimestampsOp::new(strategy.lock().expect("strategy lock poisoned").clone())
+            crate::operators::timestamps::TimestampsOp::new(
+                strategy.lock().expect("strategy lock poisoned").clone(),
+            )
         })
     }
 

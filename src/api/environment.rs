@@ -1,7 +1,6 @@
 //! The stream execution environment: configuration, sources, execution.
 
 use super::datastream::DataStream;
-use super::job::{JobHandle, JobResult};
 use crate::config::Config;
 use crate::connectors::collection::{CollectionSource, IteratorSource};
 use crate::connectors::generator::GeneratorSource;
@@ -10,6 +9,7 @@ use crate::connectors::{SourceContext, SourceFunction, SourceNode};
 use crate::runtime::ArbiterPool;
 use crate::runtime::deploy::{Job, launch};
 use crate::runtime::graph::{ErasedChain, Node, NodeKind, Port, ops, partition};
+use crate::runtime::job::{JobHandle, JobResult};
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
 use std::path::PathBuf;

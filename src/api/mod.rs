@@ -6,27 +6,23 @@
 //! [`DataStream::broadcast_state`] and `connect` build Flink's broadcast
 //! state pattern ([`KeyedBroadcastConnectedStream`]).
 
+mod async_io;
 mod connected;
 mod datastream;
 mod environment;
-pub(crate) mod events;
-pub(crate) mod job;
 mod keyed;
-pub mod status;
 mod windowed;
-
-/// The restart loop moved to `crate::runtime`; its statistics keep their
-/// paths here.
-pub(crate) mod manager {
-    pub use crate::runtime::FailoverStats;
-}
 
 pub use crate::runtime::FailoverStats;
 pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
-pub use events::{FallbackEvent, JobEvent, RestartEvent, SkippedCheckpoint};
-pub use job::{JobEnd, JobHandle, JobResult};
 pub use keyed::KeyedStream;
-pub use status::{JobStatusSnapshot, StatusReporter};
+// The job handle, its events and the status types live in the runtime (which
+// makes them); these are the paths programs name.
+pub use crate::runtime::status;
+pub use crate::runtime::{
+    FallbackEvent, JobEnd, JobEvent, JobHandle, JobResult, JobStatusSnapshot, RestartEvent,
+    SkippedCheckpoint, StatusReporter,
+};
 pub use windowed::WindowedStream;

@@ -119,23 +119,23 @@ struct Observe {
 impl actor::CheckpointObserver for Observe {
     fn triggered(&self, id: CheckpointId) {
         if let Some(mode) = &self.trace {
-            mode.record(TraceEvent::CheckpointTriggered { id: id.0 });
+            mode.record(TraceEvent::CheckpointTriggered { id });
         }
     }
 
     fn completed(&self, id: CheckpointId, savepoint: bool) {
         if let Some(mode) = &self.trace {
-            mode.record(TraceEvent::CheckpointCompleted { id: id.0 });
+            mode.record(TraceEvent::CheckpointCompleted { id });
         }
         if let (false, Some(o)) = (savepoint, &self.job) {
-            o.checkpoint_completed(id.0);
+            o.checkpoint_completed(id);
         }
     }
 
     fn aborted(&self, id: CheckpointId, reason: &str, savepoint: bool, counts: bool) {
         if let Some(mode) = &self.trace {
             mode.record(TraceEvent::CheckpointAborted {
-                id: id.0,
+                id,
                 // The fault behind an aborted checkpoint, from the
                 // injector's own report (no error text is parsed).
                 fault: mode.fired_async_write(id.0),
@@ -143,7 +143,7 @@ impl actor::CheckpointObserver for Observe {
             });
         }
         if let (false, true, Some(o)) = (savepoint, counts, &self.job) {
-            o.checkpoint_failed(id.0, reason);
+            o.checkpoint_failed(id, reason);
         }
     }
 }

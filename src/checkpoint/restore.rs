@@ -15,6 +15,7 @@ use crate::operators::RestoredState;
 use crate::plan::Plan;
 use crate::state::KeyGroupBytes;
 use floe_actors::element::MIN_WATERMARK;
+use floe_actors::ids::CheckpointId;
 use floe_actors::keygroup::key_group_range;
 use floe_actors::subtask::SubtaskRestore;
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 /// What every subtask of a job restores.
 pub(crate) struct RestorePlan {
     /// The checkpoint restored.
-    pub checkpoint_id: u64,
+    pub checkpoint_id: CheckpointId,
     operators: HashMap<(usize, usize), RestoredState>,
     runtime: HashMap<(usize, usize), SubtaskRestore>,
 }
@@ -211,7 +212,7 @@ impl RestorePlan {
             }
         }
         Ok(RestorePlan {
-            checkpoint_id: meta.id.0,
+            checkpoint_id: meta.id,
             operators,
             runtime,
         })

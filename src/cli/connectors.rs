@@ -238,7 +238,7 @@ impl PostgresOutput {
                 }
             })
             .name("Rows");
-        Ok(PostgresSink::<(String, i64, i64, i64)>::new(config)?.add_to(&rows))
+        Ok(rows.add_postgres_sink(PostgresSink::<(String, i64, i64, i64)>::new(config)?))
     }
 }
 

@@ -47,7 +47,7 @@ pub fn event_lines(event: &floe::JobEvent) -> Vec<String> {
             r.attempt,
             r.cause,
             r.restored_checkpoint
-                .map_or_else(|| "none".to_string(), |id| id.to_string())
+                .map_or_else(|| "none".to_string(), |id| id.0.to_string())
         )],
         floe::JobEvent::RestoreFellBack(f) => f
             .skipped
@@ -55,7 +55,7 @@ pub fn event_lines(event: &floe::JobEvent) -> Vec<String> {
             .map(|s| {
                 format!(
                     "restore fallback restored_checkpoint={} skipped_checkpoint={} reason={:?}",
-                    f.restored_checkpoint, s.checkpoint, s.reason
+                    f.restored_checkpoint.0, s.checkpoint.0, s.reason
                 )
             })
             .collect(),
@@ -121,7 +121,7 @@ pub fn status_line(handle: &JobHandle, source: &str, last: &mut (u64, Instant)) 
     if let Some(c) = last_checkpoint {
         line.push_str(&format!(
             " last_checkpoint={} last_checkpoint_ms={}",
-            c.id, c.duration_ms
+            c.id.0, c.duration_ms
         ));
     }
     line

@@ -23,8 +23,11 @@
 //! - **Errors** of the driver fail the subtask at once.
 //!
 //! [`ChannelSink`] sends into a bounded tokio `mpsc` channel and
-//! [`FuturesSink`] into any `futures::Sink`; [`add_async_sink`],
-//! [`to_channel`] and [`to_futures_sink`] add them to a stream.
+//! [`FuturesSink`] into any `futures::Sink`;
+//! [`DataStream::add_async_sink`](crate::DataStream::add_async_sink),
+//! [`to_channel`](crate::DataStream::to_channel) and
+//! [`to_futures_sink`](crate::DataStream::to_futures_sink) add them to a
+//! stream.
 
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, SnapshotContext, StateCapture};
@@ -41,7 +44,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
 /// A sink of records of type `T` whose calls are asynchronous; one
-/// instance per subtask, cloned from the one given to [`add_async_sink`].
+/// instance per subtask, cloned from the one given to
+/// [`DataStream::add_async_sink`](crate::DataStream::add_async_sink).
 ///
 /// The calls, in order, each awaited before the next: [`open`](Self::open),
 /// then [`write`](Self::write) per batch with [`flush`](Self::flush) at
@@ -428,33 +432,6 @@ impl<T: Send + 'static> Operator<T, ()> for AsyncSinkOp<T> {
 /// How many batches may wait for an async sink by default.
 pub const DEFAULT_CAPACITY: usize = 2;
 
-/// Writes `stream` to an [`AsyncSink`]; one instance is cloned per subtask.
-pub fn add_async_sink<T, S>(
-    stream: &crate::api::DataStream<T>,
-    name: &str,
-    sink: S,
-) -> crate::api::DataStream<()>
-where
-    T: Clone + Send + 'static,
-    S: AsyncSink<T> + Clone,
-{
-    let template = Arc::new(Mutex::new(sink));
-    let op_name = name.to_string();
-    stream.transform(name, move |view| {
-        let sink = template.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let ctx = SinkContext {
-            subtask: floe_actors::ids::SubtaskIndex(view.subtask as u32),
-            parallelism: view.parallelism,
-        };
-        FallibleOp(AsyncSinkOp::new(
-            sink,
-            ctx,
-            op_name.clone(),
-            DEFAULT_CAPACITY,
-        ))
-    })
-}
-
 /// An operator whose creation may have failed: the error surfaces at its
 /// first call (operator factories cannot fail).
 pub(crate) struct FallibleOp<O>(pub(crate) Result<O>);
@@ -511,18 +488,6 @@ impl<T: Send + 'static> AsyncSink<T> for ChannelSink<T> {
     }
 }
 
-/// Writes `stream` into a bounded tokio channel (see [`ChannelSink`]).
-pub fn to_channel<T>(
-    stream: &crate::api::DataStream<T>,
-    name: &str,
-    sender: tokio::sync::mpsc::Sender<T>,
-) -> crate::api::DataStream<()>
-where
-    T: Clone + Send + 'static,
-{
-    add_async_sink(stream, name, ChannelSink(sender))
-}
-
 /// Feeds every record's value into a `futures::Sink`, shared by the
 /// subtasks (behind an async lock): `send` waits for the sink's readiness,
 /// and a checkpoint flushes it.
@@ -568,18 +533,4 @@ where
             .await
             .map_err(|e| Error::User(format!("sink flush: {e}")))
     }
-}
-
-/// Writes `stream` into a `futures::Sink` (see [`FuturesSink`]).
-pub fn to_futures_sink<T, Si>(
-    stream: &crate::api::DataStream<T>,
-    name: &str,
-    sink: Si,
-) -> crate::api::DataStream<()>
-where
-    T: Clone + Send + 'static,
-    Si: futures::Sink<T> + Send + Unpin + 'static,
-    Si::Error: std::fmt::Display,
-{
-    add_async_sink(stream, name, FuturesSink::new(sink))
 }

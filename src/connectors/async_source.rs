@@ -25,7 +25,7 @@
 //! [`StreamSource`] reads any `futures::Stream`; [`ChannelSource`] reads a
 //! bounded tokio `mpsc` channel.
 
-use super::{SourceContext, SourceFunction, SourcePoll};
+use super::{SourceFunction, SourcePoll};
 use crate::{Error, Result};
 use floe_actors::element::Record;
 use floe_actors::ids::CheckpointId;
@@ -38,7 +38,7 @@ use std::task::{Context, Poll, Waker};
 
 /// A source of records of type `T` whose reads are asynchronous; one
 /// instance per source subtask, created by the closure given to
-/// [`add_async_source`].
+/// [`StreamExecutionEnvironment::add_async_source`](crate::api::StreamExecutionEnvironment::add_async_source).
 ///
 /// The runtime calls, on the subtask's arbiter thread:
 /// [`restore_position`](Self::restore_position) (once, when the job starts
@@ -125,7 +125,8 @@ type PendingBatch<T> = Pin<Box<dyn Future<Output = (Vec<Record<T>>, Result<Sourc
 /// arbiter (see the module doc). Create it while the subtask's chain is
 /// built, i.e. inside the closure given to
 /// [`StreamExecutionEnvironment::add_source`](crate::api::StreamExecutionEnvironment::add_source)
-/// (or use [`add_async_source`]).
+/// (or use
+/// [`StreamExecutionEnvironment::add_async_source`](crate::api::StreamExecutionEnvironment::add_async_source)).
 pub struct AsyncSourceFunction<T, S> {
     /// The source; locked by the pending future while a read is under way.
     source: Arc<futures::lock::Mutex<S>>,
@@ -216,27 +217,13 @@ where
     }
 }
 
-/// Adds an [`AsyncSource`] to `env`: `create` makes one per subtask (and
-/// again for each restart), on the subtask's arbiter.
-pub fn add_async_source<T, S, F>(
-    env: &crate::api::StreamExecutionEnvironment,
-    name: &str,
-    create: F,
-) -> crate::api::DataStream<T>
-where
-    T: Clone + Send + 'static,
-    S: AsyncSource<T>,
-    F: Fn(&SourceContext) -> Result<S> + Send + Sync + 'static,
-{
-    env.add_source(name, move |ctx| AsyncSourceFunction::new(create(ctx)?))
-}
-
 /// Reads a `futures::Stream`, one record per item, without event
 /// timestamps.
 ///
 /// It has no position: a checkpoint stores nothing for it, and a restart
 /// (after a failure) makes a new stream with the factory given to
-/// [`from_stream`] and reads it from its start. A stream that yields the
+/// [`from_stream`](crate::api::StreamExecutionEnvironment::from_stream)
+/// and reads it from its start. A stream that yields the
 /// same items again (a replayable one) thus gives **at-least-once**
 /// results: nothing is lost, records after the restored checkpoint may
 /// be counted twice. Items are taken only as the job's credits allow.
@@ -276,22 +263,6 @@ where
     }
 }
 
-/// A stream of `T` read by a source of parallelism 1: `make` is called for
-/// every (re)start of the job and must return the stream to read (see
-/// [`StreamSource`] for what a restart means).
-pub fn from_stream<T, St, F>(
-    env: &crate::api::StreamExecutionEnvironment,
-    name: &str,
-    make: F,
-) -> crate::api::DataStream<T>
-where
-    T: Clone + Send + 'static,
-    St: Stream<Item = T> + Send + Unpin + 'static,
-    F: Fn() -> St + Send + Sync + 'static,
-{
-    add_async_source(env, name, move |_ctx| Ok(StreamSource::new(make()))).set_parallelism(1)
-}
-
 /// Reads a bounded tokio `mpsc` channel until every sender is dropped.
 ///
 /// The receiver is shared by the job's attempts: after a failure the
@@ -307,7 +278,9 @@ pub struct ChannelSource<T> {
 }
 
 impl<T> ChannelSource<T> {
-    fn take(slot: &Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<T>>>>) -> Result<Self> {
+    pub(crate) fn take(
+        slot: &Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<T>>>>,
+    ) -> Result<Self> {
         let rx = slot
             .lock()
             .map_err(|_| Error::User("channel source lock poisoned".into()))?
@@ -353,18 +326,4 @@ impl<T: Send + 'static> AsyncSource<T> for ChannelSource<T> {
         }
         Ok(SourcePoll::Ready)
     }
-}
-
-/// The records of a bounded tokio channel, read by one source subtask
-/// (see [`ChannelSource`]); the stream ends when every sender is dropped.
-pub fn from_channel<T>(
-    env: &crate::api::StreamExecutionEnvironment,
-    name: &str,
-    receiver: tokio::sync::mpsc::Receiver<T>,
-) -> crate::api::DataStream<T>
-where
-    T: Clone + Send + 'static,
-{
-    let slot = Arc::new(std::sync::Mutex::new(Some(receiver)));
-    add_async_source(env, name, move |_ctx| ChannelSource::take(&slot)).set_parallelism(1)
 }

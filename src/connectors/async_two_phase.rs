@@ -27,7 +27,7 @@
 //!    committed when the final checkpoint completes (or at once without
 //!    checkpoints); the subtask finishes only after that commit.
 
-use super::async_sink::{DriverGuard, FallibleOp, Shared, deferred_reply, spawn_driver};
+use super::async_sink::{DriverGuard, Shared, deferred_reply, spawn_driver};
 use crate::operators::sink::SinkContext;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
 use crate::{Error, Result};
@@ -64,7 +64,8 @@ pub struct Recovery<Txn> {
 
 /// A sink that writes in transactions and publishes them in two phases,
 /// with asynchronous calls; one instance per subtask, cloned from the one
-/// given to [`add_async_two_phase_sink`].
+/// given to
+/// [`DataStream::add_async_two_phase_sink`](crate::DataStream::add_async_two_phase_sink).
 ///
 /// Call order on the writer, each awaited before the next:
 /// [`recover`](Self::recover), [`open`](Self::open), then cycles of
@@ -440,36 +441,4 @@ where
     fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {
         self.queue.push(Command::Finish, false)
     }
-}
-
-/// Writes `stream` to an [`AsyncTwoPhaseCommitSink`] (exactly-once):
-/// records become visible when the checkpoint after them completes, or at
-/// the end of the input. One sink instance is cloned per subtask.
-pub fn add_async_two_phase_sink<T, S>(
-    stream: &crate::api::DataStream<T>,
-    name: &str,
-    sink: S,
-) -> crate::api::DataStream<()>
-where
-    T: Clone + Send + 'static,
-    S: AsyncTwoPhaseCommitSink<T> + Clone,
-{
-    let template = Arc::new(Mutex::new(sink));
-    let op_name = name.to_string();
-    stream
-        .transform(name, move |view| {
-            let sink = template.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let ctx = SinkContext {
-                subtask: floe_actors::ids::SubtaskIndex(view.subtask as u32),
-                parallelism: view.parallelism,
-            };
-            FallibleOp(AsyncTwoPhaseCommitSinkOp::new(
-                sink,
-                ctx,
-                op_name.clone(),
-                super::async_sink::DEFAULT_CAPACITY,
-                view.final_checkpoint,
-            ))
-        })
-        .transactional()
 }

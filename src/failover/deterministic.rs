@@ -10,6 +10,7 @@ use crate::Config;
 use crate::time::{Clock, ManualClock};
 use actix::{Actor, Context, Handler, Recipient};
 use floe_actors::element::Timestamp;
+use floe_actors::ids::CheckpointId;
 use floe_actors::messages::SubtaskFailed;
 use std::collections::HashMap;
 use std::fmt;
@@ -201,17 +202,17 @@ pub enum TraceEvent {
     /// The coordinator triggered checkpoint `id` at the sources.
     CheckpointTriggered {
         /// The checkpoint.
-        id: u64,
+        id: CheckpointId,
     },
     /// Checkpoint `id` is in the store.
     CheckpointCompleted {
         /// The checkpoint.
-        id: u64,
+        id: CheckpointId,
     },
     /// Checkpoint `id` was aborted.
     CheckpointAborted {
         /// The checkpoint.
-        id: u64,
+        id: CheckpointId,
         /// Why (a decline names the subtask and its error).
         reason: String,
         /// The injected fault behind it (a failed asynchronous write).
@@ -233,8 +234,8 @@ pub enum TraceEvent {
     Restarted {
         /// `(vertex, subtask)` of every redeployed subtask, sorted.
         subtasks: Vec<(u32, u32)>,
-        /// The checkpoint restored (0: from the beginning).
-        checkpoint: u64,
+        /// The checkpoint restored (`None`: from the beginning).
+        checkpoint: Option<CheckpointId>,
     },
 }
 

@@ -11,6 +11,7 @@
 //! completed" or "a restart happened" instead of polling shared counters.
 
 use super::{Fault, FaultInjection};
+use floe_actors::ids::CheckpointId;
 use floe_actors::supervisor::JobStatus;
 use futures::channel::oneshot;
 use std::fmt;
@@ -66,13 +67,13 @@ impl FaultInjector for FaultInjection {
 /// the event to a channel to do more).
 pub trait JobObserver: Send + Sync {
     /// Checkpoint `id` completed (savepoints not included).
-    fn checkpoint_completed(&self, id: u64) {
+    fn checkpoint_completed(&self, id: CheckpointId) {
         let _ = id;
     }
 
     /// Checkpoint `id` was aborted and counts as failed (`reason` says why);
     /// a checkpoint subsumed by a newer completed one is not reported.
-    fn checkpoint_failed(&self, id: u64, reason: &str) {
+    fn checkpoint_failed(&self, id: CheckpointId, reason: &str) {
         let _ = (id, reason);
     }
 
@@ -86,7 +87,7 @@ pub trait JobObserver: Send + Sync {
     /// The job (restart-all) or a region restarted: restart number
     /// `attempt` (from 1), from checkpoint `restored` (`None`: from the
     /// beginning or the configured restore path).
-    fn restarted(&self, attempt: u64, restored: Option<u64>) {
+    fn restarted(&self, attempt: u64, restored: Option<CheckpointId>) {
         let _ = (attempt, restored);
     }
 
@@ -156,11 +157,11 @@ impl Observers {
 }
 
 impl JobObserver for Observers {
-    fn checkpoint_completed(&self, id: u64) {
+    fn checkpoint_completed(&self, id: CheckpointId) {
         self.each(|o| o.checkpoint_completed(id));
     }
 
-    fn checkpoint_failed(&self, id: u64, reason: &str) {
+    fn checkpoint_failed(&self, id: CheckpointId, reason: &str) {
         self.each(|o| o.checkpoint_failed(id, reason));
     }
 
@@ -168,7 +169,7 @@ impl JobObserver for Observers {
         self.each(|o| o.failed(error));
     }
 
-    fn restarted(&self, attempt: u64, restored: Option<u64>) {
+    fn restarted(&self, attempt: u64, restored: Option<CheckpointId>) {
         self.each(|o| o.restarted(attempt, restored));
     }
 
@@ -264,11 +265,11 @@ impl Progress {
 }
 
 impl JobObserver for Progress {
-    fn checkpoint_completed(&self, _: u64) {
+    fn checkpoint_completed(&self, _: CheckpointId) {
         self.update(|s| s.completed += 1);
     }
 
-    fn restarted(&self, _: u64, _: Option<u64>) {
+    fn restarted(&self, _: u64, _: Option<CheckpointId>) {
         self.update(|s| s.restarts += 1);
     }
 
@@ -324,9 +325,9 @@ mod tests {
         let p = Progress::default();
         let mut two = p.reached(Count::Checkpoints, 2).boxed();
         let mut restart = p.reached(Count::Restarts, 1).boxed();
-        p.checkpoint_completed(1);
+        p.checkpoint_completed(CheckpointId(1));
         assert_eq!((&mut two).now_or_never(), None);
-        p.checkpoint_completed(2);
+        p.checkpoint_completed(CheckpointId(2));
         assert_eq!((&mut two).now_or_never(), Some(true));
         assert_eq!(p.reached(Count::Checkpoints, 1).now_or_never(), Some(true));
         p.ended(JobStatus::Finished);

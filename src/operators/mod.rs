@@ -12,6 +12,7 @@ pub mod keyed;
 pub mod node;
 pub mod process;
 pub mod sink;
+pub mod timestamps;
 
 use crate::Result;
 use floe_actors::element::{Batch, Record, Timestamp};

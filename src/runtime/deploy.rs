@@ -8,10 +8,10 @@
 //! failover (`region.rs`) when configured.
 
 use super::graph::{Node, node_uid};
+use super::job::JobHandle;
 use super::region::Regions;
 use super::spawn::{SavepointRequest, Spawner};
-use crate::api::JobHandle;
-use crate::api::status::{EdgeInfo, JobGraphInfo, OperatorInfo, RegionInfo, VertexInfo};
+use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, RegionInfo, VertexInfo};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
     BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterSubtasks,
@@ -171,7 +171,7 @@ pub(crate) struct Shared {
     /// Restarts so far that started from the beginning (no checkpoint).
     pub scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
     /// Restarts and restore fallbacks, for the job's subscribers.
-    pub events: Arc<crate::api::events::EventLog>,
+    pub events: Arc<super::events::EventLog>,
     /// Region restarts begun, against which checkpoints complete.
     pub region_fence: crate::checkpoint::coordinator::RegionFence,
     /// The job's progress and the configured observers.
@@ -194,7 +194,7 @@ pub(crate) struct Attempt {
     /// When the attempt's subtasks first processed records.
     pub activity: Arc<std::sync::OnceLock<std::time::Instant>>,
     /// The checkpoint or savepoint the attempt restored, if any.
-    pub restored: Option<u64>,
+    pub restored: Option<floe_actors::ids::CheckpointId>,
 }
 
 /// Deploys `plan` in the current actix system and returns the job's handle;
@@ -244,7 +244,7 @@ pub(crate) fn launch(
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),
-        events: Arc::new(crate::api::events::EventLog::with_observer(observers)),
+        events: Arc::new(super::events::EventLog::with_observer(observers)),
         region_fence: Default::default(),
         // Deterministic execution keeps every actor on the current arbiter.
         pool: pool.filter(|_| config.deterministic().is_none()),
@@ -260,7 +260,7 @@ pub(crate) fn launch(
     };
     let graph = plan.describe();
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
-    let control = Arc::new(crate::api::job::JobControl::new(
+    let control = Arc::new(super::job::JobControl::new(
         shared.failover.clone(),
         shared.events.clone(),
         shared.observers.clone(),
@@ -451,20 +451,20 @@ pub(crate) fn deploy_attempt(
 /// Tells the job's subscribers that `loaded` was restored in place of newer,
 /// damaged checkpoints (`load_latest` logged each one already).
 pub(super) fn report_fallback(
-    events: &crate::api::events::EventLog,
+    events: &super::events::EventLog,
     loaded: &crate::checkpoint::LoadedSnapshot,
 ) {
-    use crate::api::events::{FallbackEvent, JobEvent, SkippedCheckpoint};
+    use super::events::{FallbackEvent, JobEvent, SkippedCheckpoint};
     if loaded.skipped.is_empty() {
         return;
     }
     events.emit(JobEvent::RestoreFellBack(FallbackEvent {
-        restored_checkpoint: loaded.meta.id.0,
+        restored_checkpoint: loaded.meta.id,
         skipped: loaded
             .skipped
             .iter()
             .map(|(id, e)| SkippedCheckpoint {
-                checkpoint: id.0,
+                checkpoint: *id,
                 reason: e.to_string(),
             })
             .collect(),
@@ -493,7 +493,7 @@ fn checkpoint_setup(
         Some(s) => s.max_id()?.0,
         None => 0,
     };
-    let restored = restore.map(|r| r.checkpoint_id).unwrap_or(0);
+    let restored = restore.map_or(0, |r| r.checkpoint_id.0);
     let operators = plan
         .nodes
         .iter()

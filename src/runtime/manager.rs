@@ -15,8 +15,8 @@
 //!    checkpoints completed.
 
 use super::deploy::{Attempt, Job, Shared};
-use crate::api::events::{JobEvent, RestartEvent};
-use crate::api::job::JobControl;
+use super::events::{JobEvent, RestartEvent};
+use super::job::JobControl;
 use crate::config::Config;
 use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
 use floe_actors::error::Error;
@@ -188,7 +188,7 @@ impl Manager {
                 None => self.config.restore_from.clone(),
             };
             tracing::info!(
-                checkpoint = completed.unwrap_or(0),
+                checkpoint = completed.map_or(0, |c| c.0),
                 "restoring after a failure"
             );
             match super::deploy::deploy_attempt(
@@ -202,7 +202,7 @@ impl Manager {
                     // What was restored: the newest intact checkpoint (an
                     // older one when the newest is damaged), or the
                     // configured restore path, or nothing.
-                    let restored_id = a.restored.unwrap_or(0);
+                    let restored_id = a.restored.map_or(0, |c| c.0);
                     if let Some(mode) = self.config.deterministic() {
                         let plan = &self.plan;
                         let subtasks = (0..plan.heads.len())
@@ -213,7 +213,7 @@ impl Manager {
                             .collect();
                         mode.record(crate::failover::deterministic::TraceEvent::Restarted {
                             subtasks,
-                            checkpoint: restored_id,
+                            checkpoint: a.restored,
                         });
                     }
                     self.shared

@@ -22,7 +22,7 @@ pub(super) struct Regions {
     fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
     tracker: crate::failover::RestartTracker,
     failover: Arc<Mutex<super::manager::FailoverStats>>,
-    events: Arc<crate::api::events::EventLog>,
+    events: Arc<super::events::EventLog>,
     /// The restart strategy's last delay, for the restart's event.
     last_delay_ms: u64,
     stats: Arc<Mutex<CheckpointStats>>,
@@ -143,7 +143,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             },
         };
         let restored = restore.as_ref().map(|r| r.checkpoint_id);
-        let restored_id = restored.unwrap_or(0);
+        // 0 in the logs, metrics and failover statistics: from the beginning.
+        let restored_id = restored.map_or(0, |c| c.0);
         tracing::info!(
             region,
             checkpoint = restored_id,
@@ -164,7 +165,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             subtasks.sort_unstable();
             mode.record(crate::failover::deterministic::TraceEvent::Restarted {
                 subtasks,
-                checkpoint: restored_id,
+                checkpoint: restored,
             });
         }
         actix::spawn(async move {
@@ -218,8 +219,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             checkpoint = restored_id,
             "restarted a region"
         );
-        self.events.emit(crate::api::events::JobEvent::Restarted(
-            crate::api::events::RestartEvent {
+        self.events.emit(super::events::JobEvent::Restarted(
+            super::events::RestartEvent {
                 attempt,
                 cause,
                 restored_checkpoint: restored,

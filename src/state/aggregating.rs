@@ -1,8 +1,8 @@
 //! [`AggregatingState`]: an accumulator per key, fed values, read as a result.
 
+use super::AggregateFunction;
 use super::scope::Bound;
 use super::{StateError, StateKey, StateValue};
-use crate::window::function::AggregateFunction;
 
 /// An aggregate of the current key; obtained from
 /// `ctx.aggregating_state(&desc)`. `ACC` is the stored accumulator.

@@ -115,7 +115,7 @@ impl BroadcastStateStore {
                 map.0 = postcard::from_bytes(&r.bytes).map_err(|e| StateError::Serde {
                     operator: self.operator.clone(),
                     state: meta.name.clone(),
-                    message: e.to_string(),
+                    source: e.into(),
                 })?;
             }
             self.states.insert(
@@ -173,7 +173,7 @@ impl BroadcastStateStore {
         let serde = |state: &str, e: postcard::Error| StateError::Serde {
             operator: self.operator.clone(),
             state: state.to_string(),
-            message: e.to_string(),
+            source: e.into(),
         };
         let mut out = Vec::with_capacity(self.states.len() + self.restored.len());
         for reg in self.states.values() {

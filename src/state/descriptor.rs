@@ -5,9 +5,9 @@
 //! records a fingerprint of its types (see [`StateMeta`]), so state restored
 //! from a snapshot with different types is refused instead of misread.
 
+use super::AggregateFunction;
 use super::ttl::StateTtlConfig;
 use super::{FORMAT_VERSION, StateValue};
-use crate::window::function::AggregateFunction;
 use floe_actors::keygroup::stable_hash;
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -62,14 +62,15 @@ pub enum StateError {
         end: u32,
     },
     /// Values could not be serialized or deserialized.
-    #[error("operator '{operator}', state '{state}': {message}")]
+    #[error("operator '{operator}', state '{state}': {source}")]
     Serde {
         /// The operator owning the state.
         operator: String,
         /// The state's name (empty for a whole key group).
         state: String,
-        /// postcard's message.
-        message: String,
+        /// The encoding's error (postcard's), kept as the error's source.
+        #[source]
+        source: BoxError,
     },
     /// A snapshot was written in a format this build cannot read.
     #[error("operator '{operator}': state snapshot format version {found}, expected {expected}")]
@@ -82,11 +83,15 @@ pub enum StateError {
         expected: u32,
     },
     /// The storage of a backend (the redb database file) failed.
-    #[error("operator '{operator}': state storage: {message}")]
+    #[error("operator '{operator}': state storage: {source}")]
     Storage {
         /// The operator owning the state.
         operator: String,
-        /// What failed.
-        message: String,
+        /// What failed (the storage's error), kept as the error's source.
+        #[source]
+        source: BoxError,
     },
 }
+
+/// An underlying error kept as a source (postcard's, redb's, I/O).
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

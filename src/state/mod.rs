@@ -33,6 +33,7 @@ mod aggregating;
 mod broadcast;
 mod descriptor;
 mod error;
+mod function;
 mod heap;
 mod list;
 mod map;
@@ -52,6 +53,7 @@ pub use descriptor::{
     ReducingStateDescriptor, StateDescriptor, StateMeta, ValueStateDescriptor,
 };
 pub use error::StateError;
+pub use function::{AggregateError, AggregateFunction};
 pub use heap::HeapStateBackend;
 pub use list::ListState;
 pub use map::MapState;

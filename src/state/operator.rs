@@ -84,7 +84,7 @@ impl<T: StateValue> ErasedList for TypedList<T> {
             let entry = postcard::to_extend(v, entry).map_err(|e| StateError::Serde {
                 operator: String::new(),
                 state: meta.name.clone(),
-                message: e.to_string(),
+                source: e.into(),
             })?;
             out.push(entry);
         }
@@ -275,7 +275,7 @@ impl OperatorStateStore {
                     let v = postcard::from_bytes(&e[at..]).map_err(|err| StateError::Serde {
                         operator: self.operator.clone(),
                         state: meta.name.clone(),
-                        message: err.to_string(),
+                        source: err.into(),
                     })?;
                     list.0.push(v);
                 }
@@ -330,7 +330,7 @@ impl OperatorStateStore {
             .map_err(|e| StateError::Serde {
                 operator: self.operator.clone(),
                 state: reg.meta.name.clone(),
-                message: e.to_string(),
+                source: e.into(),
             })?;
             let target = match reg.mode {
                 Redistribution::EvenSplit => &mut out.split,
@@ -339,10 +339,10 @@ impl OperatorStateStore {
             reg.list
                 .encode(&header, &reg.meta, target)
                 .map_err(|e| match e {
-                    StateError::Serde { state, message, .. } => StateError::Serde {
+                    StateError::Serde { state, source, .. } => StateError::Serde {
                         operator: self.operator.clone(),
                         state,
-                        message,
+                        source,
                     },
                     other => other,
                 })?;

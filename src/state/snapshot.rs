@@ -166,7 +166,7 @@ impl Snapshot {
         StateError::Serde {
             operator: self.operator.clone(),
             state: String::new(),
-            message: e.to_string(),
+            source: e.into(),
         }
     }
 
@@ -383,7 +383,7 @@ fn decode_group(operator: &str, bytes: &[u8]) -> Result<Vec<StateChange>, StateE
     let serde = |e: postcard::Error| StateError::Serde {
         operator: operator.to_string(),
         state: String::new(),
-        message: e.to_string(),
+        source: e.into(),
     };
     let (version, _) = postcard::take_from_bytes::<u32>(bytes).map_err(serde)?;
     match version {
@@ -521,5 +521,30 @@ pub(crate) fn register_table<'t, K>(
             expected: meta.type_desc.clone(),
             found: "nothing".into(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key group that does not decode fails with the decoder's own error
+    /// as the source (not its text), and the message reads as before.
+    #[test]
+    fn a_bad_key_group_keeps_postcard_s_error_as_its_source() {
+        let err = decode_group("Counts", &[]).expect_err("empty bytes do not decode");
+        // The oracle: what postcard itself says of the same bytes.
+        let expected = postcard::from_bytes::<u32>(&[]).expect_err("no version");
+        assert!(matches!(err, StateError::Serde { .. }), "{err:?}");
+        let source = std::error::Error::source(&err).expect("the error keeps its source");
+        assert_eq!(
+            source.downcast_ref::<postcard::Error>(),
+            Some(&expected),
+            "{source:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("operator 'Counts', state '': {expected}")
+        );
     }
 }

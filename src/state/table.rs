@@ -294,7 +294,7 @@ impl<K: StateKey, S: StateValue> super::snapshot::CapturedState for Captured<K, 
             .map_err(|e| StateError::Serde {
                 operator: self.operator.clone(),
                 state: self.meta.name.clone(),
-                message: e.to_string(),
+                source: e.into(),
             })
     }
 }
@@ -331,7 +331,7 @@ impl<K: StateKey, S: StateValue> StateTable<K> for TypedTable<K, S> {
             postcard::from_bytes(bytes).map_err(|e| StateError::Serde {
                 operator: self.operator.clone(),
                 state: self.meta.name.clone(),
-                message: e.to_string(),
+                source: e.into(),
             })?;
         let group = Arc::make_mut(&mut self.groups[g]);
         group.clear();
@@ -349,7 +349,7 @@ impl<K: StateKey, S: StateValue> StateTable<K> for TypedTable<K, S> {
         let serde = |e: postcard::Error| StateError::Serde {
             operator: self.operator.clone(),
             state: self.meta.name.clone(),
-            message: e.to_string(),
+            source: e.into(),
         };
         let entries: Vec<(K, Stamped<S>)> = postcard::from_bytes(puts).map_err(serde)?;
         let removed: Vec<K> = postcard::from_bytes(removed).map_err(serde)?;

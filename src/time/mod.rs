@@ -1,4 +1,5 @@
-//! Event time: timestamp assigners and watermark strategies.
+//! Event time: timestamp assigners and watermark strategies (applied by
+//! [`TimestampsOp`](crate::operators::timestamps::TimestampsOp)), clocks, timers.
 //!
 //! A [`WatermarkStrategy`] says how each record gets its event timestamp and how
 //! watermarks follow: bounded out-of-orderness (`max_seen - bound - 1`, Flink's
@@ -7,11 +8,9 @@
 //! processing time, checked between batches) or after every record, which makes
 //! results deterministic.
 
-mod assign;
 pub mod clock;
 pub mod timers;
 
-pub use assign::TimestampsOp;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use timers::{TimeDomain, TimerService};
 

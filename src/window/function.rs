@@ -4,38 +4,9 @@ use super::assigner::TimeWindow;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-/// Incremental aggregation, as Flink's `AggregateFunction`.
-pub trait AggregateFunction<IN, ACC, OUT>: Send + Sync + 'static {
-    /// A new, empty accumulator.
-    fn create_accumulator(&self) -> ACC;
-    /// Adds a record to an accumulator (by reference: a record in several
-    /// windows is not copied for each).
-    fn add(&self, value: &IN, acc: &mut ACC);
-    /// The result of an accumulator.
-    fn get_result(&self, acc: &ACC) -> OUT;
-    /// Merges two accumulators (session windows).
-    fn merge(&self, a: ACC, b: ACC) -> ACC;
-    /// The result of an accumulator, or why there is none. The window
-    /// operators call this one: a failure ends the job with
-    /// [`Error::Aggregate`](crate::Error::Aggregate) naming the key and the
-    /// window. The default is `get_result`, which cannot fail; an aggregate
-    /// whose result may not exist (a checked sum, see [`Sum`]) overrides it.
-    fn try_get_result(&self, acc: &ACC) -> Result<OUT, AggregateError> {
-        Ok(self.get_result(acc))
-    }
-}
-
-/// Why an aggregate has no result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum AggregateError {
-    /// The exact sum is outside the `i64` range.
-    #[error("the sum {sum} overflows i64")]
-    Overflow {
-        /// The exact sum.
-        sum: i128,
-    },
-}
+// The aggregate function is what aggregating state takes too; it lives with
+// the state (below the windows) and keeps its path here.
+pub use crate::state::{AggregateError, AggregateFunction};
 
 /// The checked sum of an `i64` field: the default way to sum in a window.
 ///

@@ -237,7 +237,7 @@ impl CheckpointCoordinator {
                 self.record(&record);
                 tracing::info!(
                     job = %self.setup.job,
-                    checkpoint = record.id,
+                    checkpoint = record.id.0,
                     savepoint = record.savepoint,
                     duration_ms = record.duration_ms,
                     alignment_ms = record.alignment_ms,
@@ -248,7 +248,7 @@ impl CheckpointCoordinator {
                     "checkpoint completed"
                 );
                 if let Some(o) = &self.setup.observer {
-                    o.completed(CheckpointId(record.id), record.savepoint);
+                    o.completed(record.id, record.savepoint);
                 }
             }
             Action::Notify {
@@ -274,7 +274,7 @@ impl CheckpointCoordinator {
                 SnapshotKind::Savepoint => drop(self.setup.router.take_savepoint(id)),
             },
             Action::Aborted { record, counts } => {
-                let id = CheckpointId(record.id);
+                let id = record.id;
                 let reason = record.failure.clone().unwrap_or_default();
                 if let Some(o) = &self.setup.observer {
                     o.aborted(id, &reason, record.savepoint, counts);
@@ -467,7 +467,7 @@ fn publish_metrics(job: &str, r: &CheckpointRecord) {
                 .record(r.async_ms as f64 / 1e3);
             metrics::histogram!("floe_checkpoint_state_bytes", &labels)
                 .record(r.state_bytes as f64);
-            metrics::gauge!("floe_last_checkpoint_id", &labels).set(r.id as f64);
+            metrics::gauge!("floe_last_checkpoint_id", &labels).set(r.id.0 as f64);
             metrics::gauge!("floe_last_checkpoint_duration_seconds", &labels)
                 .set(r.duration_ms as f64 / 1e3);
             metrics::gauge!("floe_last_checkpoint_alignment_seconds", &labels)
@@ -482,7 +482,7 @@ fn publish_metrics(job: &str, r: &CheckpointRecord) {
         }
         ("failed", false) => {
             metrics::counter!("floe_checkpoints_failed_total", &labels).increment(1);
-            metrics::gauge!("floe_last_failed_checkpoint_id", &labels).set(r.id as f64);
+            metrics::gauge!("floe_last_failed_checkpoint_id", &labels).set(r.id.0 as f64);
         }
         (status, _) => {
             let name = format!("floe_{kind}_{status}_total");

@@ -5,7 +5,7 @@
 
 use super::error::CheckpointError;
 use super::format::BlobRef;
-use crate::ids::CheckpointId;
+use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::Write;
@@ -19,16 +19,22 @@ pub const METADATA_FILE: &str = "_metadata";
 pub const SHARED_DIR: &str = "shared";
 
 /// The name of the blob holding part `part` (`keyed`, `split`, `union`) of
-/// the `index`-th stateful operator of a chain, in subtask `subtask` of
-/// vertex `vertex`: unique within one checkpoint.
-pub fn operator_blob_name(vertex: u32, subtask: u32, index: usize, part: &str) -> String {
-    format!("v{vertex}-s{subtask}-op{index}-{part}")
+/// the `index`-th operator of a chain, in subtask `subtask` of vertex
+/// `vertex`: unique within one checkpoint. Every blob a subtask writes is
+/// named here or by [`channel_blob_name`].
+pub fn operator_blob_name(
+    vertex: VertexId,
+    subtask: SubtaskIndex,
+    index: usize,
+    part: &str,
+) -> String {
+    format!("v{}-s{}-op{index}-{part}", vertex.0, subtask.0)
 }
 
 /// The name of the blob holding a subtask's channel state of an unaligned
 /// checkpoint; `side` is `input` or `output`.
-pub fn channel_blob_name(vertex: u32, subtask: u32, side: &str) -> String {
-    format!("v{vertex}-s{subtask}-{side}-channels")
+pub fn channel_blob_name(vertex: VertexId, subtask: SubtaskIndex, side: &str) -> String {
+    format!("v{}-s{}-{side}-channels", vertex.0, subtask.0)
 }
 
 /// Reads `blob` under `root`, checking its length and checksum;
@@ -331,6 +337,34 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every blob name a subtask writes is valid for the store and unique
+    /// within a checkpoint (the oracle: a set of all of them has one entry
+    /// per blob).
+    #[test]
+    fn blob_names_are_valid_and_unique_within_a_checkpoint() {
+        let mut names = HashSet::new();
+        let mut blobs = 0;
+        for v in 0..12 {
+            for s in 0..12 {
+                let (v, s) = (VertexId(v), SubtaskIndex(s));
+                for i in 0..12 {
+                    for part in ["keyed", "split", "union"] {
+                        names.insert(operator_blob_name(v, s, i, part));
+                        blobs += 1;
+                    }
+                }
+                for side in ["input", "output"] {
+                    names.insert(channel_blob_name(v, s, side));
+                    blobs += 1;
+                }
+            }
+        }
+        assert_eq!(names.len(), blobs);
+        for name in &names {
+            check_blob_name(name, "chk-1").expect("a valid blob name");
+        }
+    }
 
     #[test]
     fn chk_dir_names_round_trip() {

@@ -1,14 +1,15 @@
 //! A job's checkpoint counters and recent history, as job handles and the
 //! status output report them.
 
+use crate::ids::CheckpointId;
 use serde::Serialize;
 use std::collections::VecDeque;
 
 /// A checkpoint's record in the job's history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CheckpointRecord {
-    /// Its id (the number of its [`CheckpointId`](crate::ids::CheckpointId)).
-    pub id: u64,
+    /// Its id (a plain number in JSON).
+    pub id: CheckpointId,
     /// Checkpoint or savepoint.
     pub savepoint: bool,
     /// Completed, failed (declined, expired, not written) or aborted (a
@@ -46,7 +47,7 @@ pub struct CheckpointStats {
     /// Channel state bytes summed over completed checkpoints.
     pub channel_state_bytes: u64,
     /// The newest completed checkpoint.
-    pub last_completed: Option<u64>,
+    pub last_completed: Option<CheckpointId>,
     /// The last checkpoints and savepoints, newest last (at most 20).
     pub history: VecDeque<CheckpointRecord>,
     /// The savepoint `savepoint_at_records` asked for: its path, or why it

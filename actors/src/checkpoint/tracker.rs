@@ -697,7 +697,7 @@ impl Tracker {
         // A checkpoint abandoned because a subtask reached its end is not
         // a failure: it is in the history as "aborted".
         let record = CheckpointRecord {
-            id: id.0,
+            id,
             savepoint: p.kind == SnapshotKind::Savepoint,
             status: if counts { "failed" } else { "aborted" }.into(),
             trigger_ms: p.trigger_ms,

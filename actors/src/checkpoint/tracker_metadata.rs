@@ -105,7 +105,7 @@ pub(crate) fn record_of(
     failure: Option<String>,
 ) -> CheckpointRecord {
     CheckpointRecord {
-        id: meta.id.0,
+        id: meta.id,
         savepoint: meta.kind == SnapshotKind::Savepoint,
         status: status.to_string(),
         trigger_ms: meta.trigger_ms,

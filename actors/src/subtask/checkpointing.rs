@@ -18,6 +18,7 @@
 
 use super::gate::{ChannelState, remaining};
 use super::{Head, Phase, SubtaskActor};
+use crate::checkpoint::files::{channel_blob_name, operator_blob_name};
 use crate::element::{Barrier, BarrierKind, Timestamp};
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
@@ -323,7 +324,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 let bytes = postcard::to_allocvec(&state).map_err(|e| {
                     Error::Runtime(format!("cannot encode output channel state: {e}"))
                 })?;
-                let name = format!("v{}-s{}-output-channels", vertex.0, subtask.0);
+                let name = channel_blob_name(vertex, subtask, "output");
                 ack.output_channel_state = Some(writer.put(id, &name, &bytes)?);
                 ack.channel_state_bytes += bytes.len() as u64;
                 ack.unaligned = true;
@@ -456,7 +457,7 @@ fn write_capture(
     let mut state_bytes = 0u64;
     for (i, op) in capture.snapshot.operators.into_iter().enumerate() {
         let bytes = (op.finish)()?;
-        let name = |part: &str| format!("v{}-s{}-op{i}-{part}", vertex.0, subtask.0);
+        let name = |part: &str| operator_blob_name(vertex, subtask, i, part);
         let mut handles = OperatorHandles {
             uid: op.uid,
             keyed: bytes.keyed_base,
@@ -488,11 +489,7 @@ fn write_capture(
         let b = postcard::to_allocvec(&capture.input_channel_state)
             .map_err(|e| encode("input channel state", e))?;
         channel_state_bytes += b.len() as u64;
-        Some(writer.put(
-            id,
-            &format!("v{}-s{}-input-channels", vertex.0, subtask.0),
-            &b,
-        )?)
+        Some(writer.put(id, &channel_blob_name(vertex, subtask, "input"), &b)?)
     };
     let output_channel_state = if capture.snapshot.output_channel_state.is_empty() {
         None
@@ -500,11 +497,7 @@ fn write_capture(
         let b = postcard::to_allocvec(&capture.snapshot.output_channel_state)
             .map_err(|e| encode("output channel state", e))?;
         channel_state_bytes += b.len() as u64;
-        Some(writer.put(
-            id,
-            &format!("v{}-s{}-output-channels", vertex.0, subtask.0),
-            &b,
-        )?)
+        Some(writer.put(id, &channel_blob_name(vertex, subtask, "output"), &b)?)
     };
     Ok(AcknowledgeCheckpoint {
         checkpoint: id,

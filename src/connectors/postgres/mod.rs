@@ -38,7 +38,7 @@
 //!     WriteMode::Upsert, // `word TEXT PRIMARY KEY, count BIGINT`, created if missing
 //! )?
 //! .job("wordcount");
-//! PostgresSink::new(config)?.add_to(counts);
+//! counts.add_postgres_sink(PostgresSink::new(config)?);
 //! # Ok(())
 //! # }
 //! ```
@@ -309,8 +309,9 @@ struct Connected {
 }
 
 /// The PostgreSQL sink: an [`AsyncTwoPhaseCommitSink`] (exactly-once; add
-/// it with [`add_async_two_phase_sink`](super::async_two_phase::add_async_two_phase_sink)
-/// or [`PostgresSink::add_to`]) and an [`AsyncSink`] writing each batch in
+/// it with [`DataStream::add_postgres_sink`](crate::DataStream::add_postgres_sink)
+/// or [`add_async_two_phase_sink`](crate::DataStream::add_async_two_phase_sink))
+/// and an [`AsyncSink`] writing each batch in
 /// its own transaction (at-least-once, without checkpoints).
 pub struct PostgresSink<R> {
     config: Arc<PostgresSinkConfig>,
@@ -362,14 +363,9 @@ impl<R: PostgresRow> PostgresSink<R> {
         })
     }
 
-    /// Writes `stream` to PostgreSQL exactly-once (two-phase commit on
-    /// checkpoints; at the end of the input without them).
-    pub fn add_to(self, stream: &crate::api::DataStream<R>) -> crate::api::DataStream<()>
-    where
-        R: Clone,
-    {
-        let name = format!("PostgreSQL {}", self.config.table);
-        super::async_two_phase::add_async_two_phase_sink(stream, &name, self)
+    /// The sink's operator name: `PostgreSQL <table>`.
+    pub fn operator_name(&self) -> String {
+        format!("PostgreSQL {}", self.config.table)
     }
 
     fn sql(&self) -> Result<(String, Option<String>)> {

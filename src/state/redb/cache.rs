@@ -135,11 +135,11 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         TableDefinition::new(&self.name)
     }
 
-    fn serde(&self, e: impl std::fmt::Display) -> StateError {
+    fn serde(&self, e: impl Into<super::super::error::BoxError>) -> StateError {
         StateError::Serde {
             operator: self.operator.clone(),
             state: self.meta.name.clone(),
-            message: e.to_string(),
+            source: e.into(),
         }
     }
 

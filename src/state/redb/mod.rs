@@ -99,9 +99,11 @@ const DB_CACHE_BYTES: usize = 8 << 20;
 const MIN_CHANGE_LIMIT: usize = 1 << 16;
 
 fn storage(operator: &str, e: impl std::fmt::Display) -> StateError {
+    // The backend's call sites hand their redb errors over as
+    // `&dyn Display`, so the source here is the error's text.
     StateError::Storage {
         operator: operator.to_string(),
-        message: e.to_string(),
+        source: e.to_string().into(),
     }
 }
 

@@ -1,7 +1,10 @@
-//! The operator that assigns timestamps and generates watermarks.
+//! The operator that assigns timestamps and generates watermarks, by a
+//! [`WatermarkStrategy`] of `crate::time` (the strategy is time's; the
+//! operator that applies it is an operator, so time does not depend on the
+//! operators).
 
-use super::{WatermarkEmission, WatermarkGenerator, WatermarkStrategy};
-use crate::operators::{Operator, Output};
+use super::{Operator, Output};
+use crate::time::{WatermarkEmission, WatermarkGenerator, WatermarkStrategy};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Timestamp, WatermarkStatus};
 use std::time::Instant;
@@ -119,23 +122,18 @@ impl<T: Send + 'static> Operator<T, T> for TimestampsOp<T> {
         false
     }
 
-    fn snapshot_state(
-        &mut self,
-        _: &crate::operators::SnapshotContext,
-    ) -> Result<crate::operators::StateCapture> {
+    fn snapshot_state(&mut self, _: &super::SnapshotContext) -> Result<super::StateCapture> {
         // The generator's progress travels with the source offset.
-        let entry =
-            crate::operators::keyed_snapshot::to_bytes(&(self.max_timestamp, self.emitted))?;
-        Ok(crate::operators::StateCapture {
+        let entry = super::keyed_snapshot::to_bytes(&(self.max_timestamp, self.emitted))?;
+        Ok(super::StateCapture {
             split_list: vec![entry],
             ..Default::default()
         })
     }
 
-    fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
+    fn restore_state(&mut self, state: super::RestoredState) -> Result<()> {
         for e in &state.split_list {
-            let (max, emitted): (Timestamp, Timestamp) =
-                crate::operators::keyed_snapshot::from_bytes(e)?;
+            let (max, emitted): (Timestamp, Timestamp) = super::keyed_snapshot::from_bytes(e)?;
             self.max_timestamp = self.max_timestamp.max(max);
             self.emitted = self.emitted.max(emitted);
         }

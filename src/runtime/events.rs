@@ -3,12 +3,13 @@
 //! to an older checkpoint because newer ones were damaged.
 //!
 //! The library never prints. It logs these through `tracing` (warn) and
-//! hands them to subscribers ([`JobHandle::events`](super::JobHandle::events)),
+//! hands them to subscribers ([`JobHandle::events`](super::job::JobHandle::events)),
 //! so that a program can show them its own way; the `floe` binary prints one
 //! stderr line per event. A subscriber first receives every event of the job
 //! so far (a restart can happen before anyone subscribed), then each new one;
 //! its stream ends when the job ends.
 
+use floe_actors::ids::CheckpointId;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
@@ -32,7 +33,7 @@ pub struct RestartEvent {
     /// The failure that caused it.
     pub cause: String,
     /// The checkpoint (or savepoint) restored; `None`: from the beginning.
-    pub restored_checkpoint: Option<u64>,
+    pub restored_checkpoint: Option<CheckpointId>,
     /// Subtasks restarted.
     pub subtasks: u64,
     /// The restart strategy's wait before the restart, ms.
@@ -43,7 +44,7 @@ pub struct RestartEvent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FallbackEvent {
     /// The checkpoint restored.
-    pub restored_checkpoint: u64,
+    pub restored_checkpoint: CheckpointId,
     /// The newer checkpoints skipped, newest first.
     pub skipped: Vec<SkippedCheckpoint>,
 }
@@ -52,7 +53,7 @@ pub struct FallbackEvent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkippedCheckpoint {
     /// Its id.
-    pub checkpoint: u64,
+    pub checkpoint: CheckpointId,
     /// Why it was skipped (the verification error).
     pub reason: String,
 }
@@ -129,7 +130,7 @@ mod tests {
         JobEvent::Restarted(RestartEvent {
             attempt,
             cause: "boom".into(),
-            restored_checkpoint: Some(attempt),
+            restored_checkpoint: Some(CheckpointId(attempt)),
             subtasks: 2,
             delay_ms: 0,
         })
@@ -148,5 +149,60 @@ mod tests {
         for rx in [early, late, after] {
             assert_eq!(futures::executor::block_on(rx.collect::<Vec<_>>()), all);
         }
+    }
+
+    /// Typed checkpoint ids serialize as the bare number: the JSON of the
+    /// events, of `/status` and of the checkpoint history keeps its shape
+    /// (the oracle: the same JSON written with plain integers).
+    #[test]
+    fn typed_checkpoint_ids_are_plain_numbers_in_json() {
+        let event = JobEvent::RestoreFellBack(FallbackEvent {
+            restored_checkpoint: CheckpointId(4),
+            skipped: vec![SkippedCheckpoint {
+                checkpoint: CheckpointId(5),
+                reason: "corrupt".into(),
+            }],
+        });
+        assert_eq!(
+            serde_json::to_value(&event).expect("serializes"),
+            serde_json::json!({"RestoreFellBack": {
+                "restored_checkpoint": 4,
+                "skipped": [{"checkpoint": 5, "reason": "corrupt"}],
+            }})
+        );
+        let JobEvent::Restarted(restart) = restart(7) else {
+            unreachable!("restart() makes a restart")
+        };
+        let json = serde_json::to_value(&restart).expect("serializes");
+        assert_eq!(json["restored_checkpoint"], serde_json::json!(7));
+        let back: RestartEvent = serde_json::from_value(json).expect("deserializes");
+        assert_eq!(back, restart);
+
+        let mut stats = crate::checkpoint::CheckpointStats {
+            last_completed: Some(CheckpointId(9)),
+            ..Default::default()
+        };
+        stats
+            .history
+            .push_back(floe_actors::checkpoint::CheckpointRecord {
+                id: CheckpointId(9),
+                savepoint: false,
+                status: "completed".into(),
+                trigger_ms: 0,
+                duration_ms: 1,
+                alignment_ms: 0,
+                sync_ms: 0,
+                async_ms: 0,
+                state_bytes: 0,
+                channel_state_bytes: 0,
+                unaligned: false,
+                failure: None,
+            });
+        let json = serde_json::to_value(&stats).expect("serializes");
+        assert_eq!(json["last_completed"], serde_json::json!(9));
+        assert_eq!(json["history"][0]["id"], serde_json::json!(9));
+        // And postcard (checkpoint metadata, savepoints) reads the number.
+        let bytes = postcard::to_allocvec(&CheckpointId(9)).expect("encodes");
+        assert_eq!(bytes, postcard::to_allocvec(&9u64).expect("encodes"));
     }
 }

@@ -217,7 +217,9 @@ impl JobHandle {
     /// }
     /// # }
     /// ```
-    pub fn events(&self) -> impl futures::Stream<Item = super::JobEvent> + Send + Unpin + 'static {
+    pub fn events(
+        &self,
+    ) -> impl futures::Stream<Item = super::events::JobEvent> + Send + Unpin + 'static {
         self.control.events.subscribe()
     }
 
