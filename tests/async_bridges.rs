@@ -14,6 +14,7 @@
 //!   backpressure reaches the sender.
 
 mod gated;
+use floe::CheckpointId;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::async_sink::DEFAULT_CAPACITY;
@@ -148,6 +149,16 @@ fn a_stream_source_with_a_failure_is_at_least_once() {
         attempts: 3,
         delay: Duration::ZERO,
     });
+    // Each subtask stops half-way until checkpoint 2 completed, so the
+    // restored positions are in the middle of the input, and ends only
+    // after the restart, so checkpoint 3 (and its fault) comes before the
+    // end: however fast or slow the machine.
+    let gates = Arc::new(Gates {
+        middle_after: CheckpointId(2),
+        middle: Gate::default(),
+        end: Gate::default(),
+    });
+    let config = config.with_observer(gates.clone());
     let config = config.with_fault_injector(std::sync::Arc::new(FaultInjection {
         faults: vec![Fault {
             operator: "tag".into(),
@@ -210,6 +221,62 @@ fn a_channel_source_feeds_a_job_and_backpressures_its_sender() {
 struct Counter {
     next: u64,
     end: u64,
+    /// When set, the counter stops at the first position and waits for the
+    /// first gate, and does not finish before the second opens: a test that
+    /// needs checkpoints in the middle of the input waits for them instead
+    /// of hoping the input lasts long enough.
+    gates: Option<(u64, Arc<Gates>)>,
+}
+
+/// Opened once (by a job observer); a source awaiting it is parked, not
+/// polling.
+#[derive(Default)]
+struct Gate {
+    open: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Gate {
+    fn open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Cancel-safe: the `Notified` future, made before the flag is read,
+    /// catches an `open` that comes after the read.
+    async fn opened(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_open() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The gates of a gated [`Counter`]: `middle` opens when checkpoint
+/// `middle_after` completed, `end` when the job restarts.
+struct Gates {
+    middle_after: CheckpointId,
+    middle: Gate,
+    end: Gate,
+}
+
+impl floe::failover::JobObserver for Gates {
+    fn checkpoint_completed(&self, id: CheckpointId) {
+        if id >= self.middle_after {
+            self.middle.open();
+        }
+    }
+
+    fn restarted(&self, _attempt: u64, _restored: Option<CheckpointId>) {
+        self.end.open();
+    }
 }
 
 impl floe::connectors::async_source::AsyncSource<u64> for Counter {
@@ -220,11 +287,25 @@ impl floe::connectors::async_source::AsyncSource<u64> for Counter {
     ) -> floe::Result<floe::connectors::SourcePoll> {
         // Pending once: the wake-up, not a timer, brings the subtask back.
         tokio::task::yield_now().await;
-        while out.len() < max && self.next < self.end {
+        // A gate is awaited before anything is taken, so a future dropped
+        // for a checkpoint loses nothing.
+        let mut limit = self.end;
+        if let Some((middle, gates)) = &self.gates {
+            if self.next == *middle {
+                gates.middle.opened().await;
+            } else if self.next < *middle && !gates.middle.is_open() {
+                limit = *middle;
+            }
+            if self.next == self.end {
+                gates.end.opened().await;
+            }
+        }
+        while out.len() < max && self.next < limit {
             out.push(floe::Record::new(self.next));
             self.next += 1;
         }
-        Ok(if self.next == self.end {
+        let gated = self.gates.as_ref().is_some_and(|(_, g)| !g.end.is_open());
+        Ok(if self.next == self.end && !gated {
             floe::connectors::SourcePoll::Finished
         } else {
             floe::connectors::SourcePoll::Ready
@@ -263,6 +344,16 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
         attempts: 3,
         delay: Duration::ZERO,
     });
+    // Each subtask stops half-way until checkpoint 2 completed, so the
+    // restored positions are in the middle of the input, and ends only
+    // after the restart, so checkpoint 3 (and its fault) comes before the
+    // end: however fast or slow the machine.
+    let gates = Arc::new(Gates {
+        middle_after: CheckpointId(2),
+        middle: Gate::default(),
+        end: Gate::default(),
+    });
+    let config = config.with_observer(gates.clone());
     let config = config.with_fault_injector(std::sync::Arc::new(FaultInjection {
         // After checkpoints 1 and 2 completed (one at a time): the job
         // restores checkpoint 2, whose positions skip what it committed.
@@ -275,15 +366,17 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
     }));
     env.set_config(config);
     let out = dir.path().join("out.txt");
-    env.add_async_source("counter", |ctx| {
+    env.add_async_source("counter", move |ctx| {
         let (next, end) = ctx.split(N);
-        Ok(Counter { next, end })
+        Ok(Counter {
+            next,
+            end,
+            gates: Some((next + (end - next) / 2, gates.clone())),
+        })
     })
     .rebalance()
     .map(|v: u64| v.to_string())
     .name("tag")
-    // Slow enough that checkpoint 3 comes before the end of the input.
-    .set_input_rate(20_000.0)
     .add_two_phase_sink(
         floe::connectors::transactional_file::TransactionalFileSink::new(&out).expect("sink"),
     );
@@ -296,5 +389,16 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
         .map(|l| l.parse().expect("a number"))
         .collect();
     got.sort_unstable();
-    assert_eq!(got, (0..N).collect::<Vec<_>>(), "every record exactly once");
+    let mut seen = BTreeSet::new();
+    let duplicated: Vec<u64> = got.iter().copied().filter(|v| !seen.insert(*v)).collect();
+    let missing: Vec<u64> = (0..N).filter(|v| !seen.contains(v)).collect();
+    assert!(
+        duplicated.is_empty() && missing.is_empty(),
+        "every record exactly once: {} records, {} duplicated (first {:?}), {} missing (first {:?})",
+        got.len(),
+        duplicated.len(),
+        duplicated.first(),
+        missing.len(),
+        missing.first()
+    );
 }
