@@ -42,7 +42,9 @@ impl std::ops::Deref for OwnedClient {
     type Target = Client;
 
     fn deref(&self) -> &Client {
-        self.0.as_ref().expect("the consumer is taken only when the reader drops")
+        self.0
+            .as_ref()
+            .expect("the consumer is taken only when the reader drops")
     }
 }
 
