@@ -239,9 +239,14 @@ pub fn produce_with(
             }
         }
     }
-    producer
-        .flush(Duration::from_secs(30))
-        .expect("every line delivered");
+    // Waits while the deliveries progress: a slow machine takes longer,
+    // a broker that stops acknowledging fails the test.
+    let mut left = producer.in_flight_count();
+    while let Err(e) = producer.flush(Duration::from_secs(30)) {
+        let now = producer.in_flight_count();
+        assert!(now < left, "no line delivered for 30 s ({now} left): {e}");
+        left = now;
+    }
 }
 
 /// The high watermark of `partition` as the last fetch answer gave it
