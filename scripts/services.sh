@@ -19,9 +19,9 @@
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
 # the broker with `cargo install` (kept in ~/.cargo/bin: built once),
 # chromium and chromium-driver (dashboard tests).
-# The broker: nisshi 0.8.1 (tansu's successor: EndTxn, so Kafka transactions
-# commit; storage in a SQLite file under target/services/kafka-data, so a
-# restart keeps the topics) when it is installed; else tansu 0.6 (memory
+# The broker: nisshi 0.8.1 (tansu's successor; storage in a SQLite file
+# under target/services/kafka-data, so a restart keeps the topics; like
+# tansu it commits no Kafka transactions) when it is installed; else tansu 0.6 (memory
 # storage, no EndTxn) when that is; when neither is, nisshi if the toolchain
 # can build it (its dependencies need rustc 1.96), else tansu.
 # FLOE_KAFKA_BROKER=nisshi|tansu picks one. The tests use the librdkafka

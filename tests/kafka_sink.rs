@@ -1,8 +1,8 @@
 //! The Kafka sink against a real Kafka-protocol broker (`FLOE_TEST_KAFKA`):
 //! the at-least-once sink flushes at a checkpoint, and the exactly-once
 //! sink either runs its transactions or, on a broker without them, says so
-//! before the job starts. With transactions (nisshi; on tansu 0.6 these
-//! say on stderr that they are skipped):
+//! before the job starts. With transactions (neither tansu 0.6 nor nisshi
+//! 0.8.1 commits them: there these say on stderr that they are skipped):
 //! - a restarted subtask fences the previous attempt's transactional ids:
 //!   that attempt's open transaction is aborted and can no longer commit;
 //! - a failure between pre-commit and commit (the sink's checkpoint 3

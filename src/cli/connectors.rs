@@ -86,14 +86,21 @@ pub fn kafka_source<T: Send + 'static>(
             ))
         })?),
     };
-    for (k, _) in &url.params {
-        if !matches!(k.as_str(), "start" | "group") {
-            return Err(bad(format!("unknown parameter '{k}' (start, group)")).into());
-        }
-    }
     let mut source = KafkaSource::new(&url.brokers, &[url.topic.as_str()], decode)
         .starting_offsets(start)
         .bounded(bounded);
+    for (k, v) in &url.params {
+        // A dotted key is a librdkafka consumer property (e.g.
+        // `queued.min.messages`), set as given.
+        if k.contains('.') {
+            source = source.property(k, v);
+        } else if !matches!(k.as_str(), "start" | "group") {
+            return Err(bad(format!(
+                "unknown parameter '{k}' (start, group, or a dotted client property)"
+            ))
+            .into());
+        }
+    }
     if let Some(group) = url.param("group") {
         source = source.group_id(group);
     }

@@ -395,10 +395,15 @@ impl<T> KafkaTransactionalSink<T> {
 }
 
 /// A transaction step's error, named as the broker's missing support when
-/// that is what it is.
+/// that is what it is. A broker that refuses every transactional id
+/// (nisshi 0.8.1 answers `InitProducerId` so on purpose; on Apache Kafka
+/// it is a missing ACL, which the reason names) cannot run the sink
+/// either.
 fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
     let text = e.to_string();
-    if text.contains("not supported")
+    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
+        || text.contains("Transactional Id authorization failed")
+        || text.contains("not supported")
         || text.contains("Unsupported")
         || text.contains("UNSUPPORTED")
         || text.contains("does not support")

@@ -34,13 +34,27 @@ impl Part {
     }
 }
 
+/// The subtask's client. Present until the reader is dropped, which
+/// closes it (see the reader's `Drop`).
+struct OwnedClient(Option<Client>);
+
+impl std::ops::Deref for OwnedClient {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        self.0
+            .as_ref()
+            .expect("the consumer is taken only when the reader drops")
+    }
+}
+
 /// A split entry: one partition's position.
 type Position = (String, i32, i64);
 
 /// The source of one subtask (see the module documentation).
 pub struct KafkaSourceReader<T> {
     config: KafkaSource<T>,
-    consumer: Client,
+    consumer: OwnedClient,
     subtask: usize,
     parallelism: usize,
     parts: Vec<Part>,
@@ -70,7 +84,7 @@ impl<T> KafkaSourceReader<T> {
     /// first poll.
     pub(super) fn new(consumer: Client, config: KafkaSource<T>, ctx: &SourceContext) -> Self {
         KafkaSourceReader {
-            consumer,
+            consumer: OwnedClient(Some(consumer)),
             config,
             subtask: ctx.subtask.0 as usize,
             parallelism: ctx.parallelism,
@@ -319,6 +333,29 @@ impl<T> KafkaSourceReader<T> {
                 ),
             }
             .into()),
+        }
+    }
+}
+
+impl<T> Drop for KafkaSourceReader<T> {
+    /// Closes the client, on a thread of its own when it has lost its
+    /// brokers: librdkafka's consumer close waits for the group
+    /// coordinator without a deadline, so a close inline would block the
+    /// subtask's teardown — and the job's failure, its restart and its
+    /// error line — for as long as the broker stays away.
+    fn drop(&mut self) {
+        let Some(consumer) = self.consumer.0.take() else {
+            return;
+        };
+        if self.lost_since.is_none() && !consumer.context().take_lost_brokers() {
+            return;
+        }
+        let closing = std::thread::Builder::new()
+            .name("kafka-close".into())
+            .spawn(move || drop(consumer));
+        if let Err(e) = closing {
+            // The closure, and the client with it, was dropped inline.
+            tracing::warn!(error = %e, "Kafka source: no thread to close the client on");
         }
     }
 }
