@@ -7,7 +7,7 @@
 //! a job is the API's business, so the connectors do not depend on the API
 //! (`tests/module_layering.rs`).
 
-use super::datastream::DataStream;
+use super::datastream::{DataStream, NodeCtxView};
 use super::environment::StreamExecutionEnvironment;
 use crate::Result;
 use crate::connectors::SourceContext;
@@ -74,11 +74,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         let template = Arc::new(Mutex::new(sink));
         let op_name = name.to_string();
         self.transform(name, move |view| {
-            let sink = template.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let ctx = SinkContext {
-                subtask: floe_actors::ids::SubtaskIndex(view.subtask as u32),
-                parallelism: view.parallelism,
-            };
+            let (sink, ctx) = for_subtask(&template, view);
             FallibleOp(AsyncSinkOp::new(
                 sink,
                 ctx,
@@ -112,11 +108,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         let template = Arc::new(Mutex::new(sink));
         let op_name = name.to_string();
         self.transform(name, move |view| {
-            let sink = template.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let ctx = SinkContext {
-                subtask: floe_actors::ids::SubtaskIndex(view.subtask as u32),
-                parallelism: view.parallelism,
-            };
+            let (sink, ctx) = for_subtask(&template, view);
             FallibleOp(AsyncTwoPhaseCommitSinkOp::new(
                 sink,
                 ctx,
@@ -127,6 +119,16 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         })
         .transactional()
     }
+}
+
+/// A subtask's own copy of a sink template, and its place in the operator.
+fn for_subtask<S: Clone>(template: &Mutex<S>, view: &NodeCtxView) -> (S, SinkContext) {
+    let sink = template.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let ctx = SinkContext {
+        subtask: floe_actors::ids::SubtaskIndex(view.subtask as u32),
+        parallelism: view.parallelism,
+    };
+    (sink, ctx)
 }
 
 #[cfg(feature = "postgres")]
