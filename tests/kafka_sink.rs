@@ -8,7 +8,14 @@
 //! - a failure between pre-commit and commit (the sink's checkpoint 3
 //!   fails after its transaction was flushed) restarts the job from
 //!   checkpoint 2 and a `read_committed` reader sees every record exactly
-//!   once.
+//!   once;
+//! - a transaction whose checkpoint completed but whose process died
+//!   before committing it is committed by the recovery, also when the
+//!   subtask that owns its id opens before subtask 0 recovers.
+//!
+//! The recovery's own client (`ApiVersions`, `FindCoordinator`, `EndTxn`)
+//! is tested against every broker: its `EndTxn` on a broker without
+//! transactions ends in one typed error, within its timeout.
 
 #![cfg(feature = "kafka")]
 
@@ -208,4 +215,116 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
     oracle.sort();
     assert_eq!(got.len(), oracle.len(), "nothing lost, nothing duplicated");
     assert_eq!(got, oracle);
+}
+
+/// The sink's recovery client against the broker: `ApiVersions` answers
+/// and lists what every Kafka broker serves (the other tests produce,
+/// fetch and ask for metadata through librdkafka); committing a
+/// transaction the broker never began — on a broker without transactions
+/// every commit is that — ends in one typed error line that no restart
+/// mends, within the client's timeout: not a hang, not a retry loop.
+#[test]
+fn the_recovery_client_talks_to_the_broker() {
+    use floe::connectors::kafka::txn_recovery::{CoordinatorClient, ProducerIdentity};
+    let Some(b) = broker() else { return };
+    let client = CoordinatorClient::new(&b, Duration::from_secs(10));
+    let versions = client.api_versions().expect("ApiVersions answers");
+    for (api, name) in [(0, "Produce"), (1, "Fetch"), (3, "Metadata"), (18, "ApiVersions")] {
+        assert!(
+            versions.apis.iter().any(|r| r.api == api && r.min <= r.max),
+            "{name} listed: {versions:?}"
+        );
+    }
+    let id = unique("recovery");
+    let err = client
+        .commit(
+            &id,
+            ProducerIdentity {
+                producer_id: 1,
+                epoch: 0,
+            },
+        )
+        .expect_err("no such transaction");
+    let sink_error = floe::Error::Kafka(KafkaError::Recovery {
+        transactional_id: id.clone(),
+        source: err,
+    });
+    let line = sink_error.to_string();
+    eprintln!("{line}");
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(line.contains(&id), "names the transaction: {line}");
+    assert!(!sink_error.is_retriable(), "no restart mends it: {line}");
+}
+
+fn ctx_of(subtask: u32, parallelism: usize) -> SinkContext {
+    SinkContext {
+        subtask: SubtaskIndex(subtask),
+        parallelism,
+    }
+}
+
+/// Two subtasks write into their transactions, checkpoint 1 snapshots
+/// (pre-commits) them and completes, and the process dies before either
+/// commits. Restored at the same parallelism, subtask 1 opens (fencing
+/// its ids) before subtask 0 recovers: both transactions are committed
+/// all the same, and a `read_committed` reader sees exactly the records
+/// of checkpoint 1 — not those written after it. Before the recovery sent
+/// `EndTxn` itself they were aborted: lost.
+#[test]
+fn a_completed_checkpoints_transactions_are_committed_on_recovery() {
+    use floe::connectors::two_phase::TwoPhaseCommitSinkOp;
+    use floe::operators::{Operator, RestoredState};
+    let Some(b) = broker() else { return };
+    if !transactions_or_skip(
+        &b,
+        "a_completed_checkpoints_transactions_are_committed_on_recovery",
+    ) {
+        return;
+    }
+    let topic = unique("sink-recover");
+    create_topic(&b, &topic, 2);
+    let sink = KafkaSink::<String>::lines(&b, &topic)
+        .transactional_id_prefix(&unique("recover"))
+        .request_timeout(Duration::from_secs(10))
+        .exactly_once();
+    let batch = |tag: &str| -> Vec<Record<String>> {
+        (0..40)
+            .map(|i| Record::new(format!("{tag}{i},{i}")))
+            .collect()
+    };
+    let snapshot = SnapshotContext {
+        checkpoint: floe::CheckpointId(1),
+        savepoint: false,
+        max_parallelism: 128,
+        key_groups: 0..128,
+    };
+    let mut union_list = Vec::new();
+    let mut dead = Vec::new();
+    for subtask in 0..2 {
+        let mut op = TwoPhaseCommitSinkOp::new(sink.clone(), ctx_of(subtask, 2));
+        op.write_batch(batch(&format!("s{subtask}-"))).expect("writes");
+        union_list.extend(op.snapshot_state(&snapshot).expect("pre-commits").union_list);
+        op.write_batch(batch(&format!("late{subtask}-"))).expect("writes");
+        dead.push(op);
+    }
+    // Checkpoint 1 completed; the process dies before the notification.
+    drop(dead);
+    let state = RestoredState {
+        union_list,
+        ..Default::default()
+    };
+    for subtask in [1, 0] {
+        let mut op = TwoPhaseCommitSinkOp::new(sink.clone(), ctx_of(subtask, 2));
+        op.restore_state(state.clone()).expect("recovers");
+        op.write_batch(Vec::new()).expect("opens, fencing its ids");
+    }
+    let mut got = read_all(&b, &topic);
+    got.sort();
+    let mut expected: Vec<String> = ["s0-", "s1-"]
+        .iter()
+        .flat_map(|tag| batch(tag))
+        .map(|r| r.value)
+        .collect();
+    expected.sort();
+    assert_eq!(got, expected, "checkpoint 1's records, once; no late ones");
 }

@@ -255,6 +255,12 @@ fn exactly_once_output_commits_once_or_is_refused_in_one_line() {
 /// right after one), each run resumed with `--from-checkpoint`, then a run
 /// to the end: a `read_committed` reader of the output sees every update
 /// of the HashMap oracle exactly once — nothing lost, nothing duplicated.
+/// A kill lands right after a checkpoint's completion is reported, so
+/// often before the sink committed that checkpoint's transactions: those
+/// are committed by the next run's recovery (`EndTxn` with the
+/// checkpointed producer id and epoch); were they aborted, as before the
+/// recovery did that, the oracle's updates of that interval would be
+/// missing ("lost"), since the source resumes after them.
 #[test]
 fn exactly_once_kill_9_five_times_neither_loses_nor_duplicates() {
     let Some(b) = broker() else { return };

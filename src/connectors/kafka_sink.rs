@@ -16,13 +16,21 @@
 //!   fences the previous attempt's producers and aborts their open
 //!   transactions, as Flink's `KafkaSink` does on recovery.
 //!
-//!   librdkafka cannot resume another producer's transaction (Flink does it
-//!   by reflection into the Java client), so a transaction pre-committed by
-//!   a process that died after its checkpoint completed but before it
-//!   committed is aborted on recovery rather than committed: the window is
-//!   the time between a checkpoint's completion and its commit.
+//!   A pre-committed transaction is checkpointed with its producer id and
+//!   epoch (read from librdkafka's statistics, `eos.producer_id` /
+//!   `eos.producer_epoch`). librdkafka cannot resume another producer's
+//!   transaction (Flink does it by reflection into the Java client), so on
+//!   recovery each subtask commits the restored transactions of the ids it
+//!   is about to fence with an `EndTxn` of its own
+//!   ([`txn_recovery`](super::kafka::txn_recovery)), before it initialises
+//!   them: a transaction whose checkpoint completed but whose process died
+//!   before committing it (a `kill -9`, a restart before the completion
+//!   reached the sink) is committed, not lost. A checkpoint written before
+//!   the producer ids were kept restores as before: its transactions are
+//!   aborted by the fencing, with a warning.
 
 use super::kafka::KafkaError;
+use super::kafka::txn_recovery::{self, CoordinatorClient, Ended, ProducerIdentity};
 use super::two_phase::TwoPhaseCommitSink;
 use crate::Result;
 use crate::operators::sink::{SinkContext, SinkFunction};
@@ -40,12 +48,34 @@ use std::time::Duration;
 /// an empty key is sent as none).
 pub type RecordSerializer<T> = Arc<dyn Fn(&T, &mut Vec<u8>, &mut Vec<u8>) + Send + Sync>;
 
-/// Collects the first failed delivery of a producer.
+/// Collects the first failed delivery of a producer, and its latest
+/// transactional state from the statistics.
 #[derive(Clone, Default)]
 struct Deliveries {
     failed: Arc<AtomicBool>,
     first: Arc<Mutex<Option<String>>>,
+    eos: Arc<Mutex<Option<Eos>>>,
 }
+
+/// The `eos` object of librdkafka's statistics (STATISTICS.md): the
+/// transactional state and the producer id and epoch.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct Eos {
+    txn_state: String,
+    producer_id: i64,
+    producer_epoch: i64,
+}
+
+/// The part of the statistics the sink reads.
+#[derive(serde::Deserialize)]
+struct Stats {
+    eos: Option<Eos>,
+}
+
+/// How often a transactional producer emits its statistics: pre-commit
+/// waits for one taken inside the transaction, to read its producer id
+/// and epoch.
+const STATS_INTERVAL_MS: &str = "100";
 
 impl Deliveries {
     /// The first failure since the last call, if any.
@@ -64,6 +94,19 @@ impl ClientContext for Deliveries {
 
     fn error(&self, error: ClientError, reason: &str) {
         tracing::warn!(%error, "librdkafka: {reason}");
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        // Only the `eos` object is read; the rest is skipped unparsed.
+        match serde_json::from_slice::<Stats>(statistics) {
+            Ok(Stats { eos: Some(eos) }) => {
+                if let Ok(mut slot) = self.eos.lock() {
+                    *slot = Some(eos);
+                }
+            }
+            Ok(Stats { eos: None }) => {}
+            Err(e) => tracing::warn!("librdkafka statistics not understood: {e}"),
+        }
     }
 }
 
@@ -244,7 +287,9 @@ impl<T> KafkaSink<T> {
             .set("linger.ms", "5")
             .set("log_level", "4");
         if let Some(id) = transactional_id {
-            config.set("transactional.id", id);
+            config
+                .set("transactional.id", id)
+                .set("statistics.interval.ms", STATS_INTERVAL_MS);
         }
         for (k, v) in &self.properties {
             config.set(k, v);
@@ -366,11 +411,78 @@ impl<T> Clone for KafkaTransactionalSink<T> {
     }
 }
 
-/// A Kafka transaction of the exactly-once sink.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// A Kafka transaction of the exactly-once sink, as checkpoints hold it.
+///
+/// Encoded as the transactional id, a format version (1) and the
+/// producer; a checkpoint of format 0 (before the version) holds only the
+/// id and decodes with `producer: None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KafkaTxn {
     /// Its transactional id, `PREFIX-SUBTASK-N`.
     pub transactional_id: String,
+    /// The producer id and epoch that own it, read at pre-commit: what
+    /// recovery needs to commit it from another process. `None` before
+    /// pre-commit, and in checkpoints of format 0.
+    pub producer: Option<ProducerIdentity>,
+}
+
+/// The format version written after the transactional id.
+const TXN_FORMAT: u8 = 1;
+
+impl serde::Serialize for KafkaTxn {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(3)?;
+        t.serialize_element(&self.transactional_id)?;
+        t.serialize_element(&TXN_FORMAT)?;
+        t.serialize_element(&self.producer)?;
+        t.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KafkaTxn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = KafkaTxn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kafka transaction")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<KafkaTxn, A::Error> {
+                let transactional_id: String = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
+                // Format 0 ends here: the transaction is the last field of
+                // its checkpoint entry, so postcard meets the end of the
+                // entry's bytes (an error) where the version would be.
+                let version = match seq.next_element::<u8>() {
+                    Ok(Some(v)) => v,
+                    Ok(None) | Err(_) => {
+                        return Ok(KafkaTxn {
+                            transactional_id,
+                            producer: None,
+                        });
+                    }
+                };
+                if version != TXN_FORMAT {
+                    return Err(serde::de::Error::custom(format!(
+                        "Kafka transaction format {version}, this build reads 0 and {TXN_FORMAT}"
+                    )));
+                }
+                let producer = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(2, &self))?;
+                Ok(KafkaTxn {
+                    transactional_id,
+                    producer,
+                })
+            }
+        }
+        d.deserialize_tuple(3, Visitor)
+    }
 }
 
 /// How many transactional ids per subtask a restart fences: the
@@ -391,6 +503,69 @@ impl<T> KafkaTransactionalSink<T> {
             .init_transactions(self.sink.timeout)
             .map_err(|e| no_transactions(&self.sink.brokers, e))?;
         Ok((producer, deliveries))
+    }
+}
+
+impl<T> KafkaTransactionalSink<T> {
+    /// The producer id and epoch of the transaction `id` open in
+    /// `producer`, from the first statistics taken inside the transaction
+    /// (they change only when a producer is initialised, which happened
+    /// before it began).
+    fn producer_identity(
+        &self,
+        id: &str,
+        producer: &Client,
+        deliveries: &Deliveries,
+    ) -> Result<ProducerIdentity> {
+        let deadline = std::time::Instant::now() + self.sink.timeout;
+        loop {
+            let eos = deliveries.eos.lock().ok().and_then(|e| e.clone());
+            if let Some(eos) = eos.filter(|e| e.txn_state == "InTransaction") {
+                if eos.producer_id >= 0 {
+                    if let Ok(epoch) = i16::try_from(eos.producer_epoch) {
+                        return Ok(ProducerIdentity {
+                            producer_id: eos.producer_id,
+                            epoch,
+                        });
+                    }
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(KafkaError::NoProducerId {
+                    transactional_id: id.to_string(),
+                    timeout: self.sink.timeout,
+                }
+                .into());
+            }
+            // Serves the statistics callback; returns when one arrives.
+            producer.poll(Duration::from_millis(20));
+        }
+    }
+
+    /// Commits a transaction of an earlier attempt through its coordinator.
+    fn end_restored(&self, id: &str, producer: ProducerIdentity) -> Result<()> {
+        let client = CoordinatorClient::new(&self.sink.brokers, self.sink.timeout);
+        match client.commit(id, producer) {
+            Ok(Ended::Committed) => {
+                tracing::info!(id, "Kafka sink: committed a restored transaction");
+                Ok(())
+            }
+            Ok(Ended::AlreadyEnded(code)) => {
+                tracing::warn!(
+                    id,
+                    "Kafka sink: restored transaction {id} was ended before ({}): \
+                     committed by another subtask's recovery, or aborted by the broker \
+                     (transaction.timeout.ms shorter than the recovery: its records are lost)",
+                    txn_recovery::error_name(code)
+                );
+                Ok(())
+            }
+            Err(source) => Err(KafkaError::Recovery {
+                transactional_id: id.to_string(),
+                source,
+            }
+            .into()),
+        }
     }
 }
 
@@ -442,6 +617,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         self.sink.open.insert(id.clone(), (producer, deliveries));
         Ok(KafkaTxn {
             transactional_id: id,
+            producer: None,
         })
     }
 
@@ -464,6 +640,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     fn pre_commit(&mut self, txn: &mut KafkaTxn) -> Result<()> {
         if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
             self.sink.flush(producer, deliveries)?;
+            txn.producer = Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
         }
         Ok(())
     }
@@ -473,15 +650,19 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             Some((producer, _)) => producer
                 .commit_transaction(self.sink.timeout)
                 .map_err(|e| no_transactions(&self.sink.brokers, e)),
-            None => {
+            None => match txn.producer {
                 // Another process's transaction (see the module docs): its
-                // producer is gone and librdkafka cannot resume it.
-                tracing::warn!(
-                    id = %txn.transactional_id,
-                    "Kafka sink: cannot resume a transaction of an earlier attempt"
-                );
-                Ok(())
-            }
+                // producer is gone, its coordinator commits it.
+                Some(producer) => self.end_restored(&txn.transactional_id, producer),
+                None => {
+                    tracing::warn!(
+                        id = %txn.transactional_id,
+                        "Kafka sink: a restored transaction without its producer id \
+                         (a checkpoint of an older format) cannot be committed"
+                    );
+                    Ok(())
+                }
+            },
         }
     }
 
@@ -494,14 +675,108 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         Ok(())
     }
 
-    fn recover(&mut self, committed: Vec<KafkaTxn>) -> Result<()> {
-        // None of them is open in this process (a restore starts afresh):
-        // initialising each id fences the producers of every former
-        // subtask, also those beyond a smaller new parallelism.
-        for txn in committed {
-            self.commit(txn.clone())?;
-            drop(self.init(&txn.transactional_id)?);
+    fn on_restore_pending(&mut self, ctx: &SinkContext, pending: &[KafkaTxn]) -> Result<()> {
+        // Every subtask commits the transactions of the ids it is about to
+        // initialise (its own, in `open`; subtask 0 also those of former
+        // subtasks beyond the new parallelism) before it does: an
+        // initialisation would abort them. None is open in this process.
+        let restored: Vec<(String, Option<ProducerIdentity>)> = pending
+            .iter()
+            .map(|t| (t.transactional_id.clone(), t.producer))
+            .collect();
+        let plan = txn_recovery::plan(
+            &self.sink.prefix,
+            ctx.subtask.0 as usize,
+            ctx.parallelism as usize,
+            &restored,
+        );
+        for id in &plan.legacy {
+            tracing::warn!(
+                id = %id,
+                "Kafka sink: the checkpoint holds transaction {id} without its producer id \
+                 and epoch (an older checkpoint format): it is aborted, not committed"
+            );
+        }
+        for (id, producer) in plan.commit {
+            self.end_restored(&id, producer)?;
+        }
+        for id in plan.fence {
+            drop(self.init(&id)?);
         }
         Ok(())
+    }
+
+    fn recover(&mut self, _committed: Vec<KafkaTxn>) -> Result<()> {
+        // Done by every subtask in `on_restore_pending`, each for the ids
+        // it fences.
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_round_trips_with_its_producer() {
+        let txn = KafkaTxn {
+            transactional_id: "job-1-3".into(),
+            producer: Some(ProducerIdentity {
+                producer_id: 4711,
+                epoch: 7,
+            }),
+        };
+        // As the two-phase-commit operator writes it: (checkpoint, txn).
+        let bytes = postcard::to_allocvec(&(12u64, &txn)).expect("encodes");
+        let (checkpoint, back): (u64, KafkaTxn) = postcard::from_bytes(&bytes).expect("decodes");
+        assert_eq!((checkpoint, back), (12, txn));
+    }
+
+    #[test]
+    fn a_checkpoint_of_format_0_restores_without_a_producer() {
+        // Format 0 was a struct of one field, the id: postcard wrote the
+        // checkpoint entry as the checkpoint id and the string.
+        #[derive(serde::Serialize)]
+        struct Format0 {
+            transactional_id: String,
+        }
+        let old = Format0 {
+            transactional_id: "job-0-5".into(),
+        };
+        let bytes = postcard::to_allocvec(&(3u64, old)).expect("encodes");
+        // By hand too: varint 3, varint length 7, the id.
+        assert_eq!(bytes, b"\x03\x07job-0-5");
+        let (checkpoint, txn): (u64, KafkaTxn) = postcard::from_bytes(&bytes).expect("decodes");
+        assert_eq!(checkpoint, 3);
+        assert_eq!(
+            txn,
+            KafkaTxn {
+                transactional_id: "job-0-5".into(),
+                producer: None
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_format_is_refused() {
+        let bytes = b"\x03\x07job-0-5\x02\x00";
+        let r: std::result::Result<(u64, KafkaTxn), _> = postcard::from_bytes(bytes);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn statistics_give_the_producer_id_and_epoch() {
+        // Shaped as librdkafka's STATISTICS.md documents the `eos` object.
+        let json = br#"{"name":"p","type":"producer","ts":1,"brokers":{},
+            "eos":{"idemp_state":"Assigned","idemp_stateage":3,"txn_state":"InTransaction",
+            "txn_stateage":1,"txn_may_enq":true,"producer_id":1001,"producer_epoch":4,
+            "epoch_cnt":1}}"#;
+        let d = Deliveries::default();
+        d.stats_raw(json);
+        let eos = d.eos.lock().expect("lock").clone().expect("eos read");
+        assert_eq!(
+            (eos.txn_state.as_str(), eos.producer_id, eos.producer_epoch),
+            ("InTransaction", 1001, 4)
+        );
     }
 }

@@ -66,6 +66,18 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
         Ok(())
     }
 
+    /// Called on every subtask when the whole job restores a checkpoint or
+    /// savepoint (not on a region failover), after
+    /// [`on_restore`](Self::on_restore) and before
+    /// [`recover`](Self::recover) and [`open`](Self::open), with every
+    /// transaction the checkpoint holds as pre-committed, in checkpoint
+    /// order: for a sink whose subtasks must each settle some of them
+    /// before they open (the Kafka sink commits the transactions of the ids
+    /// a subtask is about to fence).
+    fn on_restore_pending(&mut self, _ctx: &SinkContext, _pending: &[Self::Txn]) -> Result<()> {
+        Ok(())
+    }
+
     /// Called on every subtask, before [`open`](Self::open), when the whole
     /// job restarts from the beginning after a failure (restart-all before
     /// any checkpoint completed): everything committed so far, e.g. by
@@ -255,13 +267,15 @@ where
             }
             return Ok(());
         }
+        // Stable: the order of one former subtask's transactions is kept.
+        entries.sort_by_key(|(checkpoint, _)| *checkpoint);
+        let pending: Vec<S::Txn> = entries.iter().map(|(_, txn)| txn.clone()).collect();
+        self.sink.on_restore_pending(&self.ctx, &pending)?;
         if self.ctx.subtask.0 != 0 {
             // Subtask 0 commits them; doing it here too would commit the same
             // transactions twice, concurrently.
             return Ok(());
         }
-        // Stable: the order of one former subtask's transactions is kept.
-        entries.sort_by_key(|(checkpoint, _)| *checkpoint);
         self.sink
             .recover(entries.into_iter().map(|(_, txn)| txn).collect())
     }
@@ -343,5 +357,107 @@ where
     /// See [`finish`](TwoPhaseCommitSinkOp::finish).
     fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {
         self.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_actors::ids::SubtaskIndex;
+    use std::sync::{Arc, Mutex};
+
+    /// Records which subtask saw which pending transactions, and when.
+    #[derive(Clone, Default)]
+    struct Probe {
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl TwoPhaseCommitSink<u32> for Probe {
+        type Txn = u32;
+        fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+            self.note(format!("open {}", ctx.subtask.0));
+            Ok(())
+        }
+        fn on_restore_pending(&mut self, ctx: &SinkContext, pending: &[u32]) -> Result<()> {
+            self.note(format!("pending {} {pending:?}", ctx.subtask.0));
+            Ok(())
+        }
+        fn begin(&mut self) -> Result<u32> {
+            Ok(0)
+        }
+        fn write(&mut self, _: &mut u32, _: Batch<u32>) -> Result<()> {
+            Ok(())
+        }
+        fn pre_commit(&mut self, _: &mut u32) -> Result<()> {
+            Ok(())
+        }
+        fn commit(&mut self, txn: u32) -> Result<()> {
+            self.note(format!("commit {txn}"));
+            Ok(())
+        }
+        fn abort(&mut self, _: u32) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Probe {
+        fn note(&self, what: String) {
+            self.seen.lock().expect("lock").push(what);
+        }
+    }
+
+    fn ctx(subtask: u32, parallelism: usize) -> SinkContext {
+        SinkContext {
+            subtask: SubtaskIndex(subtask),
+            parallelism,
+        }
+    }
+
+    #[test]
+    fn every_subtask_sees_the_pending_transactions_before_it_opens() {
+        let entries = [(2u64, 20u32), (1, 10), (2, 21)];
+        let union_list: Vec<Vec<u8>> = entries
+            .iter()
+            .map(|e| postcard::to_allocvec(e).expect("encodes"))
+            .collect();
+        let probe = Probe::default();
+        for subtask in [1, 0] {
+            let mut op = TwoPhaseCommitSinkOp::new(probe.clone(), ctx(subtask, 2));
+            op.restore_state(RestoredState {
+                union_list: union_list.clone(),
+                ..Default::default()
+            })
+            .expect("restores");
+            op.write_batch(Vec::new()).expect("opens");
+        }
+        assert_eq!(
+            *probe.seen.lock().expect("lock"),
+            [
+                "pending 1 [10, 20, 21]",
+                "open 1",
+                "pending 0 [10, 20, 21]",
+                "commit 10",
+                "commit 20",
+                "commit 21",
+                "open 0"
+            ]
+        );
+        // Not on a region failover: each restored subtask commits instead.
+        let probe = Probe::default();
+        let mut op = TwoPhaseCommitSinkOp::new(probe.clone(), ctx(1, 2));
+        op.restore_state(RestoredState {
+            union_list,
+            partial: true,
+            ..Default::default()
+        })
+        .expect("restores");
+        assert!(
+            probe
+                .seen
+                .lock()
+                .expect("lock")
+                .iter()
+                .all(|s| s.starts_with("commit"))
+        );
     }
 }

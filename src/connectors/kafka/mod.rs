@@ -51,7 +51,9 @@ use std::time::Duration;
 
 mod assign;
 mod source;
+pub mod txn_recovery;
 mod url;
+pub mod wire;
 
 pub use assign::partition_owner;
 use assign::partitions_of;
@@ -118,6 +120,25 @@ pub enum KafkaError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A transaction a restored checkpoint holds as pre-committed (its
+    /// checkpoint completed) could not be committed on recovery.
+    #[error("cannot commit the restored Kafka transaction '{transactional_id}': {source}")]
+    Recovery {
+        /// Its transactional id.
+        transactional_id: String,
+        /// Why.
+        #[source]
+        source: txn_recovery::RecoveryError,
+    },
+    /// No statistics of a transactional producer told its producer id and
+    /// epoch in time, which its checkpointed transaction needs.
+    #[error("Kafka transaction '{transactional_id}': no producer id and epoch within {timeout:?}")]
+    NoProducerId {
+        /// The transactional id.
+        transactional_id: String,
+        /// How long the sink waited.
+        timeout: std::time::Duration,
+    },
     /// The client failed.
     #[error("Kafka {action}: {source}")]
     Client {
@@ -134,6 +155,9 @@ impl KafkaError {
     /// request; not a bad URL, a missing topic, a broker without
     /// transactions or an undecodable record (the same again).
     pub fn is_retriable(&self) -> bool {
+        if let KafkaError::Recovery { source, .. } = self {
+            return source.is_retriable();
+        }
         !matches!(
             self,
             KafkaError::BadUrl { .. }
