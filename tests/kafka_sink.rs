@@ -219,13 +219,21 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
 
 /// The sink's recovery client against the broker: `ApiVersions` answers
 /// and lists what every Kafka broker serves (the other tests produce,
-/// fetch and ask for metadata through librdkafka); committing a
-/// transaction the broker never began — on a broker without transactions
-/// every commit is that — ends in one typed error line that no restart
-/// mends, within the client's timeout: not a hang, not a retry loop.
+/// fetch and ask for metadata through librdkafka), and an `EndTxn` for a
+/// transaction the broker never began is answered within the client's
+/// timeout — not a hang, not a retry loop — as the broker answers it:
+/// - tansu 0.6 lists no `EndTxn`: one typed error line (the API is not
+///   served) that no restart mends;
+/// - nisshi 0.8.1 lists `EndTxn` and answers it with `NONE` for any
+///   transaction (it has none: its `InitProducerId` refuses every
+///   transactional id, so the sink never gets to recover there);
+/// - a broker with transactions: `INVALID_PRODUCER_ID_MAPPING` (49), one
+///   typed error line that no restart mends.
 #[test]
 fn the_recovery_client_talks_to_the_broker() {
-    use floe::connectors::kafka::txn_recovery::{CoordinatorClient, ProducerIdentity};
+    use floe::connectors::kafka::txn_recovery::{
+        CoordinatorClient, Ended, ProducerIdentity, RecoveryError,
+    };
     let Some(b) = broker() else { return };
     let client = CoordinatorClient::new(&b, Duration::from_secs(10));
     let versions = client.api_versions().expect("ApiVersions answers");
@@ -235,25 +243,44 @@ fn the_recovery_client_talks_to_the_broker() {
             "{name} listed: {versions:?}"
         );
     }
+    let serves_end_txn = versions.apis.iter().any(|r| r.api == 26);
     let id = unique("recovery");
-    let err = client
-        .commit(
-            &id,
-            ProducerIdentity {
-                producer_id: 1,
-                epoch: 0,
-            },
-        )
-        .expect_err("no such transaction");
-    let sink_error = floe::Error::Kafka(KafkaError::Recovery {
-        transactional_id: id.clone(),
-        source: err,
-    });
-    let line = sink_error.to_string();
-    eprintln!("{line}");
-    assert!(!line.contains('\n'), "one line: {line}");
-    assert!(line.contains(&id), "names the transaction: {line}");
-    assert!(!sink_error.is_retriable(), "no restart mends it: {line}");
+    let answer = client.commit(
+        &id,
+        ProducerIdentity {
+            producer_id: 1,
+            epoch: 0,
+        },
+    );
+    match (broker_kind().as_deref(), answer) {
+        (Some("nisshi"), Ok(ended)) => {
+            assert!(serves_end_txn);
+            assert_eq!(ended, Ended::Committed, "nisshi's answer to any EndTxn");
+        }
+        (kind, Err(err)) => {
+            match &err {
+                RecoveryError::Unsupported { api, .. } => {
+                    assert!(!serves_end_txn, "{kind:?}: {err}");
+                    assert_eq!(*api, "EndTxn");
+                }
+                RecoveryError::Broker { code, .. } => {
+                    assert!(serves_end_txn && kind != Some("tansu"), "{err}");
+                    assert_eq!(*code, 49, "INVALID_PRODUCER_ID_MAPPING: {err}");
+                }
+                other => panic!("{kind:?}: unexpected {other}"),
+            }
+            let sink_error = floe::Error::Kafka(KafkaError::Recovery {
+                transactional_id: id.clone(),
+                source: err,
+            });
+            let line = sink_error.to_string();
+            eprintln!("{line}");
+            assert!(!line.contains('\n'), "one line: {line}");
+            assert!(line.contains(&id), "names the transaction: {line}");
+            assert!(!sink_error.is_retriable(), "no restart mends it: {line}");
+        }
+        (kind, Ok(ended)) => panic!("{kind:?} committed a transaction it never began: {ended:?}"),
+    }
 }
 
 fn ctx_of(subtask: u32, parallelism: usize) -> SinkContext {
@@ -327,4 +354,90 @@ fn a_completed_checkpoints_transactions_are_committed_on_recovery() {
         .collect();
     expected.sort();
     assert_eq!(got, expected, "checkpoint 1's records, once; no late ones");
+}
+
+/// On a broker that initialises transactional producers but serves no
+/// `EndTxn` (tansu 0.6): pre-commit checkpoints the transaction with the
+/// producer id and epoch librdkafka's statistics report, a second
+/// attempt's transaction on the same id has another (producer id, epoch)
+/// — so an `EndTxn` for the first can never end the second — and the
+/// restore that must commit the first fails with one line naming the
+/// missing `EndTxn`, not a hang and not a silent abort. Skipped where
+/// `InitProducerId` is refused (nisshi 0.8.1), and where `EndTxn` is
+/// served (the restore then commits: see the test above).
+#[test]
+fn a_restore_without_end_txn_on_the_broker_fails_in_one_line() {
+    use floe::connectors::kafka_sink::KafkaTxn;
+    use floe::connectors::two_phase::{TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
+    use floe::operators::{Operator, RestoredState};
+    let test = "a_restore_without_end_txn_on_the_broker_fails_in_one_line";
+    let Some(b) = broker() else { return };
+    let topic = unique("sink-no-endtxn");
+    create_topic(&b, &topic, 1);
+    let prefix = unique("no-endtxn");
+    let sink = KafkaSink::<String>::lines(&b, &topic)
+        .transactional_id_prefix(&prefix)
+        .request_timeout(Duration::from_secs(10))
+        .exactly_once();
+    let mut probe = sink.clone();
+    if let Err(e) = TwoPhaseCommitSink::<String>::open(&mut probe, &ctx()) {
+        eprintln!("{test} SKIPPED: the broker initialises no transactional producer ({e})");
+        return;
+    }
+    let client =
+        floe::connectors::kafka::txn_recovery::CoordinatorClient::new(&b, Duration::from_secs(10));
+    if client
+        .api_versions()
+        .expect("ApiVersions answers")
+        .apis
+        .iter()
+        .any(|r| r.api == 26)
+    {
+        eprintln!("{test} SKIPPED: the broker serves EndTxn");
+        return;
+    }
+    let snapshot = |n| SnapshotContext {
+        checkpoint: floe::CheckpointId(n),
+        savepoint: false,
+        max_parallelism: 128,
+        key_groups: 0..128,
+    };
+    let txn_of = |union_list: &[Vec<u8>]| -> KafkaTxn {
+        assert_eq!(union_list.len(), 1, "one pending transaction");
+        let (_, txn): (u64, KafkaTxn) = postcard::from_bytes(&union_list[0]).expect("decodes");
+        txn
+    };
+    let records: Vec<Record<String>> = (0..10).map(|i| Record::new(format!("r{i},{i}"))).collect();
+    let mut first = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
+    first.write_batch(records.clone()).expect("writes");
+    let first_txn = txn_of(&first.snapshot_state(&snapshot(1)).expect("pre-commits").union_list);
+    let p1 = first_txn.producer.expect("pre-commit knows the producer");
+    assert!(p1.producer_id >= 0 && p1.epoch >= 0, "{p1:?}");
+    drop(first);
+    // A second attempt: its open re-initialises the ids, its first
+    // transaction uses the first one's id again.
+    let mut second = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
+    second.write_batch(records).expect("writes");
+    let state = second.snapshot_state(&snapshot(1)).expect("pre-commits");
+    let second_txn = txn_of(&state.union_list);
+    assert_eq!(second_txn.transactional_id, first_txn.transactional_id);
+    let p2 = second_txn.producer.expect("pre-commit knows the producer");
+    assert_ne!(p1, p2, "a re-initialised id has another producer id or epoch");
+    drop(second);
+
+    let mut restored = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
+    let err = restored
+        .restore_state(RestoredState {
+            union_list: state.union_list,
+            ..Default::default()
+        })
+        .expect_err("EndTxn is not served");
+    let line = err.to_string();
+    eprintln!("{line}");
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(
+        line.contains(&second_txn.transactional_id) && line.contains("EndTxn"),
+        "{line}"
+    );
+    assert!(!err.is_retriable(), "no restart mends it: {line}");
 }
