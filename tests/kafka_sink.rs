@@ -237,7 +237,12 @@ fn the_recovery_client_talks_to_the_broker() {
     let Some(b) = broker() else { return };
     let client = CoordinatorClient::new(&b, Duration::from_secs(10));
     let versions = client.api_versions().expect("ApiVersions answers");
-    for (api, name) in [(0, "Produce"), (1, "Fetch"), (3, "Metadata"), (18, "ApiVersions")] {
+    for (api, name) in [
+        (0, "Produce"),
+        (1, "Fetch"),
+        (3, "Metadata"),
+        (18, "ApiVersions"),
+    ] {
         assert!(
             versions.apis.iter().any(|r| r.api == api && r.min <= r.max),
             "{name} listed: {versions:?}"
@@ -329,9 +334,15 @@ fn a_completed_checkpoints_transactions_are_committed_on_recovery() {
     let mut dead = Vec::new();
     for subtask in 0..2 {
         let mut op = TwoPhaseCommitSinkOp::new(sink.clone(), ctx_of(subtask, 2));
-        op.write_batch(batch(&format!("s{subtask}-"))).expect("writes");
-        union_list.extend(op.snapshot_state(&snapshot).expect("pre-commits").union_list);
-        op.write_batch(batch(&format!("late{subtask}-"))).expect("writes");
+        op.write_batch(batch(&format!("s{subtask}-")))
+            .expect("writes");
+        union_list.extend(
+            op.snapshot_state(&snapshot)
+                .expect("pre-commits")
+                .union_list,
+        );
+        op.write_batch(batch(&format!("late{subtask}-")))
+            .expect("writes");
         dead.push(op);
     }
     // Checkpoint 1 completed; the process dies before the notification.
@@ -410,7 +421,12 @@ fn a_restore_without_end_txn_on_the_broker_fails_in_one_line() {
     let records: Vec<Record<String>> = (0..10).map(|i| Record::new(format!("r{i},{i}"))).collect();
     let mut first = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
     first.write_batch(records.clone()).expect("writes");
-    let first_txn = txn_of(&first.snapshot_state(&snapshot(1)).expect("pre-commits").union_list);
+    let first_txn = txn_of(
+        &first
+            .snapshot_state(&snapshot(1))
+            .expect("pre-commits")
+            .union_list,
+    );
     let p1 = first_txn.producer.expect("pre-commit knows the producer");
     assert!(p1.producer_id >= 0 && p1.epoch >= 0, "{p1:?}");
     drop(first);
@@ -422,7 +438,10 @@ fn a_restore_without_end_txn_on_the_broker_fails_in_one_line() {
     let second_txn = txn_of(&state.union_list);
     assert_eq!(second_txn.transactional_id, first_txn.transactional_id);
     let p2 = second_txn.producer.expect("pre-commit knows the producer");
-    assert_ne!(p1, p2, "a re-initialised id has another producer id or epoch");
+    assert_ne!(
+        p1, p2,
+        "a re-initialised id has another producer id or epoch"
+    );
     drop(second);
 
     let mut restored = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());

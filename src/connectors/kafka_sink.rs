@@ -520,15 +520,13 @@ impl<T> KafkaTransactionalSink<T> {
         let deadline = std::time::Instant::now() + self.sink.timeout;
         loop {
             let eos = deliveries.eos.lock().ok().and_then(|e| e.clone());
-            if let Some(eos) = eos.filter(|e| e.txn_state == "InTransaction") {
-                if eos.producer_id >= 0 {
-                    if let Ok(epoch) = i16::try_from(eos.producer_epoch) {
-                        return Ok(ProducerIdentity {
-                            producer_id: eos.producer_id,
-                            epoch,
-                        });
-                    }
-                }
+            if let Some(eos) = eos.filter(|e| e.txn_state == "InTransaction" && e.producer_id >= 0)
+                && let Ok(epoch) = i16::try_from(eos.producer_epoch)
+            {
+                return Ok(ProducerIdentity {
+                    producer_id: eos.producer_id,
+                    epoch,
+                });
             }
             if std::time::Instant::now() >= deadline {
                 return Err(KafkaError::NoProducerId {
@@ -640,7 +638,8 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     fn pre_commit(&mut self, txn: &mut KafkaTxn) -> Result<()> {
         if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
             self.sink.flush(producer, deliveries)?;
-            txn.producer = Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
+            txn.producer =
+                Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
         }
         Ok(())
     }
@@ -687,7 +686,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         let plan = txn_recovery::plan(
             &self.sink.prefix,
             ctx.subtask.0 as usize,
-            ctx.parallelism as usize,
+            ctx.parallelism,
             &restored,
         );
         for id in &plan.legacy {

@@ -226,9 +226,10 @@ struct Connection {
 impl Connection {
     fn open(addr: &str, deadline: Instant) -> std::io::Result<Connection> {
         let left = remaining(deadline)?;
-        let sockaddr = addr.to_socket_addrs()?.next().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
-        })?;
+        let sockaddr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))?;
         let stream = TcpStream::connect_timeout(&sockaddr, left)?;
         stream.set_nodelay(true)?;
         let mut conn = Connection {
@@ -249,11 +250,19 @@ impl Connection {
         Ok(conn)
     }
 
-    fn api_versions(&mut self, version: i16, deadline: Instant) -> std::io::Result<wire::ApiVersions> {
+    fn api_versions(
+        &mut self,
+        version: i16,
+        deadline: Instant,
+    ) -> std::io::Result<wire::ApiVersions> {
         let body = wire::api_versions_request(version);
         let answer = self.call(API_VERSIONS, version, &body, deadline)?;
         // An UNSUPPORTED_VERSION answer is always in v0.
-        let v = if answer.get(..2) == Some(&[0, 35]) { 0 } else { version };
+        let v = if answer.get(..2) == Some(&[0, 35]) {
+            0
+        } else {
+            version
+        };
         wire::decode_api_versions(v, &answer).map_err(invalid)
     }
 
@@ -522,7 +531,10 @@ mod tests {
         assert!(zero.legacy.is_empty());
         assert_eq!(zero.fence, vec!["j-2-1".to_string()]);
         let one = plan("j", 1, 2, &restored);
-        assert_eq!(one.commit, vec![("j-1-1".to_string(), p(11).expect("some"))]);
+        assert_eq!(
+            one.commit,
+            vec![("j-1-1".to_string(), p(11).expect("some"))]
+        );
         assert_eq!(one.legacy, vec!["j-1-2".to_string()], "old format: aborted");
         assert!(one.fence.is_empty(), "its own ids are fenced by its open");
     }
@@ -531,7 +543,10 @@ mod tests {
     fn the_last_transaction_of_an_id_wins() {
         let restored = vec![("j-0-1".to_string(), p(1)), ("j-0-1".to_string(), p(2))];
         let plan = plan("j", 0, 1, &restored);
-        assert_eq!(plan.commit, vec![("j-0-1".to_string(), p(2).expect("some"))]);
+        assert_eq!(
+            plan.commit,
+            vec![("j-0-1".to_string(), p(2).expect("some"))]
+        );
     }
 
     #[test]

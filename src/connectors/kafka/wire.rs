@@ -153,10 +153,7 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.bytes.len() < n {
-            return self.fail(format!(
-                "{n} bytes wanted, {} left",
-                self.bytes.len()
-            ));
+            return self.fail(format!("{n} bytes wanted, {} left", self.bytes.len()));
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
@@ -480,7 +477,10 @@ mod tests {
         let body = [0, 0, 0, 0, 0, 1, 0, 26, 0, 1, 0, 2, 0, 0, 0, 0];
         let v = decode_api_versions(1, &body).expect("decodes");
         assert_eq!(v.pick(END_TXN), Some(2));
-        assert!(decode_api_versions(1, &body[..12]).is_err(), "throttle missing");
+        assert!(
+            decode_api_versions(1, &body[..12]).is_err(),
+            "throttle missing"
+        );
     }
 
     #[test]
@@ -576,7 +576,9 @@ mod tests {
         // v3: COMPACT_STRING id, ..., tagged fields.
         assert_eq!(
             end_txn_request(3, "x", -1, -1, false),
-            [2, b'x', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0]
+            [
+                2, b'x', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0
+            ]
         );
         // Responses: throttle, error (+ tags from v3); v3 responses carry
         // header v1 (tags after the correlation id).
