@@ -565,6 +565,161 @@ mod tests {
         assert_eq!(error_name(999), "error code 999");
     }
 
+    /// A broker on a loopback port that answers `ApiVersions` (v3),
+    /// `FindCoordinator` (v4, pointing at itself) and `EndTxn` (v4) with
+    /// the scripted error codes, in turn (the last one repeats), and
+    /// counts the requests; `EndTxn` requests' bodies are kept. `silent`:
+    /// it accepts connections and never answers.
+    struct FakeBroker {
+        addr: String,
+        finds: Arc<Mutex<u32>>,
+        end_txns: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    use std::sync::{Arc, Mutex};
+
+    impl FakeBroker {
+        fn start(find_codes: Vec<i16>, end_txn_codes: Vec<i16>, silent: bool) -> FakeBroker {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+            let port = listener.local_addr().expect("address").port();
+            let finds = Arc::new(Mutex::new(0u32));
+            let end_txns = Arc::new(Mutex::new(Vec::new()));
+            let (f, e) = (finds.clone(), end_txns.clone());
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for stream in listener.incoming() {
+                    let Ok(mut stream) = stream else { return };
+                    if silent {
+                        held.push(stream);
+                        continue;
+                    }
+                    while let Some((api, correlation, body)) = read_request(&mut stream) {
+                        let mut out = correlation.to_be_bytes().to_vec();
+                        match api {
+                            18 => out.extend_from_slice(&[
+                                0, 0, // error
+                                4, // three APIs
+                                0, 18, 0, 0, 0, 3, 0, // ApiVersions 0..3
+                                0, 10, 0, 0, 0, 4, 0, // FindCoordinator 0..4
+                                0, 26, 0, 0, 0, 4, 0, // EndTxn 0..4
+                                0, 0, 0, 0, // throttle
+                                0, // tags
+                            ]),
+                            10 => {
+                                let n = {
+                                    let mut n = f.lock().expect("lock");
+                                    *n += 1;
+                                    *n as usize
+                                };
+                                let code = find_codes[(n - 1).min(find_codes.len() - 1)];
+                                out.push(0); // header tags
+                                out.extend_from_slice(&[0, 0, 0, 0, 2, 2, b'k', 0, 0, 0, 1]);
+                                out.extend_from_slice(&[
+                                    10, b'1', b'2', b'7', b'.', b'0', b'.', b'0', b'.', b'1',
+                                ]);
+                                out.extend_from_slice(&i32::from(port).to_be_bytes());
+                                out.extend_from_slice(&code.to_be_bytes());
+                                out.extend_from_slice(&[0, 0, 0]); // null message, tags, tags
+                            }
+                            26 => {
+                                let n = {
+                                    let mut bodies = e.lock().expect("lock");
+                                    bodies.push(body);
+                                    bodies.len()
+                                };
+                                let code = end_txn_codes[(n - 1).min(end_txn_codes.len() - 1)];
+                                out.push(0); // header tags
+                                out.extend_from_slice(&[0, 0, 0, 0]);
+                                out.extend_from_slice(&code.to_be_bytes());
+                                out.push(0);
+                            }
+                            _ => return,
+                        }
+                        let mut framed = (out.len() as i32).to_be_bytes().to_vec();
+                        framed.extend_from_slice(&out);
+                        if stream.write_all(&framed).is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+            FakeBroker {
+                addr: format!("127.0.0.1:{port}"),
+                finds,
+                end_txns,
+            }
+        }
+    }
+
+    /// One request: its API key, correlation id and body (after a header
+    /// v2 with an empty tag buffer, as this client sends it).
+    fn read_request(stream: &mut TcpStream) -> Option<(i16, i32, Vec<u8>)> {
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).ok()?;
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        stream.read_exact(&mut frame).ok()?;
+        let api = i16::from_be_bytes([frame[0], frame[1]]);
+        let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let client_id = i16::from_be_bytes([frame[8], frame[9]]) as usize;
+        Some((api, correlation, frame[10 + client_id + 1..].to_vec()))
+    }
+
+    const PRODUCER: ProducerIdentity = ProducerIdentity {
+        producer_id: 258,
+        epoch: 3,
+    };
+
+    #[test]
+    fn retriable_answers_are_retried_until_the_commit() {
+        // COORDINATOR_NOT_AVAILABLE once, then CONCURRENT_TRANSACTIONS once.
+        let broker = FakeBroker::start(vec![15, 0], vec![51, 0], false);
+        let client = CoordinatorClient::new(&broker.addr, Duration::from_secs(20));
+        assert_eq!(
+            client.commit("t-0-1", PRODUCER).ok(),
+            Some(Ended::Committed)
+        );
+        assert_eq!(*broker.finds.lock().expect("lock"), 3);
+        let bodies = broker.end_txns.lock().expect("lock").clone();
+        // EndTxn v4: "t-0-1", producer 258, epoch 3, committed, no tags.
+        let expected = [
+            6, b't', b'-', b'0', b'-', b'1', 0, 0, 0, 0, 0, 0, 1, 2, 0, 3, 1, 0,
+        ];
+        assert_eq!(bodies, vec![expected.to_vec(), expected.to_vec()]);
+    }
+
+    #[test]
+    fn a_fenced_producer_means_ended_before_and_other_errors_fail() {
+        let broker = FakeBroker::start(vec![0], vec![90], false);
+        let client = CoordinatorClient::new(&broker.addr, Duration::from_secs(20));
+        assert_eq!(
+            client.commit("t-0-1", PRODUCER).ok(),
+            Some(Ended::AlreadyEnded(90))
+        );
+        let broker = FakeBroker::start(vec![0], vec![49], false);
+        let client = CoordinatorClient::new(&broker.addr, Duration::from_secs(20));
+        let err = client.commit("t-0-1", PRODUCER).expect_err("fails");
+        assert!(
+            matches!(err, RecoveryError::Broker { code: 49, .. }),
+            "{err}"
+        );
+        assert!(!err.is_retriable());
+        assert_eq!(
+            broker.end_txns.lock().expect("lock").len(),
+            1,
+            "not retried"
+        );
+    }
+
+    #[test]
+    fn a_broker_that_never_answers_times_out() {
+        let broker = FakeBroker::start(vec![0], vec![0], true);
+        let client = CoordinatorClient::new(&broker.addr, Duration::from_millis(300));
+        let err = client.commit("t-0-1", PRODUCER).expect_err("times out");
+        assert!(matches!(err, RecoveryError::TimedOut { .. }), "{err}");
+        assert!(err.is_retriable(), "a restart may find the broker back");
+        assert!(!err.to_string().contains('\n'));
+    }
+
     proptest! {
         /// Over any restored set and parallelism: every id is handled by
         /// exactly one subtask; that subtask is its owner when the owner
