@@ -552,8 +552,9 @@ impl<T> KafkaTransactionalSink<T> {
                 tracing::warn!(
                     id,
                     "Kafka sink: restored transaction {id} was ended before ({}): \
-                     committed by another subtask's recovery, or aborted by the broker \
-                     (transaction.timeout.ms shorter than the recovery: its records are lost)",
+                     committed before the failure or by another subtask's recovery, \
+                     or aborted by the broker (transaction.timeout.ms shorter than the \
+                     recovery: its records are lost)",
                     txn_recovery::error_name(code)
                 );
                 Ok(())

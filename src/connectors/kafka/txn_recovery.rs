@@ -148,9 +148,10 @@ pub enum Verdict {
     /// Committed (also: committed before, the same producer and epoch).
     Committed,
     /// Ended before, not by this request: its producer was fenced (a newer
-    /// one initialised the id — another subtask's recovery committed it
-    /// first, or the broker aborted it), its state forbids a commit (it was
-    /// aborted), or the broker forgot the producer. Logged; nothing to
+    /// one initialised the id — after it was committed before the failure
+    /// or by another subtask's recovery, or the broker aborted it), its
+    /// state forbids a commit (it was aborted), or the broker forgot the
+    /// producer. Logged; nothing to
     /// retry, as in Flink's `KafkaCommitter`.
     AlreadyEnded,
     /// Try again (after finding the coordinator again).
