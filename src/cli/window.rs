@@ -506,7 +506,17 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         .map(|e: Event| e.line.unwrap_or_default())
         .name("Late Records")
         .set_parallelism(1);
-    let sink = output.sink_lines(&fired)?.set_parallelism(1).uid("output");
+    // Written directly, the sink runs at the window's parallelism, chained
+    // into it: each subtask writes the firings it computes, with no channel
+    // between window and sink. A throttled sink (`--sink-rate`) and the
+    // transactional, Kafka and PostgreSQL outputs keep one subtask.
+    let parallel_sink = output.writes_directly() && args.checkpoints.sink_rate.is_none();
+    let sink = output.sink_lines(&fired)?.uid("output");
+    let sink = if parallel_sink {
+        sink
+    } else {
+        sink.set_parallelism(1)
+    };
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
