@@ -165,13 +165,19 @@ fn a_direct_sink_runs_chained_at_the_window_parallelism() {
     let out = dir.path().join("out.txt");
     let mut args = window_args(s(&path), "2");
     args.extend_from_slice(&["--output", s(&out)]);
-    assert_eq!(sink_placement(&status_after(&args), "Text File Sink"), (2, true));
+    assert_eq!(
+        sink_placement(&status_after(&args), "Text File Sink"),
+        (2, true)
+    );
     let written = std::fs::read_to_string(&out).unwrap();
     assert_eq!(whole_lines(&written), oracle(&events));
 
     // Stdout too.
     let args = window_args(s(&path), "2");
-    assert_eq!(sink_placement(&status_after(&args), "Print Sink"), (2, true));
+    assert_eq!(
+        sink_placement(&status_after(&args), "Print Sink"),
+        (2, true)
+    );
 
     // A throttled sink stays one subtask: the rate is the sink's records.
     let mut args = window_args(s(&path), "2");

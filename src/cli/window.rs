@@ -300,7 +300,7 @@ struct EventDecoder {
     assigner: WindowAssigner<Event>,
     /// Timestamps whose windows all lie inside the `i64` range
     /// ([`always_in_range`]): only the others are checked one by one.
-    safe: std::ops::RangeInclusive<i64>,
+    safe: Option<std::ops::RangeInclusive<i64>>,
 }
 
 impl EventDecoder {
@@ -318,10 +318,10 @@ impl EventDecoder {
 /// of a record at `ts` starts after `ts - reach` and ends by `ts + reach`
 /// (`reach` the window size, or the session gap), so a `ts` at least
 /// `2 * reach` inside the `i64` range (twice: a margin) is in range
-/// whatever the offset. Empty where no bound is known (dynamic gaps): then
-/// every record is checked. Checking a range costs two comparisons where
+/// whatever the offset. `None` where no bound is known (dynamic gaps):
+/// then every record is checked. Checking a range costs two comparisons where
 /// assigning costs a division per record.
-fn always_in_range(assigner: &WindowAssigner<Event>) -> std::ops::RangeInclusive<i64> {
+fn always_in_range(assigner: &WindowAssigner<Event>) -> Option<std::ops::RangeInclusive<i64>> {
     use floe::window::assigner::SessionGap;
     let reach = match assigner {
         WindowAssigner::Tumbling { size, .. } => Some(*size),
@@ -335,10 +335,11 @@ fn always_in_range(assigner: &WindowAssigner<Event>) -> std::ops::RangeInclusive
     match reach {
         Some(reach) if reach >= 0 => {
             let margin = reach.saturating_mul(2);
-            i64::MIN.saturating_add(margin).saturating_add(1)..=i64::MAX.saturating_sub(margin)
+            Some(
+                i64::MIN.saturating_add(margin).saturating_add(1)..=i64::MAX.saturating_sub(margin),
+            )
         }
-        // An empty range.
-        _ => 1..=0,
+        _ => None,
     }
 }
 
@@ -356,7 +357,7 @@ impl LineDecoder for EventDecoder {
                 parse_line(line, self.keep_line)?
             }
         };
-        if !self.safe.contains(&e.ts) {
+        if !self.safe.as_ref().is_some_and(|safe| safe.contains(&e.ts)) {
             self.assigner
                 .try_assign(&e, e.ts, |_| {})
                 .map_err(|reason| reason.to_string())?;
@@ -760,7 +761,7 @@ mod tests {
                 WindowAssigner::Global,
             ];
             for assigner in &assigners {
-                let safe = always_in_range(assigner);
+                let safe = always_in_range(assigner).expect("a bound for these windows");
                 for _ in 0..50 {
                     let near = (rng.next() % (4 * size.min(1 << 40) as u64 + 8)) as i64;
                     let ts = match rng.next() % 4 {
