@@ -5,7 +5,8 @@
 //!
 //! - the job's graph (`/status`) shows the sink with the window's
 //!   parallelism and its edge from the window chained, for a file and for
-//!   stdout; a throttled sink (`--sink-rate`) keeps one subtask;
+//!   stdout; a throttled sink (`--sink-rate`) and the transactional file
+//!   output (checkpointing on) keep one subtask;
 //! - whatever the parallelism, the output holds every firing exactly once
 //!   and only whole lines: its lines, as a multiset, equal the tumbling
 //!   sums computed in a `HashMap`, with enough firings at the end of the
@@ -186,6 +187,26 @@ fn a_direct_sink_runs_chained_at_the_window_parallelism() {
         sink_placement(&status_after(&args), "Text File Sink"),
         (1, false)
     );
+
+    // With checkpointing the file is written by the one transactional
+    // sink subtask, and holds every firing once.
+    let tx = dir.path().join("tx.txt");
+    let ck = dir.path().join("ck");
+    let mut args = window_args(s(&path), "2");
+    args.extend_from_slice(&[
+        "--output",
+        s(&tx),
+        "--checkpoint-interval",
+        "20",
+        "--checkpoint-dir",
+        s(&ck),
+    ]);
+    assert_eq!(
+        sink_placement(&status_after(&args), "TransactionalFileSink"),
+        (1, false)
+    );
+    let written = std::fs::read_to_string(&tx).unwrap();
+    assert_eq!(whole_lines(&written), oracle(&events));
 }
 
 #[test]
