@@ -11,7 +11,9 @@
 //! is named by its line number. The records are keyed by `key` and windowed
 //! at the job's parallelism. Each firing writes
 //! `key,window_start,window_end,value`; late records are written unchanged
-//! to `--late-output`.
+//! to `--late-output`. Written directly (stdout, or a file without
+//! checkpointing), the firings are written by a sink chained into the
+//! window at its parallelism, not handed to one sink subtask.
 //!
 //! Sums are exact: accumulated in `i128`, a window whose sum leaves `i64`
 //! fails the job naming its key and window. A line whose timestamp has no
