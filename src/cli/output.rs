@@ -91,6 +91,15 @@ impl Output {
         }
     }
 
+    /// Whether the output is written directly (stdout, or a file that is
+    /// not transactional): its sink may then run at the parallelism of the
+    /// operator it writes, chained into it, every subtask appending whole
+    /// batches of lines to the one shared writer ([`Lines`]). The other
+    /// outputs keep one sink subtask (one transaction, one producer).
+    pub fn writes_directly(&self) -> bool {
+        matches!(self, Output::Stdout | Output::Direct(_))
+    }
+
     /// Opens the output for writing directly (stdout, or the file created
     /// or truncated); `None` for a transactional output.
     pub fn open(&self) -> floe::Result<Option<Lines>> {

@@ -11,7 +11,9 @@
 //! is named by its line number. The records are keyed by `key` and windowed
 //! at the job's parallelism. Each firing writes
 //! `key,window_start,window_end,value`; late records are written unchanged
-//! to `--late-output`.
+//! to `--late-output`. Written directly (stdout, or a file without
+//! checkpointing), the firings are written by a sink chained into the
+//! window at its parallelism, not handed to one sink subtask.
 //!
 //! Sums are exact: accumulated in `i128`, a window whose sum leaves `i64`
 //! fails the job naming its key and window. A line whose timestamp has no
@@ -32,6 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The name of the job's source, whose records (lines) the summary counts.
 const SOURCE: &str = "Text File Source";
+
+/// The longest key a [`SmolStr`] holds inline, without allocating.
+const INLINE_KEY: usize = 23;
 
 /// One parsed input line.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -249,9 +254,12 @@ fn plain_i64(bytes: &[u8]) -> Option<i64> {
 /// this one gives an event, `parse_line` gives the same one.
 #[inline]
 fn parse_plain(bytes: &[u8], keep_line: bool) -> Option<Event> {
-    let a = memchr::memchr(b',', bytes)?;
+    // Fields of a few bytes: a plain loop finds their commas sooner than
+    // a call to `memchr`, made for long haystacks.
+    let comma = |s: &[u8]| s.iter().position(|&c| c == b',');
+    let a = comma(bytes)?;
     let rest = &bytes[a + 1..];
-    let b = memchr::memchr(b',', rest)?;
+    let b = comma(rest)?;
     // A third comma, a space or a sign anywhere else fails here.
     let ts = plain_i64(&rest[..b])?;
     let value = plain_i64(&rest[b + 1..])?;
@@ -267,8 +275,15 @@ fn parse_plain(bytes: &[u8], keep_line: bool) -> Option<Event> {
     } else {
         None
     };
+    // `new_inline` copies the few bytes of a short key in place, where
+    // `new` calls `memcpy` for them.
+    let key = if key.len() <= INLINE_KEY {
+        SmolStr::new_inline(key)
+    } else {
+        SmolStr::new(key)
+    };
     Some(Event {
-        key: SmolStr::new(key),
+        key,
         ts,
         value,
         line,
@@ -285,6 +300,49 @@ struct EventDecoder {
     input: Arc<str>,
     keep_line: bool,
     assigner: WindowAssigner<Event>,
+    /// Timestamps whose windows all lie inside the `i64` range
+    /// ([`always_in_range`]): only the others are checked one by one.
+    safe: Option<std::ops::RangeInclusive<i64>>,
+}
+
+impl EventDecoder {
+    fn new(input: Arc<str>, keep_line: bool, assigner: WindowAssigner<Event>) -> EventDecoder {
+        EventDecoder {
+            input,
+            keep_line,
+            safe: always_in_range(&assigner),
+            assigner,
+        }
+    }
+}
+
+/// The timestamps for which `assigner.try_assign` cannot fail: every window
+/// of a record at `ts` starts after `ts - reach` and ends by `ts + reach`
+/// (`reach` the window size, or the session gap), so a `ts` at least
+/// `2 * reach` inside the `i64` range (twice: a margin) is in range
+/// whatever the offset. `None` where no bound is known (dynamic gaps):
+/// then every record is checked. Checking a range costs two comparisons where
+/// assigning costs a division per record.
+fn always_in_range(assigner: &WindowAssigner<Event>) -> Option<std::ops::RangeInclusive<i64>> {
+    use floe::window::assigner::SessionGap;
+    let reach = match assigner {
+        WindowAssigner::Tumbling { size, .. } => Some(*size),
+        WindowAssigner::Sliding { size, slide, .. } => Some((*size).max(*slide)),
+        WindowAssigner::Session {
+            gap: SessionGap::Static(gap),
+        } => Some((*gap).max(0)),
+        WindowAssigner::Global => Some(0),
+        _ => None,
+    };
+    match reach {
+        Some(reach) if reach >= 0 => {
+            let margin = reach.saturating_mul(2);
+            Some(
+                i64::MIN.saturating_add(margin).saturating_add(1)..=i64::MAX.saturating_sub(margin),
+            )
+        }
+        _ => None,
+    }
 }
 
 impl LineDecoder for EventDecoder {
@@ -301,9 +359,11 @@ impl LineDecoder for EventDecoder {
                 parse_line(line, self.keep_line)?
             }
         };
-        self.assigner
-            .try_assign(&e, e.ts, |_| {})
-            .map_err(|reason| reason.to_string())?;
+        if !self.safe.as_ref().is_some_and(|safe| safe.contains(&e.ts)) {
+            self.assigner
+                .try_assign(&e, e.ts, |_| {})
+                .map_err(|reason| reason.to_string())?;
+        }
         Ok(e)
     }
 
@@ -415,11 +475,11 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
     }
     let late_tag = OutputTag::<Event>::new("late");
     let agg = args.agg;
-    let decoder = EventDecoder {
-        input: Arc::from(args.input.display().to_string()),
-        keep_line: args.late_output.is_some(),
-        assigner: assigner.clone(),
-    };
+    let decoder = EventDecoder::new(
+        Arc::from(args.input.display().to_string()),
+        args.late_output.is_some(),
+        assigner.clone(),
+    );
     let skip = args.on_bad_record == OnBadRecord::Skip;
     let events = match input {
         super::connectors::Input::File(path) => {
@@ -506,7 +566,17 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
         .map(|e: Event| e.line.unwrap_or_default())
         .name("Late Records")
         .set_parallelism(1);
-    let sink = output.sink_lines(&fired)?.set_parallelism(1).uid("output");
+    // Written directly, the sink runs at the window's parallelism, chained
+    // into it: each subtask writes the firings it computes, with no channel
+    // between window and sink. A throttled sink (`--sink-rate`) and the
+    // transactional, Kafka and PostgreSQL outputs keep one subtask.
+    let parallel_sink = output.writes_directly() && args.checkpoints.sink_rate.is_none();
+    let sink = output.sink_lines(&fired)?.uid("output");
+    let sink = if parallel_sink {
+        sink
+    } else {
+        sink.set_parallelism(1)
+    };
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }
@@ -653,6 +723,72 @@ mod tests {
             let slow = parse_line(line, true).expect("good");
             assert!(same(&fast, &slow), "{line:?}");
         }
+    }
+
+    /// Wherever a timestamp is in `always_in_range`, `try_assign` accepts
+    /// it: timestamps near both ends of the `i64` range, for window sizes,
+    /// slides, offsets and gaps from 1 ms to near `i64::MAX`.
+    #[test]
+    fn timestamps_always_in_range_have_their_windows() {
+        use floe::window::assigner::SessionGap;
+        let mut rng = Rng(11);
+        let sizes = [
+            1,
+            2,
+            3,
+            1000,
+            86_400_000,
+            i64::MAX / 3,
+            i64::MAX / 2 - 1,
+            i64::MAX,
+        ];
+        let mut checked = 0;
+        for _ in 0..200 {
+            let size = sizes[(rng.next() % sizes.len() as u64) as usize];
+            let slide = 1 + (rng.next() as i64 & i64::MAX) % size;
+            let offset = (rng.next() as i64) % slide;
+            let assigners = [
+                WindowAssigner::<Event>::Tumbling {
+                    size,
+                    offset: (rng.next() as i64) % size,
+                },
+                WindowAssigner::Sliding {
+                    size,
+                    slide,
+                    offset,
+                },
+                WindowAssigner::Session {
+                    gap: SessionGap::Static(size),
+                },
+                WindowAssigner::Global,
+            ];
+            for assigner in &assigners {
+                let safe = always_in_range(assigner).expect("a bound for these windows");
+                for _ in 0..50 {
+                    let near = (rng.next() % (4 * size.min(1 << 40) as u64 + 8)) as i64;
+                    let ts = match rng.next() % 4 {
+                        0 => i64::MIN.saturating_add(near),
+                        1 => i64::MAX.saturating_sub(near),
+                        2 => safe.start().saturating_add(near % 3 - 1),
+                        _ => safe.end().saturating_add(near % 3 - 1),
+                    };
+                    if safe.contains(&ts) {
+                        checked += 1;
+                        let e = Event {
+                            key: SmolStr::new("k"),
+                            ts,
+                            value: 0,
+                            line: None,
+                        };
+                        assert!(
+                            assigner.try_assign(&e, ts, |_| {}).is_ok(),
+                            "ts {ts} in {safe:?} has no window"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "only {checked} timestamps in range");
     }
 
     /// The bytes a firing writes are `format!`'s, extremes included.
