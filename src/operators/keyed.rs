@@ -470,10 +470,16 @@ where
 
     fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
         let entries = self.state.len() + self.emitted;
+        // A table keyed by field holds no key beside its accumulator.
+        let key = if self.state.keyed_by_field() {
+            0
+        } else {
+            std::mem::size_of::<K>()
+        };
         floe_actors::metrics::OperatorSample {
             state: Some(floe_actors::metrics::StateSize {
                 entries: entries as u64,
-                bytes: (entries * (std::mem::size_of::<K>() + std::mem::size_of::<T>())) as u64,
+                bytes: (entries * (key + std::mem::size_of::<T>())) as u64,
             }),
             ..Default::default()
         }
