@@ -8,8 +8,11 @@
 # Per run:   run round=R engine=floe|timely wall_s= cpu_s= peak_rss_mb= load1= other_cpu_pct=
 # Per round: ratio round=R wall=timely/floe cpu=timely/floe   (> 1: floe faster)
 # The order alternates between rounds; QUIET_PCT / QUIET_WAIT_S as in compare.sh.
+# FLOE_OLD=BIN adds an older floe binary to every round (engine=floe-old, the
+# order rotating over the three), and the ratio line then ends with
+#   old_wall=floe-old/floe old_cpu=floe-old/floe   (> 1: the new binary faster)
 set -euo pipefail
-if [ $# -lt 2 ]; then sed -n '2,11p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,14p' "$0"; exit 2; fi
 FLOE="$1" TIMELY="$2" ROUNDS="${3:-5}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
@@ -40,16 +43,28 @@ one() { # ENGINE CMD... -> prints the run line, sets WALL CPU
 }
 echo "# wordcount_vs_timely.sh $(date -u +%FT%TZ) floe=$FLOE timely=$TIMELY"
 for ROUND in $(seq 1 "$ROUNDS"); do
-  order="floe timely"; [ $((ROUND % 2)) = 0 ] && order="timely floe"
+  if [ -n "${FLOE_OLD:-}" ]; then
+    case $((ROUND % 3)) in
+      1) order="floe-old floe timely" ;; 2) order="floe timely floe-old" ;; *) order="timely floe-old floe" ;;
+    esac
+  else
+    order="floe timely"; [ $((ROUND % 2)) = 0 ] && order="timely floe"
+  fi
   for e in $order; do
     if [ "$e" = floe ]; then
       one floe "$FLOE" run wordcount --records 10000000 --output /dev/null
       floe_wall=$WALL floe_cpu=$CPU
+    elif [ "$e" = floe-old ]; then
+      one floe-old "$FLOE_OLD" run wordcount --records 10000000 --output /dev/null
+      old_wall=$WALL old_cpu=$CPU
     else
       one timely "$TIMELY" timely-wc-string --workers 2 --reps 1
       timely_wall=$WALL timely_cpu=$CPU
     fi
   done
   awk -v r="$ROUND" -v a="$timely_wall" -v b="$floe_wall" -v c="$timely_cpu" -v d="$floe_cpu" \
-    'BEGIN { printf "ratio round=%d wall=%.2f cpu=%.2f\n", r, a / b, c / d }'
+    -v ow="${old_wall:-}" -v oc="${old_cpu:-}" 'BEGIN {
+      printf "ratio round=%d wall=%.2f cpu=%.2f", r, a / b, c / d
+      if (ow != "") printf " old_wall=%.2f old_cpu=%.2f", ow / b, oc / d
+      printf "\n" }'
 done

@@ -11,6 +11,14 @@
 //! updated count per record, as Flink's streaming `sum` does: an upsert
 //! changelog.
 //!
+//! A word travels as a [`Word`]: a small string held inline (up to 23
+//! bytes, as every generated word and nearly every word of a text), so a
+//! record is one 32-byte value with no allocation of its own. Generating,
+//! shuffling, hashing and counting a word then touch no heap string: the
+//! bytes arrive in the batch itself, on the counting subtask's thread, and
+//! the sum's map compares keys inside its own table. Its hash and its
+//! encoding are those of a `String`, so key groups and checkpoints are too.
+//!
 //! With `--state heap|redb` the sum is a keyed process function instead,
 //! holding the count of each word in a `ValueState<u64>` of the chosen state
 //! backend; like the sum, it emits each word's final count from that state
@@ -25,13 +33,17 @@ use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::ProcessContext;
 use floe::state::ValueStateDescriptor;
 use floe::text::WordGenerator;
+use smol_str::SmolStr;
 use std::sync::Arc;
+
+/// A word: inline up to 23 bytes, shared beyond (see the module doc).
+type Word = SmolStr;
 
 /// A word and its final count, displayed as the output line `word,count`:
 /// formatted by the sink straight into its batch buffer, never into a
 /// `String` per word.
 #[derive(Clone)]
-struct CountLine(String, u64);
+struct CountLine(Word, u64);
 
 impl std::fmt::Display for CountLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -49,11 +61,11 @@ struct StateCount {
     at_end: bool,
 }
 
-impl KeyedProcessFunction<String, (String, u64), (String, u64)> for StateCount {
+impl KeyedProcessFunction<Word, (Word, u64), (Word, u64)> for StateCount {
     fn process_element(
         &mut self,
-        (word, n): (String, u64),
-        ctx: &mut ProcessContext<'_, '_, (String, u64), String>,
+        (word, n): (Word, u64),
+        ctx: &mut ProcessContext<'_, '_, (Word, u64), Word>,
     ) -> floe::Result<()> {
         let mut state = ctx.value_state(&self.count)?;
         let total = state.value()?.unwrap_or(0) + n;
@@ -66,7 +78,7 @@ impl KeyedProcessFunction<String, (String, u64), (String, u64)> for StateCount {
 
     fn on_end_of_input(
         &mut self,
-        ctx: &mut ProcessContext<'_, '_, (String, u64), String>,
+        ctx: &mut ProcessContext<'_, '_, (Word, u64), Word>,
     ) -> floe::Result<()> {
         if self.at_end {
             ctx.for_each_entry(&self.count, |word, &n, out| {
@@ -130,7 +142,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             let words = env
                 .add_source("Kafka Source", move |ctx| source.reader(ctx))
                 .uid("kafka-source")
-                .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))
+                .flat_map(|line: String| floe::tokenize(line).map(|w| (Word::from(w), 1u64)))
                 .name("Tokenize")
                 .uid("tokenize");
             (words, "Kafka Source", None)
@@ -157,21 +169,26 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             };
             let words = lines
                 // Lazily: a huge line is split as the outputs have room.
-                .flat_map(|line: String| floe::tokenize(line).map(|w| (w, 1u64)))
+                .flat_map(|line: String| floe::tokenize(line).map(|w| (Word::from(w), 1u64)))
                 .name("Tokenize")
                 .uid("tokenize");
             (words, "Text File Source", None)
         }
         None => {
             let generator = Arc::new(WordGenerator::new(args.vocabulary, args.seed));
+            // The vocabulary as words once: generating word `i` copies
+            // 24 bytes, no allocation.
+            let vocabulary: Vec<Word> = generator.vocabulary().iter().map(Word::new).collect();
             let words = env
-                .from_generator(args.records, move |i| (generator.word(i), 1u64))
+                .from_generator(args.records, move |i| {
+                    (vocabulary[generator.index(i)].clone(), 1u64)
+                })
                 .name("Word Generator")
                 .uid("word-generator");
             (words, "Word Generator", Some(args.records))
         }
     };
-    let keyed = words.key_by_field(|t: &(String, u64)| &t.0);
+    let keyed = words.key_by_field(|t: &(Word, u64)| &t.0);
     // Only a changelog output (Kafka, PostgreSQL) wants every update.
     let changelog = !matches!(
         output,
@@ -181,9 +198,9 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     // keeps them.
     let at_end = !changelog;
     let (counts, counter) = match state {
-        None if !at_end => (keyed.sum(|t: &mut (String, u64)| &mut t.1), "Keyed Sum"),
+        None if !at_end => (keyed.sum(|t: &mut (Word, u64)| &mut t.1), "Keyed Sum"),
         None => (
-            keyed.sum_at_end_of_input(|t: &mut (String, u64)| &mut t.1),
+            keyed.sum_at_end_of_input(|t: &mut (Word, u64)| &mut t.1),
             "Keyed Sum",
         ),
         Some(kind) => {
@@ -198,7 +215,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     // operator at end of input (no state of their own).
     let lines = || {
         counts
-            .map(|(word, count): (String, u64)| CountLine(word, count))
+            .map(|(word, count): (Word, u64)| CountLine(word, count))
             .name("Format")
             .uid("format")
     };
@@ -209,7 +226,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             Output::Kafka(kafka) => kafka
                 .sink(
                     &counts
-                        .map(|(word, count): (String, u64)| format!("{word},{count}"))
+                        .map(|(word, count): (Word, u64)| format!("{word},{count}"))
                         .name("Format")
                         .uid("format"),
                 )
@@ -220,7 +237,7 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             Output::Postgres(pg) => {
                 use floe::connectors::postgres::{PostgresSink, WriteMode};
                 let rows = counts
-                    .map(|(word, count): (String, u64)| (word, count as i64))
+                    .map(|(word, count): (Word, u64)| (String::from(word), count as i64))
                     .name("Rows")
                     .uid("rows");
                 rows.add_postgres_sink(PostgresSink::<(String, i64)>::new(
