@@ -78,3 +78,10 @@ pub use floe_actors::supervisor::{JobOutcome, JobStatus};
 pub use operators::OutputTag;
 pub use state::StateError;
 pub use text::tokenize;
+
+/// The `tracing` target of the lines a retry or a recovery decision writes
+/// (a commit retried, a former attempt's session ended, a restored
+/// transaction found already ended). The `floe` binary shows them by
+/// default (`error,floe::recovery=warn`), so that nothing is retried in
+/// silence; a service that installs its own subscriber can match the target.
+pub const RECOVERY_LOG_TARGET: &str = "floe::recovery";

@@ -303,11 +303,18 @@ pub fn main() -> i32 {
     signal::exit_code().unwrap_or(code)
 }
 
-/// Logs through `FLOE_LOG`, else `RUST_LOG`, else errors only.
+/// The log filter without `FLOE_LOG` / `RUST_LOG`: errors, and the line of
+/// every retry and recovery decision ([`floe::RECOVERY_LOG_TARGET`]), so
+/// that nothing is retried in silence.
+fn default_log_filter() -> String {
+    format!("error,{}=warn", floe::RECOVERY_LOG_TARGET)
+}
+
+/// Logs through `FLOE_LOG`, else `RUST_LOG`, else [`default_log_filter`].
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter()));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -337,4 +344,50 @@ pub fn check_parallelism(p: usize) -> floe::Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .expect("the test's buffer")
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_default_filter_shows_retries_and_errors_only() {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                super::default_log_filter(),
+            ))
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: floe::RECOVERY_LOG_TARGET, "commit busy; retrying");
+            tracing::warn!(target: "floe::other", "an ordinary warning");
+            tracing::info!(target: floe::RECOVERY_LOG_TARGET, "committed a restored transaction");
+            tracing::error!(target: "floe::other", "an error");
+        });
+        let text = String::from_utf8(buf.0.lock().expect("the test's buffer").clone())
+            .expect("log lines are UTF-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains("commit busy; retrying"), "{text}");
+        assert!(lines[1].contains("an error"), "{text}");
+    }
 }

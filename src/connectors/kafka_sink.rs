@@ -550,6 +550,7 @@ impl<T> KafkaTransactionalSink<T> {
             }
             Ok(Ended::AlreadyEnded(code)) => {
                 tracing::warn!(
+                    target: crate::RECOVERY_LOG_TARGET,
                     id,
                     "Kafka sink: restored transaction {id} was ended before ({}): \
                      committed before the failure or by another subtask's recovery, \
@@ -656,6 +657,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
                 Some(producer) => self.end_restored(&txn.transactional_id, producer),
                 None => {
                     tracing::warn!(
+                        target: crate::RECOVERY_LOG_TARGET,
                         id = %txn.transactional_id,
                         "Kafka sink: a restored transaction without its producer id \
                          (a checkpoint of an older format) cannot be committed"
@@ -692,6 +694,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         );
         for id in &plan.legacy {
             tracing::warn!(
+                target: crate::RECOVERY_LOG_TARGET,
                 id = %id,
                 "Kafka sink: the checkpoint holds transaction {id} without its producer id \
                  and epoch (an older checkpoint format): it is aborted, not committed"

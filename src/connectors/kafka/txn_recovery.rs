@@ -406,6 +406,7 @@ impl CoordinatorClient {
                 });
             }
             tracing::warn!(
+                target: crate::RECOVERY_LOG_TARGET,
                 transactional_id,
                 retry,
                 "Kafka sink: committing a restored transaction, retry {retry} in {pause:?}: {reason}"

@@ -544,6 +544,7 @@ impl<R: PostgresRow> PostgresSink<R> {
                 {
                     tries += 1;
                     tracing::warn!(
+                        target: crate::RECOVERY_LOG_TARGET,
                         gid,
                         attempt = tries,
                         "{verb} PREPARED: the transaction is busy in another session; retrying"
@@ -603,6 +604,7 @@ impl<R: PostgresRow> PostgresSink<R> {
             if waited >= FORMER_WRITERS_TERMINATE && !warned {
                 warned = true;
                 tracing::warn!(
+                    target: crate::RECOVERY_LOG_TARGET,
                     subtask = ctx.subtask.0,
                     pids = ?former,
                     "a former attempt's PostgreSQL sessions are still open; terminating them"
