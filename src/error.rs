@@ -16,6 +16,16 @@ pub enum Error {
     /// The configuration or the job graph is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The configuration or the job graph is invalid, as an error of its
+    /// own says (the plan's [`PlanError`](crate::plan::PlanError), the
+    /// runtime settings', a server's), kept as the source; the message is
+    /// [`Error::Config`]'s.
+    #[error("invalid configuration: {source}")]
+    InvalidConfig {
+        /// The error that makes the configuration invalid.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// The job was canceled ([`JobHandle::cancel`](crate::JobHandle::cancel),
     /// a dropped handle with `cancel_on_drop`) before it finished.
     #[error("job was cancelled")]
@@ -68,6 +78,10 @@ pub enum Error {
     /// User code returned an error.
     #[error("{0}")]
     User(String),
+    /// The PostgreSQL sink failed (its message is the connector error's).
+    #[cfg(feature = "postgres")]
+    #[error(transparent)]
+    Postgres(#[from] crate::connectors::postgres::PostgresError),
     /// A Kafka connector failed.
     #[cfg(feature = "kafka")]
     #[error(transparent)]
@@ -147,6 +161,7 @@ impl Error {
         match self {
             Error::Runtime(e) => e.is_retriable(),
             Error::Config(_)
+            | Error::InvalidConfig { .. }
             | Error::Canceled
             | Error::BadRecord { .. }
             | Error::OutputInUse { .. }
@@ -170,6 +185,10 @@ impl Error {
             Error::State(_) | Error::Checkpoint(_) | Error::User(_) | Error::TimedOut { .. } => {
                 true
             }
+            // As when it came as an `Error::User`: the restart strategy
+            // bounds the attempts.
+            #[cfg(feature = "postgres")]
+            Error::Postgres(_) => true,
             #[cfg(feature = "kafka")]
             Error::Kafka(e) => e.is_retriable(),
         }

@@ -147,7 +147,9 @@ impl From<PlanError> for Error {
     /// A graph the plan refuses is an invalid configuration, as before the
     /// plan had its own error type.
     fn from(e: PlanError) -> Self {
-        Error::Config(e.to_string())
+        Error::InvalidConfig {
+            source: Box::new(e),
+        }
     }
 }
 
