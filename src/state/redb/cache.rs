@@ -385,13 +385,16 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         if let Some(reader) = &self.reader {
             let err = |e: BoxError| storage(&self.operator, e);
             let mut row = Vec::new();
-            chunk::for_each_entry(reader.iter().map_err(|e| err(e.into()))?, |prefix, key, _| {
-                row.clear();
-                row.extend_from_slice(prefix);
-                row.extend_from_slice(key);
-                filter.insert(&row);
-                Ok(())
-            })
+            chunk::for_each_entry(
+                reader.iter().map_err(|e| err(e.into()))?,
+                |prefix, key, _| {
+                    row.clear();
+                    row.extend_from_slice(prefix);
+                    row.extend_from_slice(key);
+                    filter.insert(&row);
+                    Ok(())
+                },
+            )
             .map_err(|e| err(e.into()))?;
         }
         self.filter = filter;
