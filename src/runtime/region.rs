@@ -188,9 +188,9 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         let spawned = spawner
             .spawn(Some(&members), &Arc::new(restore), from_scratch)
             .map_err(to_runtime)?;
-        let tasks = self.spawner.tasks(&spawned);
+        let subtasks = self.spawner.subtasks(&spawned);
         self.coordinator
-            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks: tasks });
+            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks });
         if let Ok(mut f) = self.fail.lock() {
             for (&(v, j), s) in &spawned {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());
