@@ -184,8 +184,8 @@ pub struct FaultPlan {
     pub faults: Vec<Fault>,
 }
 
-/// A small seeded generator (splitmix64), so that a plan depends on the
-/// seed only.
+/// A small seeded generator (splitmix64's golden-ratio step, mixed by
+/// [`mix64`](crate::text::mix64)), so that a plan depends on the seed only.
 struct Rng(u64);
 
 impl Rng {
