@@ -81,12 +81,12 @@ fn run(env: StreamExecutionEnvironment) -> Recovery {
     futures::executor::block_on(handle.wait()).expect("job finishes after one restart");
     let failover = handle.failover_stats();
     assert_eq!(failover.restarts, 1, "{failover:?}");
-    let restored = failover.restored_checkpoints.first().copied().unwrap_or(0);
+    let restored = failover.restored_checkpoints.first().copied().flatten();
     let restored_state_bytes = handle
         .checkpoint_stats()
         .history
         .iter()
-        .find(|c| c.id.0 == restored)
+        .find(|c| Some(c.id) == restored)
         .map(|c| c.state_bytes)
         .unwrap_or(0);
     Recovery {

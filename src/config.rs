@@ -93,7 +93,9 @@ impl Config {
         }
         self.runtime
             .validate()
-            .map_err(|e| crate::Error::Config(e.to_string()))
+            .map_err(|e| crate::Error::InvalidConfig {
+                source: Box::new(e),
+            })
     }
 
     /// The restart strategy in force.

@@ -16,6 +16,16 @@ pub enum Error {
     /// The configuration or the job graph is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The configuration or the job graph is invalid, as an error of its
+    /// own says (the plan's `PlanError`, the
+    /// runtime settings', a server's), kept as the source; the message is
+    /// [`Error::Config`]'s.
+    #[error("invalid configuration: {source}")]
+    InvalidConfig {
+        /// The error that makes the configuration invalid.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// The job was canceled ([`JobHandle::cancel`](crate::JobHandle::cancel),
     /// a dropped handle with `cancel_on_drop`) before it finished.
     #[error("job was cancelled")]
@@ -68,6 +78,10 @@ pub enum Error {
     /// User code returned an error.
     #[error("{0}")]
     User(String),
+    /// The PostgreSQL sink failed (its message is the connector error's).
+    #[cfg(feature = "postgres")]
+    #[error("{0}")]
+    Postgres(#[from] crate::connectors::postgres::PostgresError),
     /// A Kafka connector failed.
     #[cfg(feature = "kafka")]
     #[error(transparent)]
@@ -147,6 +161,7 @@ impl Error {
         match self {
             Error::Runtime(e) => e.is_retriable(),
             Error::Config(_)
+            | Error::InvalidConfig { .. }
             | Error::Canceled
             | Error::BadRecord { .. }
             | Error::OutputInUse { .. }
@@ -170,6 +185,10 @@ impl Error {
             Error::State(_) | Error::Checkpoint(_) | Error::User(_) | Error::TimedOut { .. } => {
                 true
             }
+            // As when it came as an `Error::User`: the restart strategy
+            // bounds the attempts.
+            #[cfg(feature = "postgres")]
+            Error::Postgres(_) => true,
             #[cfg(feature = "kafka")]
             Error::Kafka(e) => e.is_retriable(),
         }
@@ -272,6 +291,98 @@ mod tests {
             floe_actors::ids::SubtaskIndex(0),
             "",
         );
+        assert!(e.is_retriable());
+    }
+
+    /// The first error of type `T` on `e`'s chain of sources.
+    fn cause<'a, T: std::error::Error + 'static>(
+        e: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(e), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    #[test]
+    fn a_graph_the_plan_refuses_keeps_the_plan_error() {
+        let e = crate::StreamExecutionEnvironment::new()
+            .execute()
+            .expect_err("a job without operators is refused");
+        let plan = cause::<crate::plan::PlanError>(&e).unwrap_or_else(|| panic!("{e:?}"));
+        assert!(matches!(plan, crate::plan::PlanError::Empty), "{plan:?}");
+        assert_eq!(e.to_string(), format!("invalid configuration: {plan}"));
+        assert!(!e.is_retriable());
+    }
+
+    #[test]
+    fn invalid_runtime_settings_keep_the_runtime_error() {
+        let env = crate::StreamExecutionEnvironment::new();
+        let mut config = env.config();
+        config.runtime.batch_size = 0;
+        env.set_config(config);
+        env.from_generator(10, |i| i).collect();
+        let e = env.execute().expect_err("batch size 0 is refused");
+        let runtime = cause::<floe_actors::Error>(&e).unwrap_or_else(|| panic!("{e:?}"));
+        assert!(
+            matches!(runtime, floe_actors::Error::InvalidJob(_)),
+            "{runtime:?}"
+        );
+        assert_eq!(e.to_string(), format!("invalid configuration: {runtime}"));
+    }
+
+    #[test]
+    fn a_sink_that_could_not_be_created_keeps_its_error() {
+        use crate::operators::Operator;
+        let mut op = crate::connectors::async_sink::FallibleOp::<
+            crate::connectors::async_sink::AsyncSinkOp<u64>,
+        >::new(Err(io(ErrorKind::PermissionDenied)));
+        let first = op
+            .notify_checkpoint_complete(floe_actors::ids::CheckpointId(1))
+            .expect_err("the creation error");
+        let source = cause::<std::io::Error>(&first).unwrap_or_else(|| panic!("{first:?}"));
+        assert_eq!(source.kind(), ErrorKind::PermissionDenied);
+        let want = format!("invalid configuration: {}", io(ErrorKind::PermissionDenied));
+        assert_eq!(first.to_string(), want);
+        // Later calls repeat the message.
+        let again = op
+            .notify_checkpoint_complete(floe_actors::ids::CheckpointId(2))
+            .expect_err("the creation error again");
+        assert_eq!(again.to_string(), want);
+    }
+
+    #[test]
+    fn a_state_file_that_cannot_be_created_keeps_the_io_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("missing").join("s.redb");
+        let Err(e) = crate::state::RedbStateBackend::<u64>::open("Sum", 128, 0..128, &path) else {
+            panic!("a state file in a missing directory");
+        };
+        let io = cause::<std::io::Error>(&e).unwrap_or_else(|| panic!("{e:?}"));
+        assert_eq!(io.kind(), ErrorKind::NotFound);
+        let e = Error::from(e);
+        assert!(cause::<std::io::Error>(&e).is_some(), "{e:?}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_sink_errors_keep_the_connector_error() {
+        use crate::connectors::postgres::{
+            PostgresError, PostgresSink, PostgresSinkConfig, WriteMode,
+        };
+        let config = PostgresSinkConfig::new(
+            "postgres://localhost/db",
+            "bad table",
+            &["k", "v"],
+            WriteMode::Append,
+        );
+        let Err(e) = PostgresSink::<(String, i64)>::new(config) else {
+            panic!("'bad table' is not an identifier");
+        };
+        let pg = cause::<PostgresError>(&e).unwrap_or_else(|| panic!("{e:?}"));
+        assert!(
+            matches!(pg, PostgresError::BadIdentifier(t) if t == "bad table"),
+            "{pg:?}"
+        );
+        assert_eq!(e.to_string(), pg.to_string());
         assert!(e.is_retriable());
     }
 }

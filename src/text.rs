@@ -117,8 +117,9 @@ impl WordGenerator {
     }
 }
 
-/// splitmix64's finaliser: a well-mixed 64-bit function of `x` (for seeded,
-/// index-addressable generators).
+/// MurmurHash3's 64-bit finaliser (`fmix64`, as the key groups use): a
+/// well-mixed 64-bit function of `x` (for seeded, index-addressable
+/// generators).
 #[inline]
 pub fn mix64(x: u64) -> u64 {
     floe_actors::keygroup::fmix64(x)

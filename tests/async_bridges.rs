@@ -360,7 +360,7 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
         faults: vec![Fault {
             operator: "tag".into(),
             subtask: 0,
-            at: FaultPoint::Checkpoint(3),
+            at: FaultPoint::Checkpoint(CheckpointId(3)),
         }],
         ..Default::default()
     }));

@@ -553,7 +553,7 @@ fn a_region_restored_after_other_sources_finished_reads_its_own_unread_range() {
             failover: FailoverStrategy::Region,
             interval_ms: 11,
             faults: vec![
-                fault("Committed", 1, Checkpoint(9)),
+                fault("Committed", 1, Checkpoint(floe::CheckpointId(9))),
                 fault("Committed", 1, Records(493)),
                 fault("Committed", 1, Restore),
             ],
@@ -564,8 +564,8 @@ fn a_region_restored_after_other_sources_finished_reads_its_own_unread_range() {
             failover: FailoverStrategy::Region,
             interval_ms: 8,
             faults: vec![
-                fault("Numbers", 2, Checkpoint(5)),
-                fault("Numbers", 2, Checkpoint(3)),
+                fault("Numbers", 2, Checkpoint(floe::CheckpointId(5))),
+                fault("Numbers", 2, Checkpoint(floe::CheckpointId(3))),
                 fault("Scale", 2, Records(1960)),
             ],
         },

@@ -623,7 +623,7 @@ fn library_job_restarts_with_its_strategy_and_commits_exactly_once() {
     );
     assert_eq!(stats.restarted_subtasks, stats.restarts * 4, "{stats:?}");
     assert!(
-        stats.restored_checkpoints.iter().all(|&c| c > 0),
+        stats.restored_checkpoints.iter().all(|c| c.is_some()),
         "each failure follows a completed checkpoint, so each restart restores one: {stats:?}"
     );
     assert!(handle.checkpoint_stats().completed >= 3);

@@ -99,7 +99,7 @@ fn faults_at_a_record_count_and_during_a_snapshot_keep_the_output_exact() {
         Fault {
             operator: "Keyed Sum".into(),
             subtask: 1,
-            at: FaultPoint::Checkpoint(3),
+            at: FaultPoint::Checkpoint(floe::CheckpointId(3)),
         },
     ];
     // The snapshot fault fires while the sources hold (short of 3,000
@@ -146,13 +146,16 @@ fn faults_while_writing_a_checkpoint_and_while_restoring_keep_the_output_exact()
         Fault {
             operator: "Keyed Sum".into(),
             subtask: 0,
-            at: FaultPoint::AsyncWrite(6),
+            at: FaultPoint::AsyncWrite(floe::CheckpointId(6)),
         },
     ];
     let (stats, lines) = run(faults, dir.path(), |handle, _| wait_for_restarts(handle, 2));
     assert_eq!(stats.restarts, 3, "every fault fired once: {stats:?}");
     assert!(
-        stats.restored_checkpoints.iter().all(|&c| c != 6),
+        stats
+            .restored_checkpoints
+            .iter()
+            .all(|&c| c != Some(floe::CheckpointId(6))),
         "the checkpoint whose write failed was restored: {stats:?}"
     );
     assert!(

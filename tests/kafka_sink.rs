@@ -190,7 +190,7 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
         faults: vec![Fault {
             operator: "Kafka Sink".into(),
             subtask: 0,
-            at: FaultPoint::AsyncWrite(3),
+            at: FaultPoint::AsyncWrite(floe::CheckpointId(3)),
         }],
         ..Default::default()
     }));

@@ -174,7 +174,7 @@ fn upsert_keyed_count_with_failures_equals_the_oracle() {
             Fault {
                 operator: sink_name,
                 subtask: 1,
-                at: FaultPoint::Checkpoint(3),
+                at: FaultPoint::Checkpoint(floe::CheckpointId(3)),
             },
         ],
     );
@@ -238,7 +238,7 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
         vec![Fault {
             operator: format!("PostgreSQL {table}"),
             subtask: 0,
-            at: FaultPoint::AsyncWrite(3),
+            at: FaultPoint::AsyncWrite(floe::CheckpointId(3)),
         }],
     );
     let gate = Gate::new();

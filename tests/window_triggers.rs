@@ -13,20 +13,16 @@ use floe::window::{
 };
 use std::collections::HashMap;
 
+#[path = "common/rng.rs"]
+mod rng;
+
 type Ev = (u32, i64, i64); // key, timestamp, value
 
 fn events(n: usize, keys: u32, seed: u64) -> Vec<Ev> {
-    let mut s = seed;
-    let mut next = || {
-        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
+    let mut rng = rng::SplitMix(seed);
     (0..n)
         .map(|i| {
-            let r = next();
+            let r = rng.next();
             (
                 (r % keys as u64) as u32,
                 i as i64 * 3,

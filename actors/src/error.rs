@@ -3,7 +3,7 @@
 //! One `#[non_exhaustive]` enum for the crate; variants that come from a running
 //! job name the operator and the subtask so a failure can be traced to its source.
 
-use crate::ids::SubtaskIndex;
+use crate::ids::{CheckpointId, SubtaskIndex};
 
 /// Errors of the floe runtime.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -77,11 +77,11 @@ pub enum FaultPoint {
     /// Once the operator's subtask has taken in this many records.
     Records(u64),
     /// When the subtask snapshots this checkpoint (the synchronous part).
-    Checkpoint(u64),
+    Checkpoint(CheckpointId),
     /// In the asynchronous part (serialize and write) of this checkpoint:
     /// the checkpoint is declined, and fails the job beyond the tolerable
     /// failed checkpoints.
-    AsyncWrite(u64),
+    AsyncWrite(CheckpointId),
     /// While the subtask restores a checkpoint (the first restore after
     /// the fault was configured).
     Restore,
@@ -91,8 +91,8 @@ impl std::fmt::Display for FaultPoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FaultPoint::Records(n) => write!(f, "after {n} records"),
-            FaultPoint::Checkpoint(id) => write!(f, "during the snapshot of checkpoint {id}"),
-            FaultPoint::AsyncWrite(id) => write!(f, "while writing checkpoint {id}"),
+            FaultPoint::Checkpoint(id) => write!(f, "during the snapshot of checkpoint {}", id.0),
+            FaultPoint::AsyncWrite(id) => write!(f, "while writing checkpoint {}", id.0),
             FaultPoint::Restore => f.write_str("while restoring"),
         }
     }

@@ -75,7 +75,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         let op_name = name.to_string();
         self.transform(name, move |view| {
             let (sink, ctx) = for_subtask(&template, view);
-            FallibleOp(AsyncSinkOp::new(
+            FallibleOp::new(AsyncSinkOp::new(
                 sink,
                 ctx,
                 op_name.clone(),
@@ -109,7 +109,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         let op_name = name.to_string();
         self.transform(name, move |view| {
             let (sink, ctx) = for_subtask(&template, view);
-            FallibleOp(AsyncTwoPhaseCommitSinkOp::new(
+            FallibleOp::new(AsyncTwoPhaseCommitSinkOp::new(
                 sink,
                 ctx,
                 op_name.clone(),

@@ -138,7 +138,7 @@ impl actor::CheckpointObserver for Observe {
                 id,
                 // The fault behind an aborted checkpoint, from the
                 // injector's own report (no error text is parsed).
-                fault: mode.fired_async_write(id.0),
+                fault: mode.fired_async_write(id),
                 reason: reason.to_string(),
             });
         }

@@ -63,7 +63,9 @@ impl ObserveArgs {
         }
         floe::http::install_prometheus()
             .map(Some)
-            .map_err(|e| Error::Config(e.to_string()))
+            .map_err(|e| Error::InvalidConfig {
+                source: Box::new(e),
+            })
     }
 
     /// Starts serving, if an address was given; savepoints and stops asked
@@ -83,8 +85,11 @@ impl ObserveArgs {
         }
         // A new registry holds no job yet: the insert cannot be refused.
         let _ = jobs.insert(job.clone());
-        let server = BackgroundServer::start(addr, floe::http::router(jobs))
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let server = BackgroundServer::start(addr, floe::http::router(jobs)).map_err(|e| {
+            Error::InvalidConfig {
+                source: Box::new(e),
+            }
+        })?;
         let a = server.local_addr();
         eprintln!("metrics: http://{a}/metrics status: http://{a}/status");
         eprintln!("dashboard: http://{a}/dashboard/");

@@ -434,13 +434,25 @@ pub const DEFAULT_CAPACITY: usize = 2;
 
 /// An operator whose creation may have failed: the error surfaces at its
 /// first call (operator factories cannot fail).
-pub(crate) struct FallibleOp<O>(pub(crate) Result<O>);
+pub(crate) struct FallibleOp<O>(std::result::Result<O, (String, Option<Error>)>);
 
 impl<O> FallibleOp<O> {
+    /// The operator, or the error that prevented it.
+    pub(crate) fn new(op: Result<O>) -> Self {
+        FallibleOp(op.map_err(|e| (e.to_string(), Some(e))))
+    }
+
     fn op(&mut self) -> Result<&mut O> {
         match &mut self.0 {
             Ok(op) => Ok(op),
-            Err(e) => Err(Error::Config(e.to_string())),
+            // The first call hands the creation error on as the source; a
+            // later one (the subtask is failing by then) carries its text.
+            Err((text, e)) => Err(Error::InvalidConfig {
+                source: match e.take() {
+                    Some(e) => Box::new(e),
+                    None => text.clone().into(),
+                },
+            }),
         }
     }
 }

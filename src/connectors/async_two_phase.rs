@@ -133,22 +133,24 @@ pub trait AsyncTwoPhaseCommitSink<T>: Send + 'static {
 
 /// The pending key of the transaction pre-committed at the end of input,
 /// until a checkpoint takes it.
-const AFTER_END: u64 = u64::MAX;
+const AFTER_END: CheckpointId = CheckpointId(u64::MAX);
 
 type UnionReply = futures::channel::oneshot::Sender<Result<Vec<Vec<u8>>>>;
 
 enum Command<T, Txn> {
     Recover(Recovery<Txn>),
     Write(Batch<T>),
-    PreCommit(u64, UnionReply),
+    PreCommit(CheckpointId, UnionReply),
     Finish,
 }
 
 /// Pre-committed transactions by checkpoint, shared by the writer and the
 /// committer (never locked across an await).
-type Pending<Txn> = Arc<Mutex<BTreeMap<u64, Vec<Txn>>>>;
+type Pending<Txn> = Arc<Mutex<BTreeMap<CheckpointId, Vec<Txn>>>>;
 
-fn lock<Txn>(pending: &Pending<Txn>) -> std::sync::MutexGuard<'_, BTreeMap<u64, Vec<Txn>>> {
+fn lock<Txn>(
+    pending: &Pending<Txn>,
+) -> std::sync::MutexGuard<'_, BTreeMap<CheckpointId, Vec<Txn>>> {
     pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -158,7 +160,7 @@ struct Writer<S: AsyncTwoPhaseCommitSink<T>, T> {
     ctx: SinkContext,
     current: Option<S::Txn>,
     pending: Pending<S::Txn>,
-    commits: Shared<u64>,
+    commits: Shared<CheckpointId>,
     final_checkpoint: bool,
     ended: bool,
     started: bool,
@@ -240,7 +242,7 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
         }
     }
 
-    async fn pre_commit(&mut self, checkpoint: u64) -> Result<Vec<Vec<u8>>> {
+    async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>> {
         if self.ended {
             // The final checkpoint takes the transaction pre-committed at
             // the end of the input; nothing new is begun.
@@ -254,9 +256,7 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
                 .current
                 .take()
                 .expect("current transaction was just begun");
-            self.sink
-                .pre_commit(&mut txn, Some(CheckpointId(checkpoint)))
-                .await?;
+            self.sink.pre_commit(&mut txn, Some(checkpoint)).await?;
             lock(&self.pending).entry(checkpoint).or_default().push(txn);
         }
         self.union_list()
@@ -268,7 +268,11 @@ impl<S: AsyncTwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
 /// returned: a snapshot taken meanwhile (by the writer, concurrently) still
 /// lists it, so a failure in the middle of the commit commits it again on
 /// restore instead of rolling it back.
-async fn commit_up_to<S, T>(committer: &mut S, pending: &Pending<S::Txn>, up_to: u64) -> Result<()>
+async fn commit_up_to<S, T>(
+    committer: &mut S,
+    pending: &Pending<S::Txn>,
+    up_to: CheckpointId,
+) -> Result<()>
 where
     S: AsyncTwoPhaseCommitSink<T>,
 {
@@ -284,7 +288,8 @@ where
         };
         if let Err(e) = committer.commit(txn.clone()).await {
             return Err(Error::User(format!(
-                "cannot commit transaction {txn:?} of checkpoint {checkpoint}: {e}"
+                "cannot commit transaction {txn:?} of checkpoint {}: {e}",
+                checkpoint.0
             )));
         }
         let mut p = lock(pending);
@@ -307,7 +312,7 @@ where
 /// upsert of the same key) is not queued behind that transaction's commit.
 pub struct AsyncTwoPhaseCommitSinkOp<T: Send + 'static, Txn: Send + 'static> {
     queue: Shared<Command<T, Txn>>,
-    commits: Shared<u64>,
+    commits: Shared<CheckpointId>,
     ctx: SinkContext,
     arbiter: std::thread::ThreadId,
     _writer: DriverGuard,
@@ -333,7 +338,7 @@ impl<T: Send + 'static, Txn: Send + 'static> AsyncTwoPhaseCommitSinkOp<T, Txn> {
             Error::Config("an async sink must be created while its subtask is built".into())
         })?;
         let queue = Shared::new(capacity);
-        let commits: Shared<u64> = Shared::new(usize::MAX);
+        let commits: Shared<CheckpointId> = Shared::new(usize::MAX);
         queue.register_gate(Some(Box::new(commits.clone())))?;
         let pending: Pending<Txn> = Arc::default();
         let mut committer = sink.clone();
@@ -405,7 +410,7 @@ where
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
         let (tx, rx) = futures::channel::oneshot::channel();
         self.queue
-            .push(Command::PreCommit(ctx.checkpoint.0, tx), false)?;
+            .push(Command::PreCommit(ctx.checkpoint, tx), false)?;
         Ok(StateCapture {
             deferred: Some(deferred_reply(self.arbiter, rx, Ok)),
             ..Default::default()
@@ -413,7 +418,8 @@ where
     }
 
     fn restore_state(&mut self, state: RestoredState) -> Result<()> {
-        let mut entries: Vec<(u64, Txn)> = state
+        // The checkpoint ids encode as the plain numbers of earlier versions.
+        let mut entries: Vec<(CheckpointId, Txn)> = state
             .union_list
             .iter()
             .map(|bytes| {
@@ -435,7 +441,7 @@ where
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
-        self.commits.push(checkpoint.0, false)
+        self.commits.push(checkpoint, false)
     }
 
     fn on_end_of_input(&mut self, _: &mut Output<'_, ()>) -> Result<()> {

@@ -223,7 +223,7 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
     ) -> floe_actors::Result<()> {
         self.info
             .injected_fault(crate::failover::FaultMoment::Snapshot(
-                barrier.checkpoint_id.0,
+                barrier.checkpoint_id,
             ))?;
         if barrier.kind == floe_actors::element::BarrierKind::Savepoint {
             // The savepoint the source waited for has its cut: go on.

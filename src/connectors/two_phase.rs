@@ -120,7 +120,7 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
 
 /// The pending key of the transaction pre-committed at the end of input,
 /// until a checkpoint takes it.
-const AFTER_END: u64 = u64::MAX;
+const AFTER_END: CheckpointId = CheckpointId(u64::MAX);
 
 /// Runs a [`TwoPhaseCommitSink`] as the last operator of a chain.
 pub struct TwoPhaseCommitSinkOp<S, T>
@@ -133,7 +133,7 @@ where
     /// The transaction records are written into; begun lazily.
     current: Option<S::Txn>,
     /// Pre-committed transactions by the checkpoint that pre-committed them.
-    pending: BTreeMap<u64, Vec<S::Txn>>,
+    pending: BTreeMap<CheckpointId, Vec<S::Txn>>,
     /// The job ends with a final checkpoint: the last transaction waits
     /// for it instead of being committed at the end of input.
     final_checkpoint: bool,
@@ -169,7 +169,7 @@ where
     }
 
     /// The transactions pre-committed and not yet committed, by checkpoint.
-    pub fn pending(&self) -> &BTreeMap<u64, Vec<S::Txn>> {
+    pub fn pending(&self) -> &BTreeMap<CheckpointId, Vec<S::Txn>> {
         &self.pending
     }
 
@@ -191,7 +191,7 @@ where
 
     /// Commits, in checkpoint order, every pending transaction of a checkpoint
     /// up to `up_to`; a failed commit keeps itself and the later ones pending.
-    fn commit_up_to(&mut self, up_to: u64) -> Result<()> {
+    fn commit_up_to(&mut self, up_to: CheckpointId) -> Result<()> {
         while let Some(entry) = self.pending.first_entry() {
             if *entry.key() > up_to {
                 break;
@@ -204,7 +204,8 @@ where
                     rest.extend(txns);
                     self.pending.insert(checkpoint, rest);
                     return Err(Error::User(format!(
-                        "cannot commit transaction {txn:?} of checkpoint {checkpoint}: {e}"
+                        "cannot commit transaction {txn:?} of checkpoint {}: {e}",
+                        checkpoint.0
                     )));
                 }
             }
@@ -245,7 +246,8 @@ where
     }
 
     fn restore(&mut self, state: RestoredState) -> Result<()> {
-        let mut entries: Vec<(u64, S::Txn)> = state
+        // The checkpoint ids encode as the plain numbers of earlier versions.
+        let mut entries: Vec<(CheckpointId, S::Txn)> = state
             .union_list
             .iter()
             .map(|bytes| {
@@ -296,10 +298,7 @@ where
             // the end of input, belongs to it (its completion commits it);
             // nothing new is begun.
             if let Some(last) = self.pending.remove(&AFTER_END) {
-                self.pending
-                    .entry(ctx.checkpoint.0)
-                    .or_default()
-                    .extend(last);
+                self.pending.entry(ctx.checkpoint).or_default().extend(last);
             }
         } else {
             // A transaction is begun even if nothing was written yet, so
@@ -312,7 +311,7 @@ where
                 .take()
                 .expect("current transaction was just begun");
             self.sink.pre_commit(&mut txn)?;
-            self.pending.entry(ctx.checkpoint.0).or_default().push(txn);
+            self.pending.entry(ctx.checkpoint).or_default().push(txn);
             self.current = Some(self.sink.begin()?);
         }
         let union_list = self
@@ -346,7 +345,7 @@ where
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
-        self.commit_up_to(checkpoint.0)
+        self.commit_up_to(checkpoint)
     }
 
     fn notify_checkpoint_aborted(&mut self, _checkpoint: CheckpointId) -> Result<()> {

@@ -60,7 +60,7 @@ impl DeterministicMode {
 
     /// The fault that failed the asynchronous write of checkpoint `id`, if
     /// one fired: what an abort of that checkpoint is traced with.
-    pub(crate) fn fired_async_write(&self, id: u64) -> Option<Fault> {
+    pub(crate) fn fired_async_write(&self, id: CheckpointId) -> Option<Fault> {
         let fired = self.fired.lock().ok()?;
         fired
             .iter()

@@ -19,6 +19,7 @@
 pub mod deterministic;
 mod hooks;
 
+use floe_actors::ids::CheckpointId;
 pub(crate) use hooks::{Count, Latch, Observers};
 pub use hooks::{FaultInjector, JobHooks, JobObserver};
 use std::collections::VecDeque;
@@ -302,9 +303,9 @@ pub(crate) enum FaultMoment {
     /// After processing; `total` records taken in (or emitted, a source).
     Records(u64),
     /// The synchronous part of a checkpoint.
-    Snapshot(u64),
+    Snapshot(CheckpointId),
     /// The asynchronous part of a checkpoint.
-    AsyncWrite(u64),
+    AsyncWrite(CheckpointId),
     /// Restoring.
     Restore,
 }

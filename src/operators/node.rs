@@ -407,7 +407,7 @@ where
         if !self.info.faults.is_empty() {
             self.info
                 .injected_fault(crate::failover::FaultMoment::Snapshot(
-                    barrier.checkpoint_id.0,
+                    barrier.checkpoint_id,
                 ))?;
         }
         let ctx = SnapshotContext {
@@ -425,9 +425,7 @@ where
                 persisted: capture.keyed_persisted.take(),
                 uid: self.info.uid.clone(),
                 finish: Box::new(move || {
-                    info.injected_fault(crate::failover::FaultMoment::AsyncWrite(
-                        ctx.checkpoint.0,
-                    ))?;
+                    info.injected_fault(crate::failover::FaultMoment::AsyncWrite(ctx.checkpoint))?;
                     encode_capture(capture, &info)
                 }),
             });

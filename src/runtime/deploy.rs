@@ -147,7 +147,9 @@ impl From<PlanError> for Error {
     /// A graph the plan refuses is an invalid configuration, as before the
     /// plan had its own error type.
     fn from(e: PlanError) -> Self {
-        Error::Config(e.to_string())
+        Error::InvalidConfig {
+            source: Box::new(e),
+        }
     }
 }
 
@@ -416,10 +418,10 @@ pub(crate) fn deploy_attempt(
         .map(|(&(v, j), s)| ((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone()))
         .collect();
     let fail = Arc::new(Mutex::new(fail));
-    let tasks = spawner.tasks(&spawned);
-    let subtasks = tasks.len();
+    let infos = spawner.subtasks(&spawned);
+    let subtasks = infos.len();
     coordinator.do_send(RegisterSubtasks {
-        subtasks: tasks,
+        subtasks: infos,
         supervisor: supervisor.clone().recipient(),
     });
     let region = (config.failover == crate::failover::FailoverStrategy::Region).then(|| {

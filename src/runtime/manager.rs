@@ -20,6 +20,7 @@ use super::job::JobControl;
 use crate::config::Config;
 use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
 use floe_actors::error::Error;
+use floe_actors::ids::CheckpointId;
 use floe_actors::messages::InjectFailure;
 use floe_actors::supervisor::{JobOutcome, JobStatus};
 use serde::Serialize;
@@ -38,8 +39,10 @@ pub struct FailoverStats {
     /// Longest time from a failure to the restarted subtasks processing
     /// records again, ms.
     pub max_recovery_ms: u64,
-    /// Per restart: the checkpoint restored (0: from the beginning).
-    pub restored_checkpoints: Vec<u64>,
+    /// Per restart: the checkpoint restored (`None`: from the beginning;
+    /// 0 in the JSON).
+    #[serde(with = "super::status::restored_as_numbers")]
+    pub restored_checkpoints: Vec<Option<CheckpointId>>,
 }
 
 pub(crate) struct Manager {
@@ -202,7 +205,6 @@ impl Manager {
                     // What was restored: the newest intact checkpoint (an
                     // older one when the newest is damaged), or the
                     // configured restore path, or nothing.
-                    let restored_id = a.restored.map_or(0, |c| c.0);
                     if let Some(mode) = self.config.deterministic() {
                         let plan = &self.plan;
                         let subtasks = (0..plan.heads.len())
@@ -218,18 +220,18 @@ impl Manager {
                     }
                     self.shared
                         .metrics
-                        .record_restart(a.subtasks as u64, restored_id);
+                        .record_restart(a.subtasks as u64, a.restored);
                     let mut number = 0;
                     self.control.update_failover(|s| {
                         s.restarts += 1;
                         s.restarted_subtasks += a.subtasks as u64;
-                        s.restored_checkpoints.push(restored_id);
+                        s.restored_checkpoints.push(a.restored);
                         number = s.restarts;
                     });
                     tracing::warn!(
                         attempt = number,
                         cause = %error,
-                        checkpoint = restored_id,
+                        checkpoint = a.restored.map_or(0, |c| c.0),
                         "restarted the job"
                     );
                     self.shared.events.emit(JobEvent::Restarted(RestartEvent {

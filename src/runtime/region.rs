@@ -143,7 +143,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             },
         };
         let restored = restore.as_ref().map(|r| r.checkpoint_id);
-        // 0 in the logs, metrics and failover statistics: from the beginning.
+        // 0 in the logs: from the beginning.
         let restored_id = restored.map_or(0, |c| c.0);
         tracing::info!(
             region,
@@ -188,9 +188,9 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         let spawned = spawner
             .spawn(Some(&members), &Arc::new(restore), from_scratch)
             .map_err(to_runtime)?;
-        let tasks = self.spawner.tasks(&spawned);
+        let subtasks = self.spawner.subtasks(&spawned);
         self.coordinator
-            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks: tasks });
+            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks });
         if let Ok(mut f) = self.fail.lock() {
             for (&(v, j), s) in &spawned {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());
@@ -200,7 +200,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             Ok(mut f) => {
                 f.restarts += 1;
                 f.restarted_subtasks += members.len() as u64;
-                f.restored_checkpoints.push(restored_id);
+                f.restored_checkpoints.push(restored);
                 f.restarts
             }
             Err(_) => 0,
@@ -230,7 +230,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         ));
         self.spawner
             .metrics
-            .record_restart(members.len() as u64, restored_id);
+            .record_restart(members.len() as u64, restored);
         Ok(spawned
             .iter()
             .map(|(&(v, j), s)| {

@@ -175,7 +175,7 @@ impl Spawner {
     }
 
     /// The coordinator's view of spawned subtasks.
-    pub(super) fn tasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<SubtaskInfo> {
+    pub(super) fn subtasks(&self, spawned: &HashMap<(usize, usize), Spawned>) -> Vec<SubtaskInfo> {
         let plan = &self.plan;
         let mut keys: Vec<&(usize, usize)> = spawned.keys().collect();
         keys.sort();

@@ -7,6 +7,7 @@
 //! the metrics registry's lock once; it never touches the data path.
 
 use floe_actors::element::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
+use floe_actors::ids::CheckpointId;
 use floe_actors::metrics::{JobMetrics, watermark_lag_ms};
 use floe_actors::supervisor::JobStatus;
 use serde::{Deserialize, Serialize};
@@ -163,6 +164,9 @@ pub struct SubtaskStatus {
 
 /// A failure the job saw.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+// The JSON keeps `restored_checkpoint` a plain number or null: null while
+// no restart followed, 0 for a restart from the beginning.
+#[serde(into = "FailureJson", from = "FailureJson")]
 pub struct FailureInfo {
     /// Milliseconds after the job started.
     pub at_ms: u64,
@@ -175,8 +179,70 @@ pub struct FailureInfo {
     /// Subtasks the restart that followed restarted (`None`: no restart
     /// followed, yet or at all).
     pub restarted_subtasks: Option<u64>,
-    /// The checkpoint that restart restored (0: from the beginning).
-    pub restored_checkpoint: Option<u64>,
+    /// The checkpoint that restart restored (`None`: it started from the
+    /// beginning, or no restart followed: see `restarted_subtasks`).
+    pub restored_checkpoint: Option<CheckpointId>,
+}
+
+/// [`FailureInfo`] as the JSON of `/status` has it.
+#[derive(Serialize, Deserialize)]
+struct FailureJson {
+    at_ms: u64,
+    vertex: Option<String>,
+    subtask: Option<u32>,
+    message: String,
+    restarted_subtasks: Option<u64>,
+    restored_checkpoint: Option<u64>,
+}
+
+impl From<FailureInfo> for FailureJson {
+    fn from(f: FailureInfo) -> Self {
+        FailureJson {
+            restored_checkpoint: f
+                .restarted_subtasks
+                .map(|_| f.restored_checkpoint.map_or(0, |c| c.0)),
+            at_ms: f.at_ms,
+            vertex: f.vertex,
+            subtask: f.subtask,
+            message: f.message,
+            restarted_subtasks: f.restarted_subtasks,
+        }
+    }
+}
+
+impl From<FailureJson> for FailureInfo {
+    fn from(f: FailureJson) -> Self {
+        FailureInfo {
+            at_ms: f.at_ms,
+            vertex: f.vertex,
+            subtask: f.subtask,
+            message: f.message,
+            restarted_subtasks: f.restarted_subtasks,
+            restored_checkpoint: f.restored_checkpoint.filter(|&c| c != 0).map(CheckpointId),
+        }
+    }
+}
+
+/// Serializes a restart's restored checkpoint per restart as the plain
+/// number, 0 for a restart from the beginning (the JSON of `/status`).
+pub(crate) mod restored_as_numbers {
+    use floe_actors::ids::CheckpointId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[Option<CheckpointId>], s: S) -> Result<S::Ok, S::Error> {
+        let numbers: Vec<u64> = v.iter().map(|c| c.map_or(0, |c| c.0)).collect();
+        numbers.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<Option<CheckpointId>>, D::Error> {
+        let numbers = Vec::<u64>::deserialize(d)?;
+        Ok(numbers
+            .into_iter()
+            .map(|n| (n != 0).then_some(CheckpointId(n)))
+            .collect())
+    }
 }
 
 /// Everything observable about a job at one moment.
@@ -449,5 +515,54 @@ impl StatusReporter {
     /// Copies the job's counters into the `metrics` facade now.
     pub fn publish_metrics(&self) {
         self.metrics.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::manager::FailoverStats;
+
+    fn failure(restarted: Option<u64>, restored: Option<CheckpointId>) -> FailureInfo {
+        FailureInfo {
+            at_ms: 5,
+            vertex: None,
+            subtask: None,
+            message: "boom".into(),
+            restarted_subtasks: restarted,
+            restored_checkpoint: restored,
+        }
+    }
+
+    #[test]
+    fn restored_checkpoints_stay_plain_numbers_in_the_json() {
+        // null: no restart followed; 0: a restart from the beginning.
+        let cases = [
+            (failure(None, None), serde_json::Value::Null),
+            (failure(Some(2), None), serde_json::json!(0)),
+            (
+                failure(Some(2), Some(CheckpointId(7))),
+                serde_json::json!(7),
+            ),
+        ];
+        for (f, want) in cases {
+            let json = serde_json::to_value(&f).expect("encodes");
+            assert_eq!(json["restored_checkpoint"], want, "{json}");
+            assert_eq!(
+                json["restarted_subtasks"],
+                serde_json::json!(f.restarted_subtasks)
+            );
+            let back: FailureInfo = serde_json::from_value(json).expect("decodes");
+            assert_eq!(back, f);
+        }
+        let stats = FailoverStats {
+            restarts: 2,
+            restored_checkpoints: vec![None, Some(CheckpointId(4))],
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&stats).expect("encodes");
+        assert_eq!(json["restored_checkpoints"], serde_json::json!([0, 4]));
+        let back: FailoverStats = serde_json::from_value(json).expect("decodes");
+        assert_eq!(back, stats);
     }
 }

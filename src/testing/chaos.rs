@@ -55,6 +55,7 @@ use crate::failover::{
     FailoverStrategy, Fault, FaultInjection, FaultInjector, FaultPoint, RestartStrategy,
 };
 use floe_actors::element::Batch;
+use floe_actors::ids::CheckpointId;
 use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
@@ -183,8 +184,8 @@ pub struct FaultPlan {
     pub faults: Vec<Fault>,
 }
 
-/// A small seeded generator (splitmix64), so that a plan depends on the
-/// seed only.
+/// A small seeded generator (splitmix64's golden-ratio step, mixed by
+/// [`mix64`](crate::text::mix64)), so that a plan depends on the seed only.
 struct Rng(u64);
 
 impl Rng {
@@ -241,8 +242,8 @@ impl FaultPlan {
             let points = op.points();
             let at = match points[(rng.next() % points.len() as u64) as usize] {
                 PointKind::Records => FaultPoint::Records(1 + rng.next() % per_subtask),
-                PointKind::Checkpoint => FaultPoint::Checkpoint(1 + rng.next() % ids),
-                PointKind::AsyncWrite => FaultPoint::AsyncWrite(1 + rng.next() % ids),
+                PointKind::Checkpoint => FaultPoint::Checkpoint(CheckpointId(1 + rng.next() % ids)),
+                PointKind::AsyncWrite => FaultPoint::AsyncWrite(CheckpointId(1 + rng.next() % ids)),
                 PointKind::Restore => FaultPoint::Restore,
             };
             let fault = Fault {
@@ -591,8 +592,8 @@ mod tests {
                 let stateful = f.operator == "Sum";
                 match f.at {
                     FaultPoint::Records(n) => assert!((1..=1_000 / 2).contains(&n)),
-                    FaultPoint::Checkpoint(id) => assert!((1..=6).contains(&id)),
-                    FaultPoint::AsyncWrite(id) => assert!(stateful && (1..=6).contains(&id)),
+                    FaultPoint::Checkpoint(id) => assert!((1..=6).contains(&id.0)),
+                    FaultPoint::AsyncWrite(id) => assert!(stateful && (1..=6).contains(&id.0)),
                     FaultPoint::Restore => assert!(stateful),
                 }
             }
@@ -655,8 +656,8 @@ mod tests {
     fn injected_faults_are_read_back_from_the_typed_error() {
         let points = [
             FaultPoint::Records(120),
-            FaultPoint::Checkpoint(3),
-            FaultPoint::AsyncWrite(14),
+            FaultPoint::Checkpoint(CheckpointId(3)),
+            FaultPoint::AsyncWrite(CheckpointId(14)),
             FaultPoint::Restore,
         ];
         for at in points {

@@ -4,7 +4,7 @@
 use super::queue::QueueMetrics;
 use super::{OperatorMetrics, StateSize};
 use crate::element::Timestamp;
-use crate::ids::{OperatorId, SubtaskIndex, VertexId};
+use crate::ids::{CheckpointId, OperatorId, SubtaskIndex, VertexId};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -74,8 +74,9 @@ pub struct FailureRecord {
     /// Subtasks restarted for this failure (`None`: none restarted yet, or
     /// the job failed for good).
     pub restarted_subtasks: Option<u64>,
-    /// The checkpoint the restart restored (0: from the beginning).
-    pub restored_checkpoint: Option<u64>,
+    /// The checkpoint the restart restored (`None`: it started from the
+    /// beginning, or no restart followed yet: see `restarted_subtasks`).
+    pub restored_checkpoint: Option<CheckpointId>,
 }
 
 /// One operator subtask's counters, as sampled.
@@ -305,9 +306,9 @@ impl JobMetrics {
     }
 
     /// Notes a restart: `subtasks` subtasks restarted from checkpoint
-    /// `checkpoint` (0: from the beginning), for every failure not yet
+    /// `checkpoint` (`None`: from the beginning), for every failure not yet
     /// followed by a restart.
-    pub fn record_restart(&self, subtasks: u64, checkpoint: u64) {
+    pub fn record_restart(&self, subtasks: u64, checkpoint: Option<CheckpointId>) {
         let mut failures = self.failures.lock().expect("metrics lock poisoned");
         for f in failures
             .iter_mut()
@@ -315,7 +316,7 @@ impl JobMetrics {
             .take_while(|f| f.restarted_subtasks.is_none())
         {
             f.restarted_subtasks = Some(subtasks);
-            f.restored_checkpoint = Some(checkpoint);
+            f.restored_checkpoint = checkpoint;
         }
     }
 
@@ -362,19 +363,19 @@ mod tests {
     fn restarts_annotate_the_failures_before_them() {
         let job = JobMetrics::new("j");
         job.record_failure(None, None, "a".into());
-        job.record_restart(5, 2);
+        job.record_restart(5, Some(CheckpointId(2)));
         job.record_failure(None, None, "b".into());
         job.record_failure(None, None, "c".into());
         let f = job.failures();
         assert_eq!(f[0].restarted_subtasks, Some(5));
-        assert_eq!(f[0].restored_checkpoint, Some(2));
+        assert_eq!(f[0].restored_checkpoint, Some(CheckpointId(2)));
         assert_eq!(f[1].restarted_subtasks, None);
-        job.record_restart(3, 0);
+        job.record_restart(3, None);
         let f = job.failures();
         assert_eq!(f[0].restarted_subtasks, Some(5));
         assert_eq!(
             (f[1].restarted_subtasks, f[2].restored_checkpoint),
-            (Some(3), Some(0))
+            (Some(3), None)
         );
     }
 }

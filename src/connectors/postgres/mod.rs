@@ -109,12 +109,6 @@ pub enum PostgresError {
     },
 }
 
-impl From<PostgresError> for Error {
-    fn from(e: PostgresError) -> Self {
-        Error::User(e.to_string())
-    }
-}
-
 fn server(action: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Error {
     let action = action.into();
     move |source| {

@@ -6,7 +6,7 @@ use super::filter::KeyFilter;
 use super::snapshot::RedbCaptured;
 use super::{Def, Reader, RedbStore, storage};
 use crate::state::descriptor::StateMeta;
-use crate::state::error::StateError;
+use crate::state::error::{BoxError, StateError};
 use crate::state::snapshot::CapturedState;
 use crate::state::table::{EntryVisitor, KeyedTable, Stamped};
 use crate::state::ttl::{StateTtlConfig, TtlUpdateType};
@@ -383,16 +383,19 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         let rows = usize::try_from(self.db_rows).unwrap_or(usize::MAX);
         let mut filter = KeyFilter::with_capacity(rows.saturating_mul(4).max(self.capacity));
         if let Some(reader) = &self.reader {
-            let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+            let err = |e: BoxError| storage(&self.operator, e);
             let mut row = Vec::new();
-            chunk::for_each_entry(reader.iter().map_err(|e| err(&e))?, |prefix, key, _| {
-                row.clear();
-                row.extend_from_slice(prefix);
-                row.extend_from_slice(key);
-                filter.insert(&row);
-                Ok(())
-            })
-            .map_err(|e| err(&e))?;
+            chunk::for_each_entry(
+                reader.iter().map_err(|e| err(e.into()))?,
+                |prefix, key, _| {
+                    row.clear();
+                    row.extend_from_slice(prefix);
+                    row.extend_from_slice(key);
+                    filter.insert(&row);
+                    Ok(())
+                },
+            )
+            .map_err(|e| err(e.into()))?;
         }
         self.filter = filter;
         Ok(())
@@ -552,10 +555,10 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         let Some(reader) = &self.reader else {
             return Ok(());
         };
-        let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+        let err = |e: BoxError| storage(&self.operator, e);
         // The callback's or the decoder's error, carried past redb's.
         let mut failed = None;
-        let chunks = reader.iter().map_err(|e| err(&e))?;
+        let chunks = reader.iter().map_err(|e| err(e.into()))?;
         let walked = chunk::for_each_entry(chunks, |_, key, payload| {
             let stop = || redb::Error::Corrupted("stopped".into());
             if self.expired(row_stamp(payload), now) {
@@ -574,7 +577,7 @@ impl<K: StateKey, S: StateValue> RedbTable<K, S> {
         });
         match (failed, walked) {
             (Some(e), _) => Err(e),
-            (None, r) => r.map_err(|e| err(&e)),
+            (None, r) => r.map_err(|e| err(e.into())),
         }
     }
 }
@@ -596,7 +599,8 @@ impl<K: StateKey, S: StateValue> StateTable<K> for RedbTable<K, S> {
         let read = self
             .flush_dirty()
             .and_then(|()| self.store.read())
-            .map(Arc::new);
+            .map(Arc::new)
+            .map_err(Arc::new);
         Box::new(RedbCaptured {
             meta: self.meta.clone(),
             operator: self.operator.clone(),

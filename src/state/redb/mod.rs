@@ -57,7 +57,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::descriptor::StateMeta;
-use super::error::StateError;
+use super::error::{BoxError, StateError};
 use super::snapshot::{
     CapturedState, KeyGroupBytes, PendingBlob, Snapshot, register_table, restore_into,
     sorted_pending,
@@ -98,13 +98,20 @@ const DB_CACHE_BYTES: usize = 8 << 20;
 /// The fewest changed keys the change record holds before it gives up.
 const MIN_CHANGE_LIMIT: usize = 1 << 16;
 
-fn storage(operator: &str, e: impl std::fmt::Display) -> StateError {
-    // The backend's call sites hand their redb errors over as
-    // `&dyn Display`, so the source here is the error's text.
+fn storage(operator: &str, e: impl Into<BoxError>) -> StateError {
     StateError::Storage {
         operator: operator.to_string(),
-        source: e.to_string().into(),
+        source: e.into(),
     }
+}
+
+/// A state file that could not be created, with the I/O or redb error.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create state file {}: {source}", path.display())]
+struct CreateError {
+    path: PathBuf,
+    #[source]
+    source: BoxError,
 }
 
 /// Row keys written or removed since the last snapshot, per state.
@@ -294,17 +301,18 @@ impl<K: Send + 'static> RedbStateBackend<K> {
     }
 
     /// Flushes every cache and opens a read transaction on the result.
-    fn flush_and_read(&mut self) -> Result<Arc<ReadTransaction>, StateError> {
+    /// The error is shared: every state's capture reports it as its source.
+    fn flush_and_read(&mut self) -> Result<Arc<ReadTransaction>, Arc<StateError>> {
         for t in self.tables.values_mut() {
-            t.flush()?;
+            t.flush().map_err(Arc::new)?;
         }
-        self.store.read().map(Arc::new)
+        self.store.read().map(Arc::new).map_err(Arc::new)
     }
 
     /// The captures of every state: full, or the rows in `changed` per state.
     fn captures(
         &self,
-        read: &Result<Arc<ReadTransaction>, StateError>,
+        read: &Result<Arc<ReadTransaction>, Arc<StateError>>,
         mut changed: Option<FxHashMap<String, Vec<Box<[u8]>>>>,
     ) -> Vec<Box<dyn CapturedState>> {
         let mut states: Vec<Box<dyn CapturedState>> = self
@@ -315,10 +323,7 @@ impl<K: Send + 'static> RedbStateBackend<K> {
                     meta: t.meta().clone(),
                     operator: self.operator.clone(),
                     name: format!("state/{}", t.meta().name),
-                    read: match read {
-                        Ok(r) => Ok(r.clone()),
-                        Err(e) => Err(storage(&self.operator, e)),
-                    },
+                    read: read.clone(),
                 };
                 match changed.as_mut() {
                     None => Box::new(full) as Box<dyn CapturedState>,

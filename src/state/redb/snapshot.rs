@@ -5,7 +5,7 @@ use super::cache::row_stamp;
 use super::chunk;
 use super::{Def, Reader, storage};
 use crate::state::descriptor::StateMeta;
-use crate::state::error::StateError;
+use crate::state::error::{BoxError, StateError};
 use crate::state::snapshot::{CapturedState, GroupDelta};
 use redb::{ReadTransaction, TableDefinition, TableError};
 use std::ops::Bound;
@@ -16,14 +16,14 @@ pub(super) struct RedbCaptured {
     pub(super) meta: StateMeta,
     pub(super) operator: String,
     pub(super) name: String,
-    pub(super) read: Result<Arc<ReadTransaction>, StateError>,
+    pub(super) read: Result<Arc<ReadTransaction>, Arc<StateError>>,
 }
 
 impl RedbCaptured {
     fn table(&self) -> Result<Option<Reader>, StateError> {
         let read = match &self.read {
             Ok(r) => r,
-            Err(e) => return Err(storage(&self.operator, e)),
+            Err(e) => return Err(storage(&self.operator, e.clone())),
         };
         let def: Def<'_> = TableDefinition::new(&self.name);
         match read.open_table(def) {
@@ -49,7 +49,7 @@ impl CapturedState for RedbCaptured {
     }
 
     fn group_bytes(&self, key_group: u32) -> Result<Option<Vec<u8>>, StateError> {
-        let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
+        let err = |e: BoxError| storage(&self.operator, e);
         let Some(table) = self.table()? else {
             return Ok(None);
         };
@@ -60,7 +60,7 @@ impl CapturedState for RedbCaptured {
         );
         let mut n: usize = 0;
         let mut body = Vec::new();
-        let chunks = table.range::<&[u8]>(range).map_err(|e| err(&e))?;
+        let chunks = table.range::<&[u8]>(range).map_err(|e| err(e.into()))?;
         chunk::for_each_entry(chunks, |_, k, v| {
             // postcard of (K, Stamped { value, stamp }): the fields in order.
             body.extend_from_slice(k);
@@ -70,11 +70,11 @@ impl CapturedState for RedbCaptured {
             n += 1;
             Ok(())
         })
-        .map_err(|e| err(&e))?;
+        .map_err(|e| err(e.into()))?;
         if n == 0 {
             return Ok(None);
         }
-        let mut out = postcard::to_allocvec(&n).map_err(|e| err(&e))?;
+        let mut out = postcard::to_allocvec(&n).map_err(|e| err(e.into()))?;
         out.extend_from_slice(&body);
         Ok(Some(out))
     }
@@ -104,7 +104,7 @@ impl CapturedState for RedbDelta {
         if start == end {
             return Ok(None);
         }
-        let err = |e: &dyn std::fmt::Display| storage(&self.full.operator, e);
+        let err = |e: BoxError| storage(&self.full.operator, e);
         let table = self.full.table()?;
         let (mut puts, mut removed) = (Vec::new(), Vec::new());
         let (mut n_puts, mut n_removed) = (0usize, 0usize);
@@ -115,12 +115,12 @@ impl CapturedState for RedbDelta {
                     puts.extend_from_slice(&v[8..]);
                     row_stamp(v)
                 })
-                .map_err(|e| err(&e))?,
+                .map_err(|e| err(e.into()))?,
                 None => None,
             };
             match found {
                 Some(stamp) => {
-                    puts = postcard::to_extend(&stamp, puts).map_err(|e| err(&e))?;
+                    puts = postcard::to_extend(&stamp, puts).map_err(|e| err(e.into()))?;
                     n_puts += 1;
                 }
                 None => {
@@ -130,7 +130,7 @@ impl CapturedState for RedbDelta {
             }
         }
         let with_len = |n: usize, body: Vec<u8>| -> Result<Vec<u8>, StateError> {
-            let mut out = postcard::to_allocvec(&n).map_err(|e| err(&e))?;
+            let mut out = postcard::to_allocvec(&n).map_err(|e| err(e.into()))?;
             out.extend_from_slice(&body);
             Ok(out)
         };

@@ -1,7 +1,10 @@
 //! The database file of a backend: creating it, committing flushes to it and
 //! recording the rows each flush changes (for incremental snapshots).
 
-use super::{Changes, DB_CACHE_BYTES, RedbStateBackend, RedbStore, TakenChanges, storage};
+use super::{
+    Changes, CreateError, DB_CACHE_BYTES, RedbStateBackend, RedbStore, TakenChanges, storage,
+};
+use crate::state::error::BoxError;
 use crate::state::error::StateError;
 use redb::backends::FileBackend;
 use redb::{Builder, Durability, ReadTransaction, StorageBackend, WriteTransaction};
@@ -40,28 +43,31 @@ impl StorageBackend for WorkingFile {
 
 impl RedbStore {
     pub(super) fn create(operator: &str, path: PathBuf) -> Result<Self, StateError> {
-        let fail = |e: &dyn std::fmt::Display| {
+        let fail = |source: BoxError| {
             storage(
                 operator,
-                format!("cannot create state file {}: {e}", path.display()),
+                CreateError {
+                    path: path.clone(),
+                    source,
+                },
             )
         };
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(fail(&e)),
+            Err(e) => return Err(fail(e.into())),
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|e| fail(&e))?;
-        let file = FileBackend::new(file).map_err(|e| fail(&e))?;
+            .map_err(|e| fail(e.into()))?;
+        let file = FileBackend::new(file).map_err(|e| fail(e.into()))?;
         let db = Builder::new()
             .set_cache_size(DB_CACHE_BYTES)
             .create_with_backend(WorkingFile(file))
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| fail(e.into()))?;
         Ok(RedbStore {
             operator: operator.to_string(),
             path,
@@ -83,8 +89,8 @@ impl RedbStore {
         &self,
         f: impl FnOnce(&WriteTransaction) -> Result<R, redb::Error>,
     ) -> Result<R, StateError> {
-        let err = |e: &dyn std::fmt::Display| storage(&self.operator, e);
-        let mut txn = self.db.begin_write().map_err(|e| err(&e))?;
+        let err = |e: BoxError| storage(&self.operator, e);
+        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
         // redb frees the pages a commit replaced only at a durable commit:
         // every 8th is one (written, never synced: `WorkingFile`), the
         // others skip the header write.
@@ -94,8 +100,8 @@ impl RedbStore {
         } else {
             Durability::None
         });
-        let r = f(&txn).map_err(|e| err(&e))?;
-        txn.commit().map_err(|e| err(&e))?;
+        let r = f(&txn).map_err(|e| err(e.into()))?;
+        txn.commit().map_err(|e| err(e.into()))?;
         Ok(r)
     }
 
