@@ -1,0 +1,578 @@
+//! The redb backend's window stores: windows in a [`RedbStateBackend`].
+//!
+//! [`RedbWindows`] keeps each key's windows as one value of the backend
+//! (state `windows`, or `panes` for [`RedbPanes`]): a record's update is a
+//! cache hit like any keyed state's, a key past the cache is read from the
+//! database, and the backend's snapshots — incremental ones included, with
+//! their chain of completed checkpoints — are the store's.
+//!
+//! [`RedbPanes`] is key-major where the heap's panes are time-major: a
+//! window fires by one walk of the backend's entries (each key's panes are
+//! few and sorted), which flushes the cache and reads the database in key
+//! order, so the state may be larger than memory. In memory stay only the
+//! number of entries per pane (to know the first pane, as the heap's sorted
+//! panes do) and the start below which panes are dropped: a dropped pane is
+//! removed from a key's list when the key is next updated or a window
+//! fires, and ignored until then.
+
+use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore};
+use crate::state::scope::typed_table;
+use crate::state::table::KeyedTable;
+use crate::state::{
+    CheckpointChain, KeyGroupBytes, RedbStateBackend, StateBackend, StateError, StateKey,
+    StateValue, ValueStateDescriptor,
+};
+use floe_actors::element::{MIN_WATERMARK, Timestamp};
+use floe_actors::ids::CheckpointId;
+use floe_actors::keygroup::key_group;
+use floe_actors::snapshot::{BlobRef, PersistedHook};
+use std::collections::BTreeMap;
+
+/// The second half of each key group's bytes: says they hold a redb window
+/// store's state (a keyed process function's second half is its timers).
+const WINDOW_TAG: &[u8] = b"floe-window-store-v1";
+
+/// No TTL on window state: the processing time of an access is not read.
+const NOW: Timestamp = 0;
+
+/// Per key, its windows, as values of a redb state backend.
+pub struct RedbWindows<K, W, ACC> {
+    backend: RedbStateBackend<K>,
+    desc: ValueStateDescriptor<Vec<(W, ACC)>>,
+    chain: CheckpointChain,
+    max_parallelism: u32,
+}
+
+impl<K: StateKey, W: StateValue, ACC: StateValue> RedbWindows<K, W, ACC> {
+    /// The windows kept in `backend` as the state `windows`.
+    pub fn new(backend: RedbStateBackend<K>) -> Self {
+        Self::named(backend, "windows")
+    }
+
+    fn named(backend: RedbStateBackend<K>, state: &str) -> Self {
+        RedbWindows {
+            max_parallelism: backend.max_parallelism(),
+            backend,
+            desc: ValueStateDescriptor::new(state),
+            chain: CheckpointChain::default(),
+        }
+    }
+
+    fn table(&mut self) -> Result<&mut dyn KeyedTable<K, Vec<(W, ACC)>>, StateError> {
+        typed_table(&mut self.backend, &self.desc)
+    }
+
+    #[inline]
+    fn group(&self, key: &K) -> u32 {
+        key_group(key, self.max_parallelism)
+    }
+
+    fn mismatch(&self) -> StateError {
+        StateError::SchemaMismatch {
+            operator: self.backend.operator().to_string(),
+            state: self.desc.name().to_string(),
+            expected: "the windows of a redb window store".into(),
+            found: "keyed state in another format (another --state, or another operator)".into(),
+        }
+    }
+}
+
+impl<K: StateKey, W: StateValue, ACC: StateValue> StoreSnapshots for RedbWindows<K, W, ACC> {
+    fn capture(
+        &mut self,
+        _: u32,
+        checkpoint: CheckpointId,
+        savepoint: bool,
+    ) -> Result<WindowCapture, StateError> {
+        // The table exists before the first snapshot, so that its
+        // fingerprint is in every capture.
+        self.table()?;
+        let snapshot = self.backend.snapshot_for(checkpoint, savepoint);
+        // An incremental snapshot builds on the blobs of the last completed
+        // checkpoint, which the backend only learns from `chain`.
+        let base: Vec<BlobRef> = match snapshot.base() {
+            None => Vec::new(),
+            Some(b) => self
+                .chain
+                .base_blobs(CheckpointId(b))
+                .ok_or_else(|| StateError::Storage {
+                    operator: self.backend.operator().to_string(),
+                    source: format!("keyed state of base checkpoint {b} unknown").into(),
+                })?,
+        };
+        let chain = self.chain.clone();
+        let persisted = (!savepoint).then(|| {
+            Box::new(move |blobs: &[BlobRef]| chain.persisted(checkpoint, blobs)) as PersistedHook
+        });
+        let operator = self.backend.operator().to_string();
+        let groups = Box::new(move || {
+            snapshot
+                .serialize()?
+                .into_iter()
+                .map(|g| {
+                    let bytes = postcard::to_allocvec(&(g.bytes, WINDOW_TAG)).map_err(|e| {
+                        StateError::Serde {
+                            operator: operator.clone(),
+                            state: String::new(),
+                            source: e.into(),
+                        }
+                    })?;
+                    Ok(KeyGroupBytes {
+                        key_group: g.key_group,
+                        bytes,
+                    })
+                })
+                .collect()
+        });
+        Ok(WindowCapture {
+            groups,
+            base,
+            persisted,
+        })
+    }
+
+    fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
+        let mut state = Vec::with_capacity(groups.len());
+        for g in groups {
+            let (bytes, tag): (Vec<u8>, Vec<u8>) =
+                postcard::from_bytes(&g.bytes).map_err(|_| self.mismatch())?;
+            if tag != WINDOW_TAG {
+                return Err(self.mismatch());
+            }
+            if !bytes.is_empty() {
+                state.push(KeyGroupBytes {
+                    key_group: g.key_group,
+                    bytes,
+                });
+            }
+        }
+        self.backend.restore(&state)?;
+        self.chain.reset();
+        // Checks the restored state's fingerprint now, not at first use.
+        self.table()?;
+        Ok(())
+    }
+
+    fn checkpoint_complete(&mut self, checkpoint: CheckpointId) {
+        if self.chain.complete(checkpoint) {
+            self.backend.notify_checkpoint_complete(checkpoint);
+        }
+    }
+
+    fn checkpoint_aborted(&mut self, checkpoint: CheckpointId) {
+        self.chain.abort(checkpoint);
+    }
+
+    /// Keys holding windows (a key's windows are one entry).
+    fn entries(&self) -> usize {
+        self.backend.entries(self.desc.name())
+    }
+}
+
+impl<K: StateKey, W: StateValue, ACC: StateValue> WindowStore<K, W, ACC>
+    for RedbWindows<K, W, ACC>
+{
+    fn get(&mut self, key: &K) -> Result<Option<&Vec<(W, ACC)>>, StateError> {
+        let g = self.group(key);
+        self.table()?.get(g, key, NOW)
+    }
+
+    fn get_mut(&mut self, key: &K) -> Result<Option<&mut Vec<(W, ACC)>>, StateError> {
+        let g = self.group(key);
+        self.table()?.get_mut(g, key, NOW)
+    }
+
+    fn get_or_insert(&mut self, key: &K) -> Result<&mut Vec<(W, ACC)>, StateError> {
+        let g = self.group(key);
+        let table = self.table()?;
+        if table.get_mut(g, key, NOW)?.is_none() {
+            table.put(g, key, Vec::new(), NOW)?;
+        }
+        Ok(table
+            .get_mut(g, key, NOW)?
+            .expect("the key's value was just written"))
+    }
+
+    fn remove(&mut self, key: &K) -> Result<(), StateError> {
+        let g = self.group(key);
+        self.table()?.take(g, key, NOW).map(drop)
+    }
+
+    fn for_each(&mut self, f: &mut dyn FnMut(&K, &[(W, ACC)])) -> Result<(), StateError> {
+        self.table()?.for_each_entry(NOW, &mut |k, ws| {
+            f(&k, ws);
+            Ok(())
+        })
+    }
+}
+
+/// The panes of aligned windows, each key's as one sorted list in a redb
+/// state backend.
+pub struct RedbPanes<K, ACC> {
+    keys: RedbWindows<K, Timestamp, ACC>,
+    /// (key, pane) entries per pane start, of the panes not dropped.
+    counts: BTreeMap<Timestamp, usize>,
+    /// Panes starting before it are dropped.
+    floor: Timestamp,
+}
+
+impl<K: StateKey, ACC: StateValue> RedbPanes<K, ACC> {
+    /// The panes kept in `backend` as the state `panes`.
+    pub fn new(backend: RedbStateBackend<K>) -> Self {
+        RedbPanes {
+            keys: RedbWindows::named(backend, "panes"),
+            counts: BTreeMap::new(),
+            floor: MIN_WATERMARK,
+        }
+    }
+
+    /// Removes `key`'s dropped panes, and the key when none is left.
+    fn prune(&mut self, key: &K) -> Result<(), StateError> {
+        let floor = self.floor;
+        let empty = match self.keys.get_mut(key)? {
+            Some(list) => {
+                list.retain(|(p, _)| *p >= floor);
+                list.is_empty()
+            }
+            None => false,
+        };
+        if empty {
+            self.keys.remove(key)?;
+        }
+        Ok(())
+    }
+}
+
+impl<K: StateKey, ACC: StateValue> StoreSnapshots for RedbPanes<K, ACC> {
+    fn capture(
+        &mut self,
+        max_parallelism: u32,
+        checkpoint: CheckpointId,
+        savepoint: bool,
+    ) -> Result<WindowCapture, StateError> {
+        self.keys.capture(max_parallelism, checkpoint, savepoint)
+    }
+
+    fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
+        self.keys.restore(groups)?;
+        self.floor = MIN_WATERMARK;
+        let counts = &mut self.counts;
+        counts.clear();
+        self.keys.for_each(&mut |_, list| {
+            for (p, _) in list {
+                *counts.entry(*p).or_insert(0) += 1;
+            }
+        })
+    }
+
+    fn checkpoint_complete(&mut self, checkpoint: CheckpointId) {
+        self.keys.checkpoint_complete(checkpoint);
+    }
+
+    fn checkpoint_aborted(&mut self, checkpoint: CheckpointId) {
+        self.keys.checkpoint_aborted(checkpoint);
+    }
+
+    fn entries(&self) -> usize {
+        self.counts.values().sum()
+    }
+}
+
+impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
+    fn add(
+        &mut self,
+        pane: Timestamp,
+        key: K,
+        init: impl FnOnce() -> ACC,
+        add: impl FnOnce(&mut ACC),
+    ) -> Result<bool, StateError> {
+        let floor = self.floor;
+        let list = self.keys.get_or_insert(&key)?;
+        if list.first().is_some_and(|(p, _)| *p < floor) {
+            list.retain(|(p, _)| *p >= floor);
+        }
+        match list.binary_search_by_key(&pane, |(p, _)| *p) {
+            Ok(i) => {
+                add(&mut list[i].1);
+                Ok(false)
+            }
+            Err(at) => {
+                let mut acc = init();
+                add(&mut acc);
+                list.insert(at, (pane, acc));
+                let n = self.counts.entry(pane).or_insert(0);
+                *n += 1;
+                Ok(*n == 1)
+            }
+        }
+    }
+
+    fn merged(
+        &mut self,
+        key: &K,
+        from: Timestamp,
+        to: Timestamp,
+        merge: impl Fn(ACC, ACC) -> ACC,
+    ) -> Result<Option<ACC>, StateError> {
+        let from = from.max(self.floor);
+        let Some(list) = self.keys.get(key)? else {
+            return Ok(None);
+        };
+        Ok(merge_range(list, from, to, &merge))
+    }
+
+    fn for_window<E: From<StateError>>(
+        &mut self,
+        from: Timestamp,
+        to: Timestamp,
+        merge: impl Fn(ACC, ACC) -> ACC,
+        mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let floor = self.floor;
+        let from = from.max(floor);
+        // Collected, then emitted: the walk borrows the backend.
+        let mut results: Vec<(K, ACC)> = Vec::new();
+        let mut stale: Vec<K> = Vec::new();
+        self.keys.for_each(&mut |k, list| {
+            if let Some(acc) = merge_range(list, from, to, &merge) {
+                results.push((k.clone(), acc));
+            }
+            if list.first().is_some_and(|(p, _)| *p < floor) {
+                stale.push(k.clone());
+            }
+        })?;
+        for k in &stale {
+            self.prune(k)?;
+        }
+        for (k, acc) in &results {
+            emit(k, acc)?;
+        }
+        Ok(())
+    }
+
+    fn first(&self) -> Option<Timestamp> {
+        self.counts.first_key_value().map(|(p, _)| *p)
+    }
+
+    fn pop_first(&mut self) {
+        if let Some((p, _)) = self.counts.pop_first() {
+            self.floor = self.floor.max(p.saturating_add(1));
+        }
+    }
+}
+
+/// The accumulators of the panes of `list` starting in `from..to`, merged.
+fn merge_range<ACC: Clone>(
+    list: &[(Timestamp, ACC)],
+    from: Timestamp,
+    to: Timestamp,
+    merge: &impl Fn(ACC, ACC) -> ACC,
+) -> Option<ACC> {
+    let lo = list.partition_point(|(p, _)| *p < from);
+    let mut merged: Option<ACC> = None;
+    for (p, acc) in &list[lo..] {
+        if *p >= to {
+            break;
+        }
+        merged = Some(match merged.take() {
+            None => acc.clone(),
+            Some(m) => merge(m, acc.clone()),
+        });
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    //! The redb stores against the heap ones and a `BTreeMap` model, on
+    //! random operations, through a snapshot and restore (at another key
+    //! group range too).
+
+    use super::super::{HeapPanes, HeapWindows};
+    use super::*;
+    use proptest::prelude::*;
+
+    type Model = BTreeMap<(u8, Timestamp), i64>;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Add { key: u8, pane: i64, value: i64 },
+        Merged { key: u8, from: i64, len: i64 },
+        Fire { from: i64, len: i64 },
+        Pop,
+        Restore,
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let op = prop_oneof![
+            6 => (0u8..12, 0i64..20, -50i64..50)
+                .prop_map(|(key, pane, value)| Op::Add { key, pane, value }),
+            2 => (0u8..12, -2i64..20, 0i64..8)
+                .prop_map(|(key, from, len)| Op::Merged { key, from, len }),
+            2 => (-2i64..20, 0i64..8).prop_map(|(from, len)| Op::Fire { from, len }),
+            1 => Just(Op::Pop),
+            1 => Just(Op::Restore),
+        ];
+        prop::collection::vec(op, 1..120)
+    }
+
+    fn redb(range: std::ops::Range<u32>) -> RedbStateBackend<u8> {
+        RedbStateBackend::temp("Window", 16, range)
+            .expect("temp database")
+            .with_cache_capacity(4)
+    }
+
+    /// Restores `from`'s capture into `to` (all key groups).
+    fn round_trip<S: StoreSnapshots>(from: &mut S, to: &mut S, n: u64) {
+        let capture = from
+            .capture(16, CheckpointId(n), true)
+            .expect("captured");
+        let groups = (capture.groups)().expect("serialized");
+        to.restore(&groups).expect("restored");
+    }
+
+    fn fire<S: PaneStore<u8, i64>>(s: &mut S, from: i64, to: i64) -> Vec<(u8, i64)> {
+        let mut got = Vec::new();
+        s.for_window(from, to, |a, b| a + b, |k, acc| {
+            got.push((*k, *acc));
+            Ok::<_, StateError>(())
+        })
+        .expect("fired");
+        got.sort();
+        got
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every answer of the redb panes is the model's (and the heap
+        /// panes'); the model drops panes below the first on `Pop`.
+        #[test]
+        fn redb_panes_match_a_btreemap(ops in ops()) {
+            let mut model = Model::new();
+            let mut heap = HeapPanes::<u8, i64>::default();
+            let mut store = RedbPanes::<u8, i64>::new(redb(0..16));
+            let mut restores = 0;
+            for op in ops {
+                match op {
+                    Op::Add { key, pane, value } => {
+                        // Panes below the first dropped one are never
+                        // added to again (the operator's invariant).
+                        if pane < store.floor {
+                            continue;
+                        }
+                        let new_model = !model.keys().any(|&(_, p)| p == pane);
+                        *model.entry((key, pane)).or_insert(0) += value;
+                        let new_heap = heap.add(pane, key, || 0, |a| *a += value).unwrap();
+                        let new = store.add(pane, key, || 0, |a| *a += value).unwrap();
+                        prop_assert_eq!(new, new_model);
+                        prop_assert_eq!(new_heap, new_model);
+                    }
+                    Op::Merged { key, from, len } => {
+                        let want = model
+                            .range((key, from)..(key, from + len))
+                            .map(|(_, v)| *v)
+                            .reduce(|a, b| a + b);
+                        prop_assert_eq!(store.merged(&key, from, from + len, |a, b| a + b).unwrap(), want);
+                        prop_assert_eq!(heap.merged(&key, from, from + len, |a, b| a + b).unwrap(), want);
+                    }
+                    Op::Fire { from, len } => {
+                        let mut want: BTreeMap<u8, i64> = BTreeMap::new();
+                        for (&(k, p), v) in &model {
+                            if p >= from && p < from + len {
+                                *want.entry(k).or_insert(0) += v;
+                            }
+                        }
+                        let want: Vec<(u8, i64)> = want.into_iter().collect();
+                        prop_assert_eq!(fire(&mut store, from, from + len), want.clone());
+                        prop_assert_eq!(fire(&mut heap, from, from + len), want);
+                    }
+                    Op::Pop => {
+                        if let Some(first) = model.keys().map(|&(_, p)| p).min() {
+                            model.retain(|&(_, p), _| p != first);
+                        }
+                        store.pop_first();
+                        heap.pop_first();
+                    }
+                    Op::Restore => {
+                        restores += 1;
+                        let mut fresh = RedbPanes::<u8, i64>::new(redb(0..16));
+                        round_trip(&mut store, &mut fresh, restores);
+                        // Restored dropped panes are dropped again, as the
+                        // operator does after a restore.
+                        while fresh.first().is_some_and(|p| p < store.floor) {
+                            fresh.pop_first();
+                        }
+                        store = fresh;
+                        let mut fresh = HeapPanes::<u8, i64>::default();
+                        round_trip(&mut heap, &mut fresh, restores);
+                        heap = fresh;
+                    }
+                }
+                let first = model.keys().map(|&(_, p)| p).min();
+                prop_assert_eq!(store.first(), first);
+                prop_assert_eq!(heap.first(), first);
+                prop_assert_eq!(store.entries(), model.len());
+                prop_assert_eq!(heap.entries(), model.len());
+            }
+        }
+    }
+
+    /// The windows of a redb store survive a snapshot restored into two
+    /// stores splitting the key groups (a rescale), and equal the heap
+    /// store's; the heap store's bytes are refused by a redb store.
+    #[test]
+    fn redb_windows_rescale_and_refuse_heap_bytes() {
+        let mut heap = HeapWindows::<u8, i64, i64>::default();
+        let mut store = RedbWindows::<u8, i64, i64>::new(redb(0..16));
+        for k in 0..40u8 {
+            for s in [&mut heap as &mut dyn WindowStoreDyn, &mut store] {
+                s.push(k, i64::from(k) * 10, i64::from(k));
+            }
+        }
+        store.remove(&3).unwrap();
+        heap.remove(&3).unwrap();
+        let groups = (store.capture(16, CheckpointId(1), true).unwrap().groups)().unwrap();
+        let mut parts = [
+            RedbWindows::<u8, i64, i64>::new(redb(0..7)),
+            RedbWindows::<u8, i64, i64>::new(redb(7..16)),
+        ];
+        for (part, range) in parts.iter_mut().zip([0..7u32, 7..16]) {
+            let mine: Vec<KeyGroupBytes> = groups
+                .iter()
+                .filter(|g| range.contains(&g.key_group))
+                .cloned()
+                .collect();
+            part.restore(&mine).unwrap();
+        }
+        let mut want = Vec::new();
+        heap.for_each(&mut |k, ws| want.push((*k, ws.to_vec()))).unwrap();
+        want.sort();
+        let mut got = Vec::new();
+        for part in &mut parts {
+            part.for_each(&mut |k, ws| got.push((*k, ws.to_vec()))).unwrap();
+        }
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 39);
+
+        let heap_bytes = (heap.capture(16, CheckpointId(1), true).unwrap().groups)().unwrap();
+        let mut fresh = RedbWindows::<u8, i64, i64>::new(redb(0..16));
+        let err = fresh.restore(&heap_bytes).unwrap_err();
+        assert!(
+            matches!(err, StateError::SchemaMismatch { .. }),
+            "{err}"
+        );
+    }
+
+    /// Both stores behind one test body.
+    trait WindowStoreDyn {
+        fn push(&mut self, key: u8, w: i64, acc: i64);
+    }
+
+    impl<S: WindowStore<u8, i64, i64>> WindowStoreDyn for S {
+        fn push(&mut self, key: u8, w: i64, acc: i64) {
+            self.get_or_insert(&key).unwrap().push((w, acc));
+        }
+    }
+}
