@@ -52,6 +52,14 @@ fn decode<K: DeserializeOwned, V: DeserializeOwned>(
     mut put: impl FnMut(K, V),
 ) -> Result<(), StateError> {
     for g in groups {
+        if super::redb::is_tagged(&g.bytes) {
+            return Err(StateError::SchemaMismatch {
+                operator: OPERATOR.into(),
+                state: "windows".into(),
+                expected: "windows kept in memory (--state heap, or none)".into(),
+                found: "the windows of a redb window store (--state redb)".into(),
+            });
+        }
         let entries: Vec<(K, V)> =
             postcard::from_bytes(&g.bytes).map_err(|e| StateError::Serde {
                 operator: OPERATOR.into(),

@@ -32,6 +32,14 @@ use std::collections::BTreeMap;
 /// store's state (a keyed process function's second half is its timers).
 const WINDOW_TAG: &[u8] = b"floe-window-store-v1";
 
+/// Whether `bytes` end with the postcard encoding of [`WINDOW_TAG`] (a
+/// length byte, then the tag): a redb window store's key group, which a
+/// heap store refuses rather than misreads.
+pub(super) fn is_tagged(bytes: &[u8]) -> bool {
+    let n = WINDOW_TAG.len();
+    bytes.len() > n && bytes.ends_with(WINDOW_TAG) && bytes[bytes.len() - n - 1] as usize == n
+}
+
 /// No TTL on window state: the processing time of an access is not read.
 const NOW: Timestamp = 0;
 
@@ -71,8 +79,8 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> RedbWindows<K, W, ACC> {
         StateError::SchemaMismatch {
             operator: self.backend.operator().to_string(),
             state: self.desc.name().to_string(),
-            expected: "the windows of a redb window store".into(),
-            found: "keyed state in another format (another --state, or another operator)".into(),
+            expected: "windows of a redb window store (--state redb)".into(),
+            found: "windows of another state backend, or another operator's state".into(),
         }
     }
 }
@@ -520,7 +528,7 @@ mod tests {
 
     /// The windows of a redb store survive a snapshot restored into two
     /// stores splitting the key groups (a rescale), and equal the heap
-    /// store's; the heap store's bytes are refused by a redb store.
+    /// store's; each store refuses the other's bytes with a schema error.
     #[test]
     fn redb_windows_rescale_and_refuse_heap_bytes() {
         let mut heap = HeapWindows::<u8, i64, i64>::default();
@@ -559,6 +567,12 @@ mod tests {
         let heap_bytes = (heap.capture(16, CheckpointId(1), true).unwrap().groups)().unwrap();
         let mut fresh = RedbWindows::<u8, i64, i64>::new(redb(0..16));
         let err = fresh.restore(&heap_bytes).unwrap_err();
+        assert!(
+            matches!(err, StateError::SchemaMismatch { .. }),
+            "{err}"
+        );
+        let mut fresh = HeapWindows::<u8, i64, i64>::default();
+        let err = fresh.restore(&groups).unwrap_err();
         assert!(
             matches!(err, StateError::SchemaMismatch { .. }),
             "{err}"
