@@ -715,7 +715,12 @@ fn window_savepoint_restores_into_the_same_output_at_other_parallelism() {
 
     let states = window_states(dir.path());
     // Without `--state` at 3 and 1; each backend's windows at 3.
-    for (state, p) in [(&states[0], 3), (&states[0], 1), (&states[1], 3), (&states[2], 3)] {
+    for (state, p) in [
+        (&states[0], 3),
+        (&states[0], 1),
+        (&states[1], 3),
+        (&states[2], 3),
+    ] {
         let state: Vec<&str> = state.iter().map(String::as_str).collect();
         let what = format!("{state:?} restored at parallelism {p}");
         // A run 1 of its own for each restore, into the output the restore

@@ -238,8 +238,14 @@ where
         } else if sliced && redb {
             self.stream.transform("Window", move |view| {
                 let store = RedbPanes::new(backend(view));
-                SlicedWindowOp::with_store(key.clone(), spec.clone(), agg.clone(), wf.clone(), store)
-                    .expect("aligned assigner checked above")
+                SlicedWindowOp::with_store(
+                    key.clone(),
+                    spec.clone(),
+                    agg.clone(),
+                    wf.clone(),
+                    store,
+                )
+                .expect("aligned assigner checked above")
             })
         } else if sliced {
             self.stream.transform("Window", move |_| {

@@ -490,8 +490,8 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
                 })
             },
         )
-    .uid("window")
-    .with_channel_state();
+        .uid("window")
+        .with_channel_state();
     let late = fired
         .get_side_output(&late_tag)
         .with_channel_state()

@@ -403,10 +403,7 @@ where
         )
     }
 
-    fn snapshot_state(
-        &mut self,
-        ctx: &crate::operators::SnapshotContext,
-    ) -> Result<StateCapture> {
+    fn snapshot_state(&mut self, ctx: &crate::operators::SnapshotContext) -> Result<StateCapture> {
         let capture = self
             .state
             .capture(ctx.max_parallelism, ctx.checkpoint, ctx.savepoint)?;

@@ -17,14 +17,14 @@
 use super::assigner::{TimeWindow, WindowAssigner, window_start};
 use super::function::{AggregateFunction, WindowFunction};
 use super::operator::WindowSpec;
-use crate::operators::keyed::KeyFn;
 use super::operator::state_capture;
+use crate::operators::keyed::KeyFn;
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
-use floe_actors::ids::CheckpointId;
 use crate::state::window::{HeapPanes, PaneStore};
 use crate::state::{StateKey, StateValue};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
+use floe_actors::ids::CheckpointId;
 use std::hash::Hash;
 use std::sync::Arc;
 

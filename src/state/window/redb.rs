@@ -100,13 +100,14 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> StoreSnapshots for RedbWindows
         // checkpoint, which the backend only learns from `chain`.
         let base: Vec<BlobRef> = match snapshot.base() {
             None => Vec::new(),
-            Some(b) => self
-                .chain
-                .base_blobs(CheckpointId(b))
-                .ok_or_else(|| StateError::Storage {
-                    operator: self.backend.operator().to_string(),
-                    source: format!("keyed state of base checkpoint {b} unknown").into(),
-                })?,
+            Some(b) => {
+                self.chain
+                    .base_blobs(CheckpointId(b))
+                    .ok_or_else(|| StateError::Storage {
+                        operator: self.backend.operator().to_string(),
+                        source: format!("keyed state of base checkpoint {b} unknown").into(),
+                    })?
+            }
         };
         let chain = self.chain.clone();
         let persisted = (!savepoint).then(|| {
@@ -432,19 +433,22 @@ mod tests {
 
     /// Restores `from`'s capture into `to` (all key groups).
     fn round_trip<S: StoreSnapshots>(from: &mut S, to: &mut S, n: u64) {
-        let capture = from
-            .capture(16, CheckpointId(n), true)
-            .expect("captured");
+        let capture = from.capture(16, CheckpointId(n), true).expect("captured");
         let groups = (capture.groups)().expect("serialized");
         to.restore(&groups).expect("restored");
     }
 
     fn fire<S: PaneStore<u8, i64>>(s: &mut S, from: i64, to: i64) -> Vec<(u8, i64)> {
         let mut got = Vec::new();
-        s.for_window(from, to, |a, b| a + b, |k, acc| {
-            got.push((*k, *acc));
-            Ok::<_, StateError>(())
-        })
+        s.for_window(
+            from,
+            to,
+            |a, b| a + b,
+            |k, acc| {
+                got.push((*k, *acc));
+                Ok::<_, StateError>(())
+            },
+        )
         .expect("fired");
         got.sort();
         got
@@ -554,11 +558,13 @@ mod tests {
             part.restore(&mine).unwrap();
         }
         let mut want = Vec::new();
-        heap.for_each(&mut |k, ws| want.push((*k, ws.to_vec()))).unwrap();
+        heap.for_each(&mut |k, ws| want.push((*k, ws.to_vec())))
+            .unwrap();
         want.sort();
         let mut got = Vec::new();
         for part in &mut parts {
-            part.for_each(&mut |k, ws| got.push((*k, ws.to_vec()))).unwrap();
+            part.for_each(&mut |k, ws| got.push((*k, ws.to_vec())))
+                .unwrap();
         }
         got.sort();
         assert_eq!(got, want);
@@ -567,16 +573,10 @@ mod tests {
         let heap_bytes = (heap.capture(16, CheckpointId(1), true).unwrap().groups)().unwrap();
         let mut fresh = RedbWindows::<u8, i64, i64>::new(redb(0..16));
         let err = fresh.restore(&heap_bytes).unwrap_err();
-        assert!(
-            matches!(err, StateError::SchemaMismatch { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, StateError::SchemaMismatch { .. }), "{err}");
         let mut fresh = HeapWindows::<u8, i64, i64>::default();
         let err = fresh.restore(&groups).unwrap_err();
-        assert!(
-            matches!(err, StateError::SchemaMismatch { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, StateError::SchemaMismatch { .. }), "{err}");
     }
 
     /// Both stores behind one test body.
