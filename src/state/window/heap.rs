@@ -7,7 +7,7 @@
 //! by key group into the per-key lists the window operators have always
 //! written.
 
-use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore};
+use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
 use floe_actors::ids::CheckpointId;
@@ -290,7 +290,7 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> WindowStore<K, W, ACC>
         Ok(())
     }
 
-    fn for_each(&mut self, f: &mut dyn FnMut(&K, &[(W, ACC)])) -> Result<(), StateError> {
+    fn for_each(&mut self, f: &mut WindowVisitor<'_, K, W, ACC>) -> Result<(), StateError> {
         for (k, ws) in &self.map {
             f(k, ws);
         }

@@ -133,6 +133,9 @@ pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
     fn pop_first(&mut self);
 }
 
+/// Called with each key and its windows by [`WindowStore::for_each`].
+pub type WindowVisitor<'f, K, W, ACC> = dyn FnMut(&K, &[(W, ACC)]) + 'f;
+
 /// Per key, its windows (of type `W`) with their accumulators.
 pub trait WindowStore<K, W, ACC>: StoreSnapshots + Send + 'static {
     /// `key`'s windows, if it has any.
@@ -144,5 +147,5 @@ pub trait WindowStore<K, W, ACC>: StoreSnapshots + Send + 'static {
     /// Drops `key`'s windows.
     fn remove(&mut self, key: &K) -> Result<(), StateError>;
     /// Calls `f` with every key and its windows.
-    fn for_each(&mut self, f: &mut dyn FnMut(&K, &[(W, ACC)])) -> Result<(), StateError>;
+    fn for_each(&mut self, f: &mut WindowVisitor<'_, K, W, ACC>) -> Result<(), StateError>;
 }

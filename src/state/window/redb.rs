@@ -15,7 +15,7 @@
 //! removed from a key's list when the key is next updated or a window
 //! fires, and ignored until then.
 
-use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore};
+use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::scope::typed_table;
 use crate::state::table::KeyedTable;
 use crate::state::{
@@ -207,7 +207,7 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> WindowStore<K, W, ACC>
         self.table()?.take(g, key, NOW).map(drop)
     }
 
-    fn for_each(&mut self, f: &mut dyn FnMut(&K, &[(W, ACC)])) -> Result<(), StateError> {
+    fn for_each(&mut self, f: &mut WindowVisitor<'_, K, W, ACC>) -> Result<(), StateError> {
         self.table()?.for_each_entry(NOW, &mut |k, ws| {
             f(&k, ws);
             Ok(())
