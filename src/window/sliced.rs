@@ -277,7 +277,7 @@ where
                 |k, acc| emit_result(agg, window_fn, fired, k, w, acc, out),
             )?;
             self.fired_upto = end;
-            self.drop_panes(watermark);
+            self.drop_panes(watermark)?;
             // No next end past the last one inside the timestamp range: the
             // panes left are only kept for their allowed lateness.
             self.next_end = match (self.panes.first(), end.checked_add(self.slide)) {
@@ -290,7 +290,7 @@ where
                 break;
             }
         }
-        self.drop_panes(watermark);
+        self.drop_panes(watermark)?;
         if self.panes.first().is_none() {
             self.next_end = None;
         }
@@ -298,16 +298,18 @@ where
     }
 
     /// Drops the panes whose last window has fired and is past its lateness.
-    fn drop_panes(&mut self, watermark: Timestamp) {
+    #[inline]
+    fn drop_panes(&mut self, watermark: Timestamp) -> Result<()> {
         while let Some(p) = self.panes.first() {
             let last_end = self.last_end(p);
             let cleanup = (last_end - 1).saturating_add(self.spec.allowed_lateness);
             if last_end <= self.fired_upto && cleanup <= watermark {
-                self.panes.pop_first();
+                self.panes.pop_first()?;
             } else {
                 break;
             }
         }
+        Ok(())
     }
 }
 
@@ -322,7 +324,7 @@ where
 {
     /// After a restore: what had fired by `self.watermark` and which window
     /// fires next follow from the watermark and the panes.
-    fn recompute_progress(&mut self) {
+    fn recompute_progress(&mut self) -> Result<()> {
         if self.watermark > MIN_WATERMARK {
             let w1 = self.watermark.saturating_add(1);
             // Past the last end in range, every window has fired.
@@ -331,7 +333,7 @@ where
                 .map_or(Timestamp::MAX, |e| e.saturating_sub(self.slide));
         }
         self.next_end = self.panes.first().and_then(|p| self.first_end_for(p));
-        self.drop_panes(self.watermark);
+        self.drop_panes(self.watermark)
     }
 }
 
@@ -391,8 +393,7 @@ where
 
     fn restore_state(&mut self, state: RestoredState) -> Result<()> {
         self.panes.restore(&state.keyed)?;
-        self.recompute_progress();
-        Ok(())
+        self.recompute_progress()
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
@@ -408,7 +409,7 @@ where
     fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
         if watermark > self.watermark {
             self.watermark = watermark;
-            self.recompute_progress();
+            self.recompute_progress()?;
         }
         Ok(())
     }

@@ -224,8 +224,9 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     }
 
     #[inline]
-    fn pop_first(&mut self) {
+    fn pop_first(&mut self) -> Result<(), StateError> {
         self.panes.pop_front();
+        Ok(())
     }
 }
 

@@ -9,7 +9,8 @@
 //!    accumulator per key and pane, fired window by window in time order).
 //!    [`HeapPanes`] is time-major — panes sorted by start, one hash map per
 //!    pane — the layout that makes a firing a walk of one or a few maps;
-//!    [`RedbPanes`] keeps each key's panes in a redb state backend.
+//!    [`RedbPanes`] keeps each key's panes in a redb state backend, and in
+//!    memory only the keys of each pane.
 //! 2. [`WindowStore`]: per key, its windows and their accumulators
 //!    (session windows, merged per key). [`HeapWindows`] is a hash map;
 //!    [`RedbWindows`] a redb state backend.
@@ -130,7 +131,7 @@ pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
     fn first(&self) -> Option<Timestamp>;
 
     /// Drops the first pane.
-    fn pop_first(&mut self);
+    fn pop_first(&mut self) -> Result<(), StateError>;
 }
 
 /// Called with each key and its windows by [`WindowStore::for_each`].

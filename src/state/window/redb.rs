@@ -22,7 +22,8 @@ use crate::state::{
     CheckpointChain, KeyGroupBytes, RedbStateBackend, StateBackend, StateError, StateKey,
     StateValue, ValueStateDescriptor,
 };
-use floe_actors::element::{MIN_WATERMARK, Timestamp};
+use floe_actors::element::Timestamp;
+use rustc_hash::FxHashSet;
 use floe_actors::ids::CheckpointId;
 use floe_actors::keygroup::key_group;
 use floe_actors::snapshot::{BlobRef, PersistedHook};
@@ -219,10 +220,8 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> WindowStore<K, W, ACC>
 /// state backend.
 pub struct RedbPanes<K, ACC> {
     keys: RedbWindows<K, Timestamp, ACC>,
-    /// (key, pane) entries per pane start, of the panes not dropped.
-    counts: BTreeMap<Timestamp, usize>,
-    /// Panes starting before it are dropped.
-    floor: Timestamp,
+    /// The keys with an accumulator in each pane, by pane start.
+    index: BTreeMap<Timestamp, Vec<K>>,
 }
 
 impl<K: StateKey, ACC: StateValue> RedbPanes<K, ACC> {
@@ -230,25 +229,8 @@ impl<K: StateKey, ACC: StateValue> RedbPanes<K, ACC> {
     pub fn new(backend: RedbStateBackend<K>) -> Self {
         RedbPanes {
             keys: RedbWindows::named(backend, "panes"),
-            counts: BTreeMap::new(),
-            floor: MIN_WATERMARK,
+            index: BTreeMap::new(),
         }
-    }
-
-    /// Removes `key`'s dropped panes, and the key when none is left.
-    fn prune(&mut self, key: &K) -> Result<(), StateError> {
-        let floor = self.floor;
-        let empty = match self.keys.get_mut(key)? {
-            Some(list) => {
-                list.retain(|(p, _)| *p >= floor);
-                list.is_empty()
-            }
-            None => false,
-        };
-        if empty {
-            self.keys.remove(key)?;
-        }
-        Ok(())
     }
 }
 
@@ -264,12 +246,11 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for RedbPanes<K, ACC> {
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
         self.keys.restore(groups)?;
-        self.floor = MIN_WATERMARK;
-        let counts = &mut self.counts;
-        counts.clear();
-        self.keys.for_each(&mut |_, list| {
+        let index = &mut self.index;
+        index.clear();
+        self.keys.for_each(&mut |k, list| {
             for (p, _) in list {
-                *counts.entry(*p).or_insert(0) += 1;
+                index.entry(*p).or_default().push(k.clone());
             }
         })
     }
@@ -283,7 +264,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for RedbPanes<K, ACC> {
     }
 
     fn entries(&self) -> usize {
-        self.counts.values().sum()
+        self.index.values().map(Vec::len).sum()
     }
 }
 
@@ -295,11 +276,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
         init: impl FnOnce() -> ACC,
         add: impl FnOnce(&mut ACC),
     ) -> Result<bool, StateError> {
-        let floor = self.floor;
         let list = self.keys.get_or_insert(&key)?;
-        if list.first().is_some_and(|(p, _)| *p < floor) {
-            list.retain(|(p, _)| *p >= floor);
-        }
         match list.binary_search_by_key(&pane, |(p, _)| *p) {
             Ok(i) => {
                 add(&mut list[i].1);
@@ -309,9 +286,9 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
                 let mut acc = init();
                 add(&mut acc);
                 list.insert(at, (pane, acc));
-                let n = self.counts.entry(pane).or_insert(0);
-                *n += 1;
-                Ok(*n == 1)
+                let keys = self.index.entry(pane).or_default();
+                keys.push(key);
+                Ok(keys.len() == 1)
             }
         }
     }
@@ -323,7 +300,6 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
     ) -> Result<Option<ACC>, StateError> {
-        let from = from.max(self.floor);
         let Some(list) = self.keys.get(key)? else {
             return Ok(None);
         };
@@ -337,36 +313,46 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
         merge: impl Fn(ACC, ACC) -> ACC,
         mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E> {
-        let floor = self.floor;
-        let from = from.max(floor);
-        // Collected, then emitted: the walk borrows the backend.
-        let mut results: Vec<(K, ACC)> = Vec::new();
-        let mut stale: Vec<K> = Vec::new();
-        self.keys.for_each(&mut |k, list| {
-            if let Some(acc) = merge_range(list, from, to, &merge) {
-                results.push((k.clone(), acc));
+        let mut panes = self.index.range(from..to);
+        let (one, more) = (panes.next(), panes.next());
+        // A key in several of the window's panes is emitted once.
+        let mut seen: FxHashSet<&K> = FxHashSet::default();
+        let keys = one.into_iter().chain(more).chain(panes);
+        for (_, pane_keys) in keys {
+            for k in pane_keys {
+                if more.is_some() && !seen.insert(k) {
+                    continue;
+                }
+                let list = self.keys.get(k)?;
+                if let Some(acc) = list.and_then(|l| merge_range(l, from, to, &merge)) {
+                    emit(k, &acc)?;
+                }
             }
-            if list.first().is_some_and(|(p, _)| *p < floor) {
-                stale.push(k.clone());
-            }
-        })?;
-        for k in &stale {
-            self.prune(k)?;
-        }
-        for (k, acc) in &results {
-            emit(k, acc)?;
         }
         Ok(())
     }
 
     fn first(&self) -> Option<Timestamp> {
-        self.counts.first_key_value().map(|(p, _)| *p)
+        self.index.first_key_value().map(|(p, _)| *p)
     }
 
-    fn pop_first(&mut self) {
-        if let Some((p, _)) = self.counts.pop_first() {
-            self.floor = self.floor.max(p.saturating_add(1));
+    fn pop_first(&mut self) -> Result<(), StateError> {
+        let Some((pane, keys)) = self.index.pop_first() else {
+            return Ok(());
+        };
+        for k in &keys {
+            let empty = match self.keys.get_mut(k)? {
+                Some(list) => {
+                    list.retain(|(p, _)| *p != pane);
+                    list.is_empty()
+                }
+                None => false,
+            };
+            if empty {
+                self.keys.remove(k)?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -470,9 +456,6 @@ mod tests {
                     Op::Add { key, pane, value } => {
                         // Panes below the first dropped one are never
                         // added to again (the operator's invariant).
-                        if pane < store.floor {
-                            continue;
-                        }
                         let new_model = !model.keys().any(|&(_, p)| p == pane);
                         *model.entry((key, pane)).or_insert(0) += value;
                         let new_heap = heap.add(pane, key, || 0, |a| *a += value).unwrap();
@@ -503,18 +486,13 @@ mod tests {
                         if let Some(first) = model.keys().map(|&(_, p)| p).min() {
                             model.retain(|&(_, p), _| p != first);
                         }
-                        store.pop_first();
-                        heap.pop_first();
+                        store.pop_first().unwrap();
+                        heap.pop_first().unwrap();
                     }
                     Op::Restore => {
                         restores += 1;
                         let mut fresh = RedbPanes::<u8, i64>::new(redb(0..16));
                         round_trip(&mut store, &mut fresh, restores);
-                        // Restored dropped panes are dropped again, as the
-                        // operator does after a restore.
-                        while fresh.first().is_some_and(|p| p < store.floor) {
-                            fresh.pop_first();
-                        }
                         store = fresh;
                         let mut fresh = HeapPanes::<u8, i64>::default();
                         round_trip(&mut heap, &mut fresh, restores);
