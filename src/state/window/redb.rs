@@ -23,10 +23,10 @@ use crate::state::{
     StateValue, ValueStateDescriptor,
 };
 use floe_actors::element::Timestamp;
-use rustc_hash::FxHashSet;
 use floe_actors::ids::CheckpointId;
 use floe_actors::keygroup::key_group;
 use floe_actors::snapshot::{BlobRef, PersistedHook};
+use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
 
 /// The second half of each key group's bytes: says they hold a redb window
