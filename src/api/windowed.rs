@@ -86,19 +86,20 @@ where
     ///
     /// let env = floe::StreamExecutionEnvironment::new();
     /// let out = env
-    ///     .from_collection(vec![("a", 1i64), ("b", 2), ("a", 3)])
+    ///     .from_collection(vec![1i64, 2, 3, 12])
     ///     .assign_timestamps_and_watermarks(
-    ///         WatermarkStrategy::for_monotonous_timestamps().with_timestamp_assigner(|e: &(&str, i64), _| e.1),
+    ///         WatermarkStrategy::monotonous_timestamps().with_timestamp_assigner(|x: &i64, _| *x),
     ///     )
-    ///     .key_by(|e| e.0.to_string())
+    ///     .key_by(|x| x % 2)
     ///     .window(WindowAssigner::tumbling(10))
     ///     .state_backend(StateBackendKind::Redb { dir: None })
-    ///     .aggregate(Sum::of(|e: &(&str, i64)| e.1))
+    ///     .aggregate(Sum::of(|x: &i64| *x))
     ///     .collect();
     /// env.execute().unwrap();
     /// let mut got = out.take();
     /// got.sort();
-    /// assert_eq!(got, vec![2, 4]);
+    /// // Key 0: [0, 10) holds 2, [10, 20) holds 12; key 1: [0, 10) holds 1 + 3.
+    /// assert_eq!(got, vec![2, 4, 12]);
     /// ```
     pub fn state_backend(mut self, kind: StateBackendKind) -> Self {
         self.backend = kind;
