@@ -6,14 +6,14 @@
 //! database, and the backend's snapshots — incremental ones included, with
 //! their chain of completed checkpoints — are the store's.
 //!
-//! [`RedbPanes`] is key-major where the heap's panes are time-major: a
-//! window fires by one walk of the backend's entries (each key's panes are
-//! few and sorted), which flushes the cache and reads the database in key
-//! order, so the state may be larger than memory. In memory stay only the
-//! number of entries per pane (to know the first pane, as the heap's sorted
-//! panes do) and the start below which panes are dropped: a dropped pane is
-//! removed from a key's list when the key is next updated or a window
-//! fires, and ignored until then.
+//! [`RedbPanes`] is key-major where the heap's panes are time-major: the
+//! accumulators are in the backend, each key's panes one short sorted
+//! list, and in memory stays an index of the keys of each pane (a key per
+//! (key, pane), as a keyed process function keeps a timer per key and
+//! window). A window fires by reading the lists of its panes' keys (cache
+//! hits, or database reads past the cache); dropping a pane removes it
+//! from the lists of its keys. The index is rebuilt from the stored lists
+//! on restore.
 
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::scope::typed_table;
