@@ -683,6 +683,21 @@ fn assert_window_output(path: &Path, oracle: &[String], what: &str) {
     }
 }
 
+/// Each state backend of the windows (`--state`): none (the operator's
+/// maps), the heap's, redb's in `dir`.
+fn window_states(dir: &Path) -> Vec<Vec<String>> {
+    vec![
+        vec![],
+        vec!["--state".into(), "heap".into()],
+        vec![
+            "--state".into(),
+            "redb".into(),
+            "--state-dir".into(),
+            dir.join("window-state").to_str().unwrap().into(),
+        ],
+    ]
+}
+
 #[test]
 fn window_savepoint_restores_into_the_same_output_at_other_parallelism() {
     let dir = tempfile::tempdir().unwrap();
@@ -698,36 +713,97 @@ fn window_savepoint_restores_into_the_same_output_at_other_parallelism() {
     assert_window_output(&full, &oracle, "uninterrupted run");
     assert_eq!(summary_field(&stderr, "late"), 0, "{stderr}");
 
-    for p in [3, 1] {
+    let states = window_states(dir.path());
+    // Without `--state` at 3 and 1; each backend's windows at 3.
+    for (state, p) in [
+        (&states[0], 3),
+        (&states[0], 1),
+        (&states[1], 3),
+        (&states[2], 3),
+    ] {
+        let state: Vec<&str> = state.iter().map(String::as_str).collect();
+        let what = format!("{state:?} restored at parallelism {p}");
         // A run 1 of its own for each restore, into the output the restore
         // then continues.
-        let out = dir.path().join(format!("w-p{p}.txt"));
-        let sp = dir.path().join(format!("sp-p{p}"));
-        let stderr = window(
-            &input,
-            2,
-            &out,
-            &[
-                "--checkpoint-interval",
-                "50",
-                "--savepoint-at-records",
-                &at.to_string(),
-                "--savepoint-dir",
-                s(&sp),
-            ],
-        );
-        assert_window_output(&out, &oracle, "run with a savepoint");
+        let out = dir.path().join(format!("w-p{p}-{}.txt", state.len()));
+        let sp = dir.path().join(format!("sp-p{p}-{}", state.len()));
+        let mut first = vec![
+            "--checkpoint-interval",
+            "50",
+            "--savepoint-at-records",
+            "2500",
+            "--savepoint-dir",
+            s(&sp),
+        ];
+        first.extend(&state);
+        let stderr = window(&input, 2, &out, &first);
+        assert_window_output(&out, &oracle, &format!("{what}: run with a savepoint"));
         let savepoint = savepoint_path(&stderr);
-        let stderr = window(&input, p, &out, &["--from-checkpoint", s(&savepoint)]);
-        assert_window_output(
-            &out,
-            &oracle,
-            &format!("restored at parallelism {p} into the same output"),
-        );
+        let mut restore = vec!["--from-checkpoint", s(&savepoint)];
+        restore.extend(&state);
+        let stderr = window(&input, p, &out, &restore);
+        assert_window_output(&out, &oracle, &format!("{what} into the same output"));
         assert_eq!(
             summary_field(&stderr, "records"),
             lines as u64 - at,
-            "restored at parallelism {p}: should resume after the savepoint's {at} records; stderr:\n{stderr}"
+            "{what}: should resume after the savepoint's {at} records; stderr:\n{stderr}"
+        );
+    }
+}
+
+/// The heap's windows and redb's are stored differently: a savepoint of
+/// one restored into the other is refused with one line naming the window
+/// state, never read as garbage.
+#[test]
+fn window_savepoint_of_one_backend_is_refused_by_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, _) = window_input(0x5eed_0003, 3_000);
+    let input = dir.path().join("ev.txt");
+    std::fs::write(&input, text).unwrap();
+    let states = window_states(dir.path());
+    for (from, to) in [(&states[1], &states[2]), (&states[2], &states[1])] {
+        let from: Vec<&str> = from.iter().map(String::as_str).collect();
+        let to: Vec<&str> = to.iter().map(String::as_str).collect();
+        let out = dir.path().join(format!("out-{}.txt", from.len()));
+        let sp = dir.path().join(format!("sp-{}", from.len()));
+        let mut first = vec![
+            "--checkpoint-interval",
+            "50",
+            "--savepoint-at-records",
+            "1500",
+            "--savepoint-dir",
+            s(&sp),
+        ];
+        first.extend(&from);
+        let stderr = window(&input, 2, &out, &first);
+        let savepoint = savepoint_path(&stderr);
+        let out2 = dir.path().join(format!("out2-{}.txt", from.len()));
+        let parallelism = "2";
+        let mut args = vec![
+            "run",
+            "window",
+            "--input",
+            s(&input),
+            "--window",
+            "tumbling:1000",
+            "--agg",
+            "sum",
+            "--watermarks",
+            "per-record",
+            "--out-of-orderness",
+            "50",
+            "--parallelism",
+            parallelism,
+            "--output",
+            s(&out2),
+            "--from-checkpoint",
+            s(&savepoint),
+        ];
+        args.extend(&to);
+        let line = fails_with_one_error_line(&args);
+        assert!(
+            line.contains("state '") && line.contains("window"),
+            "{from:?} -> {to:?}: {line}"
         );
     }
 }

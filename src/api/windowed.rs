@@ -3,6 +3,8 @@
 use super::datastream::DataStream;
 use crate::operators::OutputTag;
 use crate::operators::keyed::KeyFn;
+use crate::state::window::{RedbPanes, RedbWindows};
+use crate::state::{RedbStateBackend, StateBackendKind};
 use crate::window::assigner::{TimeWindow, WindowAssigner};
 use crate::window::function::{AggregateFunction, CollectAll, ReduceAggregate, WindowFunction};
 use crate::window::operator::{WindowOp, WindowSpec};
@@ -22,6 +24,7 @@ pub struct WindowedStream<T, K> {
     evictor: Option<Arc<dyn Evictor<T>>>,
     clock: ClockFn,
     max_windows_per_record: u64,
+    backend: StateBackendKind,
 }
 
 impl<T, K> Clone for WindowedStream<T, K> {
@@ -34,6 +37,7 @@ impl<T, K> Clone for WindowedStream<T, K> {
             evictor: self.evictor.clone(),
             clock: self.clock.clone(),
             max_windows_per_record: self.max_windows_per_record,
+            backend: self.backend.clone(),
         }
     }
 }
@@ -61,7 +65,45 @@ where
             evictor: None,
             clock: system_clock(),
             max_windows_per_record: crate::window::assigner::DEFAULT_MAX_WINDOWS_PER_RECORD,
+            backend: StateBackendKind::Heap,
         }
+    }
+
+    /// Keeps the windows in the state backend `kind` (default
+    /// [`StateBackendKind::Heap`]: in memory). With
+    /// [`StateBackendKind::Redb`], each subtask keeps its windows (the
+    /// panes of tumbling and sliding windows, the sessions of session
+    /// windows) in a redb database file, so they may outgrow memory, and
+    /// checkpoints them as the backend does (incrementally). Custom
+    /// triggers, evictors, global and processing-time windows keep theirs
+    /// in memory: with them, `Redb` fails `execute`.
+    ///
+    /// # Examples
+    /// ```
+    /// use floe::state::StateBackendKind;
+    /// use floe::time::WatermarkStrategy;
+    /// use floe::window::{Sum, WindowAssigner};
+    ///
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// let out = env
+    ///     .from_collection(vec![1i64, 2, 3, 12])
+    ///     .assign_timestamps_and_watermarks(
+    ///         WatermarkStrategy::monotonous_timestamps().with_timestamp_assigner(|x: &i64, _| *x),
+    ///     )
+    ///     .key_by(|x| x % 2)
+    ///     .window(WindowAssigner::tumbling(10))
+    ///     .state_backend(StateBackendKind::Redb { dir: None })
+    ///     .aggregate(Sum::of(|x: &i64| *x))
+    ///     .collect();
+    /// env.execute().unwrap();
+    /// let mut got = out.take();
+    /// got.sort();
+    /// // Key 0: [0, 10) holds 2, [10, 20) holds 12; key 1: [0, 10) holds 1 + 3.
+    /// assert_eq!(got, vec![2, 4, 12]);
+    /// ```
+    pub fn state_backend(mut self, kind: StateBackendKind) -> Self {
+        self.backend = kind;
+        self
     }
 
     /// The most windows a record may belong to (default
@@ -145,6 +187,35 @@ where
                     "custom triggers and evictors are not supported on session windows yet".into(),
                 ));
         }
+        let redb = match &self.backend {
+            StateBackendKind::Heap => None,
+            StateBackendKind::Redb { dir } => Some(dir.clone()),
+        };
+        if custom && redb.is_some() {
+            self.stream
+                .env()
+                .inner
+                .borrow_mut()
+                .errors
+                .push(crate::Error::Config(
+                    "custom triggers, evictors, global and processing-time windows keep their \
+                     windows in memory: use the heap state backend"
+                        .into(),
+                ));
+        }
+        // Each subtask's database; a file that cannot be created fails the
+        // subtask (a panic naming the file), as for a keyed process function.
+        let backend = move |view: &super::datastream::NodeCtxView| {
+            RedbStateBackend::<K>::for_subtask(
+                format!("Window[{}]", view.subtask),
+                view.max_parallelism,
+                view.subtask as u32,
+                view.parallelism as u32,
+                redb.as_ref().and_then(|d| d.as_deref()),
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let redb = matches!(self.backend, StateBackendKind::Redb { .. });
         let sliced = !custom && spec.panes && !spec.assigner.is_merging() && valid;
         let out = if custom {
             let trigger: Arc<dyn Trigger<T>> = match &self.trigger {
@@ -165,10 +236,27 @@ where
                     wf.clone(),
                 )
             })
+        } else if sliced && redb {
+            self.stream.transform("Window", move |view| {
+                let store = RedbPanes::new(backend(view));
+                SlicedWindowOp::with_store(
+                    key.clone(),
+                    spec.clone(),
+                    agg.clone(),
+                    wf.clone(),
+                    store,
+                )
+                .expect("aligned assigner checked above")
+            })
         } else if sliced {
             self.stream.transform("Window", move |_| {
                 SlicedWindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
                     .expect("aligned assigner checked above")
+            })
+        } else if redb {
+            self.stream.transform("Window", move |view| {
+                let store = RedbWindows::new(backend(view));
+                WindowOp::with_store(key.clone(), spec.clone(), agg.clone(), wf.clone(), store)
             })
         } else {
             self.stream.transform("Window", move |_| {

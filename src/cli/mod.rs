@@ -12,7 +12,6 @@ mod progress;
 mod signal;
 mod state_args;
 mod window;
-mod window_state;
 mod wordcount;
 
 use clap::{Args, Parser, Subcommand};

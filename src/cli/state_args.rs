@@ -17,7 +17,9 @@ pub enum StateArg {
 #[derive(Args, Debug, Clone, Default)]
 pub struct StateArgs {
     /// Keep the job's keyed state in this state backend, through the state
-    /// API (default: the built-in operators' own in-memory maps).
+    /// API (default: the built-in operators' own in-memory maps); `run
+    /// window` keeps the built-in window operator's windows in the
+    /// backend's window store.
     #[arg(long, value_enum)]
     pub state: Option<StateArg>,
     /// Directory of the redb state files (with `--state redb`; default: the

@@ -23,7 +23,6 @@
 use super::WindowArgs;
 use super::output::{Output, WriteLine};
 use super::progress::Progress;
-use super::window_state::StateWindows;
 use floe::connectors::file_source::{FileSource, LineDecoder};
 use floe::time::WatermarkStrategy;
 use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
@@ -531,35 +530,28 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
                 .set_parallelism(1)
         }
     };
-    let fired = match backend {
-        None => events
-            .key_by_field(|e: &Event| &e.key)
-            .window(assigner)
-            .max_windows_per_record(args.max_windows_per_record)
-            .allowed_lateness(args.allowed_lateness)
-            .side_output_late_data(&late_tag)
-            .aggregate_with(
-                agg,
-                |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
-                    out.push(Firing {
-                        key: key.clone(),
-                        start: w.start,
-                        end: w.end,
-                        value,
-                    })
-                },
-            ),
-        // The state windows are keyed by `String`, as their state is.
-        Some(kind) => events
-            .key_by(|e: &Event| e.key.to_string())
-            .process_with_backend(
-                StateWindows::new(assigner, agg, args.allowed_lateness, late_tag.clone()),
-                kind,
-            )
-            .name("Window"),
-    }
-    .uid("window")
-    .with_channel_state();
+    // The built-in window operator, its windows in the backend of
+    // `--state` (the heap's maps without it).
+    let fired = events
+        .key_by_field(|e: &Event| &e.key)
+        .window(assigner)
+        .state_backend(backend.unwrap_or_default())
+        .max_windows_per_record(args.max_windows_per_record)
+        .allowed_lateness(args.allowed_lateness)
+        .side_output_late_data(&late_tag)
+        .aggregate_with(
+            agg,
+            |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
+                out.push(Firing {
+                    key: key.clone(),
+                    start: w.start,
+                    end: w.end,
+                    value,
+                })
+            },
+        )
+        .uid("window")
+        .with_channel_state();
     let late = fired
         .get_side_output(&late_tag)
         .with_channel_state()

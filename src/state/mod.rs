@@ -45,6 +45,7 @@ mod snapshot;
 mod table;
 mod ttl;
 mod value;
+pub mod window;
 
 pub use aggregating::AggregatingState;
 pub use broadcast::{BroadcastState, BroadcastStateStore, ReadOnlyBroadcastState};

@@ -125,7 +125,7 @@ pub fn for_each_entry<K: StateKey, D: StateDescriptor>(
 }
 
 /// The table of `desc` in `backend`, typed (created on first use).
-fn typed_table<'b, K: StateKey, D: StateDescriptor>(
+pub(crate) fn typed_table<'b, K: StateKey, D: StateDescriptor>(
     backend: &'b mut dyn StateBackend<K>,
     desc: &D,
 ) -> Result<&'b mut dyn KeyedTable<K, D::Stored>, StateError> {

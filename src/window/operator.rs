@@ -4,15 +4,19 @@
 //! at `max_timestamp` and a cleanup timer at `max_timestamp + allowed_lateness`
 //! when it is created; timers live in a map ordered by time and are checked
 //! against the live windows when they fire, so windows that were merged away
-//! (sessions) need no timer deletion.
+//! (sessions) need no timer deletion. The windows live in a [`WindowStore`]
+//! (the heap's map by default, or a redb state backend's); the timers follow
+//! from them and the watermark, so they stay in memory and are rebuilt on
+//! restore.
 
 use super::assigner::{TimeWindow, WindowAssigner};
 use super::function::{AggregateFunction, WindowFunction};
 use crate::operators::keyed::KeyFn;
-use crate::operators::{Operator, Output, OutputTag};
+use crate::operators::{Operator, Output, OutputTag, StateCapture};
+use crate::state::window::{HeapWindows, WindowCapture, WindowStore};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
-use rustc_hash::FxHashMap;
+use floe_actors::ids::CheckpointId;
 use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -112,14 +116,28 @@ impl LateCounts {
     }
 }
 
-/// Keyed event-time windows with an incremental aggregate and a window function.
-pub struct WindowOp<T, K, ACC, R, OUT, A> {
+/// A window store's capture as the operator's keyed state.
+pub(crate) fn state_capture(c: WindowCapture) -> StateCapture {
+    let groups = c.groups;
+    StateCapture {
+        keyed: Some(Box::new(move || Ok(groups()?))),
+        keyed_base: c.base,
+        keyed_persisted: c.persisted,
+        ..Default::default()
+    }
+}
+
+/// Keyed event-time windows with an incremental aggregate and a window
+/// function, the windows kept in the store `S`.
+pub struct WindowOp<T, K, ACC, R, OUT, A, S = HeapWindows<K, TimeWindow, ACC>> {
     key: KeyFn<T, K>,
     spec: WindowSpec<T>,
     agg: Arc<A>,
     window_fn: WindowFunction<K, R, OUT>,
     watermark: Timestamp,
-    state: FxHashMap<K, Vec<(TimeWindow, ACC)>>,
+    state: S,
+    /// The accumulator type of the store.
+    _acc: std::marker::PhantomData<fn() -> ACC>,
     timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
@@ -127,12 +145,25 @@ pub struct WindowOp<T, K, ACC, R, OUT, A> {
 }
 
 impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
-    /// A window operator with empty state.
+    /// A window operator with empty state, in memory.
     pub fn new(
         key: KeyFn<T, K>,
         spec: WindowSpec<T>,
         agg: Arc<A>,
         window_fn: WindowFunction<K, R, OUT>,
+    ) -> Self {
+        Self::with_store(key, spec, agg, window_fn, HeapWindows::default())
+    }
+}
+
+impl<T, K, ACC, R, OUT, A, S> WindowOp<T, K, ACC, R, OUT, A, S> {
+    /// Like [`new`](WindowOp::new), with the windows in `store`.
+    pub fn with_store(
+        key: KeyFn<T, K>,
+        spec: WindowSpec<T>,
+        agg: Arc<A>,
+        window_fn: WindowFunction<K, R, OUT>,
+        store: S,
     ) -> Self {
         WindowOp {
             key,
@@ -140,7 +171,8 @@ impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
             agg,
             window_fn,
             watermark: MIN_WATERMARK,
-            state: FxHashMap::default(),
+            state: store,
+            _acc: std::marker::PhantomData,
             timers: BTreeMap::new(),
             fired: Vec::new(),
             windows: Vec::new(),
@@ -149,13 +181,14 @@ impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A> {
     }
 }
 
-impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A>
+impl<T, K, ACC, R, OUT, A, S> WindowOp<T, K, ACC, R, OUT, A, S>
 where
     T: Clone + 'static,
     K: Hash + Eq + Clone,
     ACC: Clone,
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
+    S: WindowStore<K, TimeWindow, ACC>,
 {
     fn is_late(&self, w: &TimeWindow) -> bool {
         self.spec.is_late(w, self.watermark)
@@ -186,11 +219,12 @@ where
     where
         K: serde::Serialize,
     {
+        let agg = &self.agg;
         let result = self
             .state
-            .get(key)
+            .get(key)?
             .and_then(|ws| ws.iter().find(|(x, _)| *x == w))
-            .map(|(_, acc)| self.agg.try_get_result(acc));
+            .map(|(_, acc)| agg.try_get_result(acc));
         match result {
             Some(Ok(r)) => self.emit(key, w, r, out),
             Some(Err(e)) => return Err(Error::aggregate(key, w, e)),
@@ -199,13 +233,18 @@ where
         Ok(())
     }
 
-    fn purge(&mut self, key: &K, w: TimeWindow) {
-        if let Some(ws) = self.state.get_mut(key) {
-            ws.retain(|(x, _)| *x != w);
-            if ws.is_empty() {
-                self.state.remove(key);
+    fn purge(&mut self, key: &K, w: TimeWindow) -> Result<()> {
+        let empty = match self.state.get_mut(key)? {
+            Some(ws) => {
+                ws.retain(|(x, _)| *x != w);
+                ws.is_empty()
             }
+            None => false,
+        };
+        if empty {
+            self.state.remove(key)?;
         }
+        Ok(())
     }
 
     fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<bool>
@@ -227,7 +266,13 @@ where
                 continue;
             }
             live = true;
-            let list = self.state.entry(key.clone()).or_default();
+            let list = match self.state.get_or_insert(&key) {
+                Ok(list) => list,
+                Err(e) => {
+                    self.windows = windows;
+                    return Err(e.into());
+                }
+            };
             let created = match list.iter_mut().find(|(x, _)| *x == w) {
                 Some((_, acc)) => {
                     self.agg.add(value, acc);
@@ -278,7 +323,7 @@ where
                 merged.end.wrapping_sub(merged.start)
             )));
         }
-        let list = self.state.entry(key.clone()).or_default();
+        let list = self.state.get_or_insert(&key)?;
         let mut absorbed: Vec<(TimeWindow, ACC)> = Vec::new();
         while let Some(i) = list.iter().position(|(x, _)| x.intersects(&merged)) {
             let (w, acc) = list.swap_remove(i);
@@ -288,7 +333,7 @@ where
         let list_empty = list.is_empty();
         if absorbed.is_empty() && self.is_late(&merged) {
             if list_empty {
-                self.state.remove(&key);
+                self.state.remove(&key)?;
             }
             return Ok(false);
         }
@@ -303,7 +348,7 @@ where
         };
         self.agg.add(value, &mut acc);
         self.state
-            .get_mut(&key)
+            .get_mut(&key)?
             .expect("entry created above")
             .push((merged, acc));
         if !existed {
@@ -316,30 +361,31 @@ where
     }
 }
 
-impl<T, K, ACC, R, OUT, A> WindowOp<T, K, ACC, R, OUT, A>
+impl<T, K, ACC, R, OUT, A, S> WindowOp<T, K, ACC, R, OUT, A, S>
 where
     T: Clone + 'static,
     K: Hash + Eq + Clone,
     ACC: Clone,
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
+    S: WindowStore<K, TimeWindow, ACC>,
 {
     /// Timers follow from the windows in state and the watermark: rebuilt
     /// after a restore.
-    fn rebuild_timers(&mut self) {
+    fn rebuild_timers(&mut self) -> Result<()> {
         self.timers.clear();
-        let windows: Vec<(K, TimeWindow)> = self
-            .state
-            .iter()
-            .flat_map(|(k, ws)| ws.iter().map(move |(w, _)| (k.clone(), *w)))
-            .collect();
+        let mut windows: Vec<(K, TimeWindow)> = Vec::new();
+        self.state.for_each(&mut |k, ws| {
+            windows.extend(ws.iter().map(|(w, _)| (k.clone(), *w)));
+        })?;
         for (k, w) in windows {
             self.register(&k, w);
         }
+        Ok(())
     }
 }
 
-impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for WindowOp<T, K, ACC, R, OUT, A>
+impl<T, K, ACC, R, OUT, A, S> Operator<T, OUT> for WindowOp<T, K, ACC, R, OUT, A, S>
 where
     T: Clone + Send + 'static,
     K: crate::state::StateKey,
@@ -347,42 +393,43 @@ where
     R: 'static,
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
+    S: WindowStore<K, TimeWindow, ACC>,
 {
     fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
-        let entries = self.state.values().map(Vec::len).sum();
+        let entries = self.state.entries();
         self.late.sample(
             entries,
             std::mem::size_of::<K>() + std::mem::size_of::<(TimeWindow, ACC)>(),
         )
     }
 
-    fn snapshot_state(
-        &mut self,
-        ctx: &crate::operators::SnapshotContext,
-    ) -> Result<crate::operators::StateCapture> {
-        let groups =
-            crate::operators::keyed_snapshot::encode(self.state.iter(), ctx.max_parallelism)?;
-        Ok(crate::operators::StateCapture::keyed_bytes(groups))
+    fn snapshot_state(&mut self, ctx: &crate::operators::SnapshotContext) -> Result<StateCapture> {
+        let capture = self
+            .state
+            .capture(ctx.max_parallelism, ctx.checkpoint, ctx.savepoint)?;
+        Ok(state_capture(capture))
     }
 
     fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
-        self.state.clear();
-        let map = &mut self.state;
-        crate::operators::keyed_snapshot::decode::<K, Vec<(TimeWindow, ACC)>>(
-            &state.keyed,
-            |k, ws| {
-                map.insert(k, ws);
-            },
-        )?;
-        self.rebuild_timers();
-        Ok(())
+        self.state.restore(&state.keyed)?;
+        self.rebuild_timers()
     }
 
     fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
         if watermark > self.watermark {
             self.watermark = watermark;
-            self.rebuild_timers();
+            self.rebuild_timers()?;
         }
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.state.checkpoint_complete(checkpoint);
+        Ok(())
+    }
+
+    fn notify_checkpoint_aborted(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.state.checkpoint_aborted(checkpoint);
         Ok(())
     }
 
@@ -412,7 +459,7 @@ where
                     self.fire_if_present(&key, w, out)?;
                 }
                 if t == w.max_timestamp().saturating_add(self.spec.allowed_lateness) {
-                    self.purge(&key, w);
+                    self.purge(&key, w)?;
                 }
             }
         }

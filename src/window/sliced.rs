@@ -1,9 +1,11 @@
 //! Aligned windows (tumbling and sliding) computed from shared slices.
 //!
-//! Time is cut into panes of `gcd(size, slide)`; each pane holds one hash map
-//! from key to accumulator. A record updates exactly one pane, whatever the
+//! Time is cut into panes of `gcd(size, slide)`; each pane holds one
+//! accumulator per key. A record updates exactly one pane, whatever the
 //! number of windows it belongs to, and a window's result for a key merges the
-//! key's accumulators of the panes inside the window. Windows fire in order of
+//! key's accumulators of the panes inside the window. The panes live in a
+//! [`PaneStore`]: the heap's (the default, a hash map per pane) or a redb
+//! state backend's (`crate::state::window`). Windows fire in order of
 //! their end as the watermark passes `end - 1`; a pane is dropped once the last
 //! window containing it is past `max_timestamp + allowed_lateness`.
 //!
@@ -15,16 +17,14 @@
 use super::assigner::{TimeWindow, WindowAssigner, window_start};
 use super::function::{AggregateFunction, WindowFunction};
 use super::operator::WindowSpec;
+use super::operator::state_capture;
 use crate::operators::keyed::KeyFn;
-use crate::operators::{
-    Operator, Output, RestoredState, SnapshotContext, StateCapture, keyed_snapshot,
-};
+use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
+use crate::state::window::{HeapPanes, PaneStore};
 use crate::state::{StateKey, StateValue};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
-use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
-use std::collections::hash_map::Entry;
+use floe_actors::ids::CheckpointId;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -36,8 +36,9 @@ fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// Keyed tumbling or sliding event-time windows over shared panes.
-pub struct SlicedWindowOp<T, K, ACC, R, OUT, A> {
+/// Keyed tumbling or sliding event-time windows over shared panes, kept in
+/// the store `S`.
+pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     key: KeyFn<T, K>,
     spec: WindowSpec<T>,
     agg: Arc<A>,
@@ -47,29 +48,42 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A> {
     offset: i64,
     pane: i64,
     watermark: Timestamp,
-    /// Panes sorted by start.
-    panes: VecDeque<(Timestamp, FxHashMap<K, ACC>)>,
+    /// The panes.
+    panes: S,
+    /// The accumulator type of the store.
+    _acc: std::marker::PhantomData<fn() -> ACC>,
     /// End of the next window to fire.
     next_end: Option<Timestamp>,
     /// End of the last window fired by the watermark.
     fired_upto: Timestamp,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
-    /// Keys in the last window merged from several panes: the size of the
-    /// next one's map.
-    merged_len: usize,
     /// Output records per watermark or `resume` call ([`FIRE_CHUNK`]).
     fire_chunk: usize,
     late: super::operator::LateCounts,
 }
 
 impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
-    /// An operator for `spec`, whose assigner must be tumbling or sliding.
+    /// An operator for `spec`, whose assigner must be tumbling or sliding,
+    /// with its panes in memory.
     pub fn new(
         key: KeyFn<T, K>,
         spec: WindowSpec<T>,
         agg: Arc<A>,
         window_fn: WindowFunction<K, R, OUT>,
+    ) -> Result<Self> {
+        Self::with_store(key, spec, agg, window_fn, HeapPanes::default())
+    }
+}
+
+impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
+    /// Like [`new`](SlicedWindowOp::new), with the panes in `store`.
+    pub fn with_store(
+        key: KeyFn<T, K>,
+        spec: WindowSpec<T>,
+        agg: Arc<A>,
+        window_fn: WindowFunction<K, R, OUT>,
+        store: S,
     ) -> Result<Self> {
         let (size, slide, offset) = match spec.assigner {
             WindowAssigner::Tumbling { size, offset } => (size, size, offset),
@@ -96,25 +110,26 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
             offset,
             pane: gcd(size, slide),
             watermark: MIN_WATERMARK,
-            panes: VecDeque::new(),
+            panes: store,
+            _acc: std::marker::PhantomData,
             next_end: None,
             fired_upto: MIN_WATERMARK,
             fired: Vec::new(),
             windows: Vec::new(),
-            merged_len: 0,
             fire_chunk: FIRE_CHUNK,
             late: Default::default(),
         })
     }
 }
 
-impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A>
+impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S>
 where
     T: Clone + 'static,
     K: Hash + Eq + Clone,
     ACC: Clone,
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
+    S: PaneStore<K, ACC>,
 {
     #[inline]
     fn is_late(&self, w: &TimeWindow) -> bool {
@@ -166,23 +181,11 @@ where
     }
 
     /// Merges `key`'s accumulators of the panes inside `w`.
-    fn merged_for(&self, key: &K, w: &TimeWindow) -> Option<ACC> {
-        let mut merged: Option<ACC> = None;
-        for (start, map) in &self.panes {
-            if *start < w.start {
-                continue;
-            }
-            if *start >= w.end {
-                break;
-            }
-            if let Some(acc) = map.get(key) {
-                merged = Some(match merged.take() {
-                    None => acc.clone(),
-                    Some(m) => self.agg.merge(m, acc.clone()),
-                });
-            }
-        }
-        merged
+    fn merged_for(&mut self, key: &K, w: &TimeWindow) -> Result<Option<ACC>> {
+        let agg = &self.agg;
+        Ok(self
+            .panes
+            .merged(key, w.start, w.end, |a, b| agg.merge(a, b))?)
     }
 
     fn element(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<bool>
@@ -201,44 +204,43 @@ where
         }
         let key = self.key.with_key(value, K::clone);
         let p = window_start(ts, self.offset, self.pane);
-        // Binary search: the panes open at once can be hundreds (a file
-        // read in parallel splits sends records from event times minutes
-        // apart, while the watermark, the slowest split's, holds them all),
-        // and a search from the back walked them for every record.
-        let idx = match self.panes.binary_search_by_key(&p, |(s, _)| *s) {
-            Ok(i) => i,
-            Err(at) => {
-                self.panes.insert(at, (p, FxHashMap::default()));
-                if let Some(candidate) = self.first_end_for(p) {
-                    self.next_end = Some(self.next_end.map_or(candidate, |e| e.min(candidate)));
-                }
-                at
+        let agg = &self.agg;
+        let added = self.panes.add(
+            p,
+            key,
+            || agg.create_accumulator(),
+            |acc| agg.add(value, acc),
+        );
+        let new_pane = match added {
+            Ok(new) => new,
+            Err(e) => {
+                self.windows = windows;
+                return Err(e.into());
             }
         };
-        let agg = &self.agg;
+        if new_pane && let Some(candidate) = self.first_end_for(p) {
+            self.next_end = Some(self.next_end.map_or(candidate, |e| e.min(candidate)));
+        }
         // Windows the watermark passed take the record late (allowed
         // lateness) and fire again; only then is the key needed after the
         // pane has it, so only then is it copied again.
         let refire = windows.iter().any(|w| w.max_timestamp() <= self.watermark);
-        let acc = self.panes[idx]
-            .1
-            .entry(key)
-            .or_insert_with(|| agg.create_accumulator());
-        agg.add(value, acc);
         if !refire {
             self.windows = windows;
             return Ok(true);
         }
         let key = self.key.with_key(value, K::clone);
         for &w in &windows {
-            if w.max_timestamp() <= self.watermark
-                && let Some(acc) = self.merged_for(&key, &w)
-            {
-                // Late but allowed: fire again with the updated result.
-                if let Err(e) = self.emit(&key, w, &acc, out) {
-                    self.windows = windows;
-                    return Err(e);
-                }
+            if w.max_timestamp() > self.watermark {
+                continue;
+            }
+            // Late but allowed: fire again with the updated result.
+            let fired = self
+                .merged_for(&key, &w)
+                .and_then(|acc| acc.map_or(Ok(()), |acc| self.emit(&key, w, &acc, out)));
+            if let Err(e) = fired {
+                self.windows = windows;
+                return Err(e);
             }
         }
         self.windows = windows;
@@ -267,44 +269,19 @@ where
                 break;
             }
             let w = TimeWindow::new(end.saturating_sub(self.size), end);
-            // Panes are sorted by start: the window's are one run of them.
-            let lo = self.panes.partition_point(|(s, _)| *s < w.start);
-            let hi = self.panes.partition_point(|(s, _)| *s < w.end);
-            if hi == lo + 1 {
-                // One pane (tumbling windows): its accumulators are the results.
-                let pane = &self.panes[lo].1;
-                for (k, acc) in pane {
-                    emit_result(&*self.agg, &self.window_fn, &mut self.fired, k, w, acc, out)?;
-                }
-            } else if hi > lo {
-                // Keys borrowed from the panes (no clone per key and window),
-                // sized like the last merge so it does not grow by rehashing.
-                let mut merged: FxHashMap<&K, ACC> =
-                    FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
-                for (_, pane) in self.panes.range(lo..hi) {
-                    for (k, acc) in pane {
-                        match merged.entry(k) {
-                            Entry::Occupied(mut m) => {
-                                let prev = std::mem::replace(m.get_mut(), acc.clone());
-                                *m.get_mut() = self.agg.merge(prev, acc.clone());
-                            }
-                            Entry::Vacant(v) => {
-                                v.insert(acc.clone());
-                            }
-                        }
-                    }
-                }
-                self.merged_len = merged.len();
-                for (k, acc) in &merged {
-                    emit_result(&*self.agg, &self.window_fn, &mut self.fired, k, w, acc, out)?;
-                }
-            }
+            let (agg, window_fn, fired) = (&*self.agg, &self.window_fn, &mut self.fired);
+            self.panes.for_window(
+                w.start,
+                w.end,
+                |a, b| agg.merge(a, b),
+                |k, acc| emit_result(agg, window_fn, fired, k, w, acc, out),
+            )?;
             self.fired_upto = end;
-            self.drop_panes(watermark);
+            self.drop_panes(watermark)?;
             // No next end past the last one inside the timestamp range: the
             // panes left are only kept for their allowed lateness.
-            self.next_end = match (self.panes.front(), end.checked_add(self.slide)) {
-                (Some((p, _)), Some(next)) => self
+            self.next_end = match (self.panes.first(), end.checked_add(self.slide)) {
+                (Some(p), Some(next)) => self
                     .end_after(p.saturating_add(self.pane - 1))
                     .map(|first| next.max(first)),
                 _ => None,
@@ -313,38 +290,41 @@ where
                 break;
             }
         }
-        self.drop_panes(watermark);
-        if self.panes.is_empty() {
+        self.drop_panes(watermark)?;
+        if self.panes.first().is_none() {
             self.next_end = None;
         }
         Ok(())
     }
 
     /// Drops the panes whose last window has fired and is past its lateness.
-    fn drop_panes(&mut self, watermark: Timestamp) {
-        while let Some((p, _)) = self.panes.front() {
-            let last_end = self.last_end(*p);
+    #[inline]
+    fn drop_panes(&mut self, watermark: Timestamp) -> Result<()> {
+        while let Some(p) = self.panes.first() {
+            let last_end = self.last_end(p);
             let cleanup = (last_end - 1).saturating_add(self.spec.allowed_lateness);
             if last_end <= self.fired_upto && cleanup <= watermark {
-                self.panes.pop_front();
+                self.panes.pop_first()?;
             } else {
                 break;
             }
         }
+        Ok(())
     }
 }
 
-impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A>
+impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S>
 where
     T: Clone + 'static,
     K: Hash + Eq + Clone,
     ACC: Clone,
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
+    S: PaneStore<K, ACC>,
 {
     /// After a restore: what had fired by `self.watermark` and which window
     /// fires next follow from the watermark and the panes.
-    fn recompute_progress(&mut self) {
+    fn recompute_progress(&mut self) -> Result<()> {
         if self.watermark > MIN_WATERMARK {
             let w1 = self.watermark.saturating_add(1);
             // Past the last end in range, every window has fired.
@@ -352,8 +332,8 @@ where
                 .end_after(w1)
                 .map_or(Timestamp::MAX, |e| e.saturating_sub(self.slide));
         }
-        self.next_end = self.panes.front().and_then(|(p, _)| self.first_end_for(*p));
-        self.drop_panes(self.watermark);
+        self.next_end = self.panes.first().and_then(|p| self.first_end_for(p));
+        self.drop_panes(self.watermark)
     }
 }
 
@@ -383,7 +363,7 @@ where
     Ok(())
 }
 
-impl<T, K, ACC, R, OUT, A> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A>
+impl<T, K, ACC, R, OUT, A, S> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A, S>
 where
     T: Clone + Send + 'static,
     K: StateKey,
@@ -391,9 +371,10 @@ where
     R: 'static,
     OUT: Send + 'static,
     A: AggregateFunction<T, ACC, R>,
+    S: PaneStore<K, ACC>,
 {
     fn metrics_sample(&self) -> floe_actors::metrics::OperatorSample {
-        let entries = self.panes.iter().map(|(_, m)| m.len()).sum();
+        let entries = self.panes.entries();
         self.late.sample(
             entries,
             std::mem::size_of::<K>() + std::mem::size_of::<ACC>(),
@@ -404,37 +385,31 @@ where
     /// [`Operator::has_pending`]), so what is captured has fired up to the
     /// watermark.
     fn snapshot_state(&mut self, ctx: &SnapshotContext) -> Result<StateCapture> {
-        // Per key: its accumulator in each pane.
-        let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
-        for (start, map) in &self.panes {
-            for (k, acc) in map {
-                per_key.entry(k).or_default().push((*start, acc));
-            }
-        }
-        let groups = keyed_snapshot::encode(per_key.iter(), ctx.max_parallelism)?;
-        Ok(StateCapture::keyed_bytes(groups))
+        let capture = self
+            .panes
+            .capture(ctx.max_parallelism, ctx.checkpoint, ctx.savepoint)?;
+        Ok(state_capture(capture))
     }
 
     fn restore_state(&mut self, state: RestoredState) -> Result<()> {
-        self.panes.clear();
-        let panes = &mut self.panes;
-        keyed_snapshot::decode::<K, Vec<(Timestamp, ACC)>>(&state.keyed, |k, list| {
-            for (start, acc) in list {
-                let at = panes.partition_point(|(s, _)| *s < start);
-                if panes.get(at).is_none_or(|(s, _)| *s != start) {
-                    panes.insert(at, (start, FxHashMap::default()));
-                }
-                panes[at].1.insert(k.clone(), acc);
-            }
-        })?;
-        self.recompute_progress();
+        self.panes.restore(&state.keyed)?;
+        self.recompute_progress()
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.panes.checkpoint_complete(checkpoint);
+        Ok(())
+    }
+
+    fn notify_checkpoint_aborted(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.panes.checkpoint_aborted(checkpoint);
         Ok(())
     }
 
     fn restore_watermark(&mut self, watermark: Timestamp) -> Result<()> {
         if watermark > self.watermark {
             self.watermark = watermark;
-            self.recompute_progress();
+            self.recompute_progress()?;
         }
         Ok(())
     }
@@ -715,7 +690,7 @@ mod tests {
                 all(want),
                 "{size}/{slide}"
             );
-            assert!(op.panes.is_empty());
+            assert!(op.panes.first().is_none());
         }
     }
 
@@ -767,7 +742,7 @@ mod tests {
                 prop_assert_eq!(g, w, "step {} ({:?})", i, &steps[i]);
             }
             prop_assert_eq!(op.late.late, model.late);
-            prop_assert!(op.panes.is_empty(), "panes left after the last watermark");
+            prop_assert!(op.panes.first().is_none(), "panes left after the last watermark");
             prop_assert_eq!(drive(&mut per_window, &steps, true), want.clone());
             // Not resumed: the next record or watermark fires what is left
             // first, so the records see the same windows.
