@@ -30,7 +30,6 @@ impl TransactionalFileSink {
             // there; this output starts empty and gets what follows the
             // restored snapshot.
             tracing::warn!(
-                target: crate::RECOVERY_LOG_TARGET,
                 output = %self.path.display(),
                 "restoring into an output without a commit log: the snapshot's pending transactions belong to another output and are not committed here"
             );
