@@ -622,22 +622,6 @@ fn window_input(seed: u64, lines: usize) -> (String, Vec<(String, i64, i64)>) {
     )
 }
 
-/// The oracle: tumbling-window sums per (key, window) in a HashMap, as
-/// sorted `key,start,end,sum` lines.
-fn window_oracle(events: &[(String, i64, i64)]) -> Vec<String> {
-    let mut sums: HashMap<(String, i64), i64> = HashMap::new();
-    for (key, ts, value) in events {
-        let start = ts.div_euclid(WINDOW_MS) * WINDOW_MS;
-        *sums.entry((key.clone(), start)).or_insert(0) += value;
-    }
-    let mut lines: Vec<String> = sums
-        .into_iter()
-        .map(|((k, start), v)| format!("{k},{start},{},{v}", start + WINDOW_MS))
-        .collect();
-    lines.sort();
-    lines
-}
-
 fn sorted_lines(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
@@ -706,7 +690,7 @@ fn window_savepoint_restores_into_the_same_output_at_other_parallelism() {
     let (text, events) = window_input(0x5eed_0001, lines);
     let input = dir.path().join("ev.txt");
     std::fs::write(&input, text).unwrap();
-    let oracle = window_oracle(&events);
+    let oracle = cli_common::tumbling_sums(&events, WINDOW_MS);
 
     let full = dir.path().join("full.txt");
     let stderr = window(&input, 2, &full, &[]);
@@ -814,7 +798,7 @@ fn window_checkpoints_do_not_change_the_output() {
     let (text, events) = window_input(0x5eed_0002, 5_000);
     let input = dir.path().join("ev.txt");
     std::fs::write(&input, text).unwrap();
-    let oracle = window_oracle(&events);
+    let oracle = cli_common::tumbling_sums(&events, WINDOW_MS);
     let plain = dir.path().join("plain.txt");
     window(&input, 2, &plain, &[]);
     assert_window_output(&plain, &oracle, "without checkpoints");

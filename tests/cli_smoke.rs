@@ -178,29 +178,13 @@ fn window_input(lines: usize, seed: u64) -> (String, Vec<(String, i64, i64)>) {
     )
 }
 
-/// Tumbling-window sums per (key, window) in a HashMap, as sorted
-/// `key,start,end,sum` lines.
-fn tumbling_sums(events: &[(String, i64, i64)]) -> Vec<String> {
-    let mut sums: HashMap<(String, i64), i64> = HashMap::new();
-    for (key, ts, value) in events {
-        let start = ts.div_euclid(WINDOW_MS) * WINDOW_MS;
-        *sums.entry((key.clone(), start)).or_insert(0) += value;
-    }
-    let mut lines: Vec<String> = sums
-        .into_iter()
-        .map(|((k, start), v)| format!("{k},{start},{},{v}", start + WINDOW_MS))
-        .collect();
-    lines.sort();
-    lines
-}
-
 #[test]
 fn run_window_with_each_state_backend() {
     let dir = tempfile::tempdir().unwrap();
     let (text, events) = window_input(2_000, 9);
     let input = dir.path().join("events.csv");
     std::fs::write(&input, &text).unwrap();
-    let oracle = tumbling_sums(&events);
+    let oracle = cli_common::tumbling_sums(&events, WINDOW_MS);
     for state in [&[][..], &["--state", "heap"], &["--state", "redb"]] {
         let out = dir.path().join("fired.csv");
         let late = dir.path().join("late.csv");
@@ -273,7 +257,10 @@ fn run_window_to_stdout_with_explained_watermarks() {
         "per-record",
         "--explain-watermarks",
     ]);
-    assert_eq!(sorted(&stdout), tumbling_sums(&events));
+    assert_eq!(
+        sorted(&stdout),
+        cli_common::tumbling_sums(&events, WINDOW_MS)
+    );
     assert_eq!(summary_field(&stderr, "records"), 500, "{stderr}");
     assert!(
         stderr.lines().any(|l| l.contains("Window")),

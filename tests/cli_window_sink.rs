@@ -13,13 +13,10 @@
 //!   input that one subtask's batch is written in several chunks.
 
 mod cli_common;
-use cli_common::{Reap, WindowInput, free_port, get, run_ok_output, summary_field};
+use cli_common::{WindowInput, run_ok_output, serve, summary_field, tumbling_sums};
 
 use serde_json::Value;
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 const WINDOW_MS: i64 = 1000;
 
@@ -42,22 +39,6 @@ fn input(seed: u64, lines: usize, keys: u64) -> (String, Vec<(String, i64, i64)>
             high: 1000,
         },
     )
-}
-
-/// The oracle: tumbling sums per (key, window) in a `HashMap`, as sorted
-/// `key,start,end,sum` lines.
-fn oracle(events: &[(String, i64, i64)]) -> Vec<String> {
-    let mut sums: HashMap<(String, i64), i64> = HashMap::new();
-    for (key, ts, value) in events {
-        let start = ts.div_euclid(WINDOW_MS) * WINDOW_MS;
-        *sums.entry((key.clone(), start)).or_insert(0) += value;
-    }
-    let mut lines: Vec<String> = sums
-        .into_iter()
-        .map(|((k, start), v)| format!("{k},{start},{},{v}", start + WINDOW_MS))
-        .collect();
-    lines.sort();
-    lines
 }
 
 /// The output's lines, sorted, each checked to be a whole firing line
@@ -99,37 +80,6 @@ fn window_args<'a>(input: &'a str, parallelism: &'a str) -> Vec<&'a str> {
     ]
 }
 
-/// Runs `floe ARGS` with an endpoint that lingers, waits for the summary
-/// line (the job has then ended) and returns `/status`.
-fn status_after(args: &[&str]) -> Value {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(args)
-        .arg("--metrics-addr")
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--metrics-linger-ms", "120000"])
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("floe runs");
-    let mut child = Reap(child);
-    let stderr = child.0.stderr.take().expect("stderr piped");
-    let mut seen = String::new();
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("stderr line");
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.starts_with("records=") {
-            let (code, body) = get(port, "/status");
-            assert_eq!(code, 200, "{body}");
-            return serde_json::from_str(&body).expect("/status is JSON");
-        }
-    }
-    panic!("floe {args:?} ended without a summary line:\n{seen}");
-}
-
 /// The sink operator named `sink` of a status: its parallelism and whether
 /// its input edge (from the window) is chained.
 fn sink_placement(status: &Value, sink: &str) -> (u64, bool) {
@@ -167,16 +117,16 @@ fn a_direct_sink_runs_chained_at_the_window_parallelism() {
     let mut args = window_args(s(&path), "2");
     args.extend_from_slice(&["--output", s(&out)]);
     assert_eq!(
-        sink_placement(&status_after(&args), "Text File Sink"),
+        sink_placement(&serve(&args).status(), "Text File Sink"),
         (2, true)
     );
     let written = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(whole_lines(&written), oracle(&events));
+    assert_eq!(whole_lines(&written), tumbling_sums(&events, WINDOW_MS));
 
     // Stdout too.
     let args = window_args(s(&path), "2");
     assert_eq!(
-        sink_placement(&status_after(&args), "Print Sink"),
+        sink_placement(&serve(&args).status(), "Print Sink"),
         (2, true)
     );
 
@@ -184,7 +134,7 @@ fn a_direct_sink_runs_chained_at_the_window_parallelism() {
     let mut args = window_args(s(&path), "2");
     args.extend_from_slice(&["--output", s(&out), "--sink-rate", "1000000"]);
     assert_eq!(
-        sink_placement(&status_after(&args), "Text File Sink"),
+        sink_placement(&serve(&args).status(), "Text File Sink"),
         (1, false)
     );
 
@@ -202,11 +152,11 @@ fn a_direct_sink_runs_chained_at_the_window_parallelism() {
         s(&ck),
     ]);
     assert_eq!(
-        sink_placement(&status_after(&args), "TransactionalFileSink"),
+        sink_placement(&serve(&args).status(), "TransactionalFileSink"),
         (1, false)
     );
     let written = std::fs::read_to_string(&tx).unwrap();
-    assert_eq!(whole_lines(&written), oracle(&events));
+    assert_eq!(whole_lines(&written), tumbling_sums(&events, WINDOW_MS));
 }
 
 #[test]
@@ -218,7 +168,7 @@ fn a_parallel_sink_writes_every_firing_once_in_whole_lines() {
     let (text, events) = input(0x51c_0002, 120_000, 2_500);
     let path = dir.path().join("ev.txt");
     std::fs::write(&path, text).unwrap();
-    let want = oracle(&events);
+    let want = tumbling_sums(&events, WINDOW_MS);
     assert!(want.len() > 50_000, "only {} firings", want.len());
     for parallelism in ["1", "2", "3"] {
         let out = dir.path().join(format!("out-{parallelism}.txt"));

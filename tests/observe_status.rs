@@ -15,68 +15,18 @@
 //!   every record of the summary.
 
 mod cli_common;
-use cli_common::{Reap, free_port, get};
+use cli_common::{Served, serve};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-
-/// A finished run whose endpoint still serves.
-struct Served {
-    _child: Reap,
-    port: u16,
-    /// Every stderr line up to and including the summary line.
-    stderr: String,
-}
-
-impl Served {
-    fn status(&self) -> Value {
-        let (code, body) = get(self.port, "/status");
-        assert_eq!(code, 200, "{body}");
-        serde_json::from_str(&body).expect("/status is JSON")
-    }
-
-    fn metrics(&self) -> String {
-        let (code, body) = get(self.port, "/metrics");
-        assert_eq!(code, 200, "{body}");
-        body
-    }
-}
 
 /// Runs `floe run ARGS` with an endpoint that lingers, and waits for the
 /// summary line (the job has then ended).
 fn run_served(args: &[&str]) -> Served {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .arg("run")
-        .args(args)
-        .arg("--metrics-addr")
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--metrics-linger-ms", "120000"])
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("floe runs");
-    let mut child = Reap(child);
-    let stderr = child.0.stderr.take().expect("stderr piped");
-    let mut seen = String::new();
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("stderr line");
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.starts_with("records=") {
-            return Served {
-                _child: child,
-                port,
-                stderr: seen,
-            };
-        }
-    }
-    panic!("floe {args:?} ended without a summary line:\n{seen}");
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    serve(&all)
 }
 
 /// The pipelined regions computed from the graph of a status: subtasks

@@ -179,3 +179,77 @@ pub fn sorted(text: &str) -> Vec<String> {
     lines.sort();
     lines
 }
+
+/// The oracle of a tumbling-window sum job: sums per (key, window of
+/// `window_ms`) in a `HashMap`, as sorted `key,start,end,sum` lines.
+pub fn tumbling_sums(events: &[(String, i64, i64)], window_ms: i64) -> Vec<String> {
+    let mut sums: std::collections::HashMap<(String, i64), i64> = Default::default();
+    for (key, ts, value) in events {
+        let start = ts.div_euclid(window_ms) * window_ms;
+        *sums.entry((key.clone(), start)).or_insert(0) += value;
+    }
+    let mut lines: Vec<String> = sums
+        .into_iter()
+        .map(|((k, start), v)| format!("{k},{start},{},{v}", start + window_ms))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A finished run whose endpoint still serves.
+pub struct Served {
+    _child: Reap,
+    pub port: u16,
+    /// Every stderr line up to and including the summary line.
+    pub stderr: String,
+}
+
+impl Served {
+    /// `GET /status`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let (code, body) = get(self.port, "/status");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("/status is JSON")
+    }
+
+    /// `GET /metrics`.
+    pub fn metrics(&self) -> String {
+        let (code, body) = get(self.port, "/metrics");
+        assert_eq!(code, 200, "{body}");
+        body
+    }
+}
+
+/// Runs `floe ARGS` with an endpoint that lingers, and waits for the
+/// summary line (the job has then ended).
+pub fn serve(args: &[&str]) -> Served {
+    use std::io::BufRead;
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--metrics-linger-ms", "120000"])
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("floe runs");
+    let mut child = Reap(child);
+    let stderr = child.0.stderr.take().expect("stderr piped");
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with("records=") {
+            return Served {
+                _child: child,
+                port,
+                stderr: seen,
+            };
+        }
+    }
+    panic!("floe {args:?} ended without a summary line:\n{seen}");
+}
