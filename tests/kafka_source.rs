@@ -3,7 +3,8 @@
 //! rule, offsets snapshotted and restored at another parallelism (every
 //! record exactly once across the cut), offsets committed to the group on
 //! checkpoint completion, bounded and latest starts, and a topic created
-//! after the start found by periodic discovery.
+//! after the start found by periodic discovery, a timestamp start, and an
+//! idle partition that stops holding the watermark back.
 
 #![cfg(feature = "kafka")]
 
@@ -345,4 +346,98 @@ fn a_finished_subtask_stays_finished_after_a_restore() {
             "subtask {subtask} read {records:?}"
         );
     }
+}
+
+/// `StartingOffsets::Timestamp(t)` starts each partition at its first
+/// record stamped `t` or later (Kafka's offsets-for-times, as Flink's
+/// `OffsetsInitializer.timestamp`); a partition with no such record starts
+/// at its end.
+#[test]
+fn a_timestamp_start_reads_from_the_first_record_at_or_after_it() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-ts");
+    create_topic(&b, &topic, 3);
+    let stamped: Vec<Vec<(String, i64)>> = vec![
+        (0..10)
+            .map(|i| (format!("p0-{i}"), 1_000 + 100 * i))
+            .collect(),
+        (0..10)
+            .map(|i| (format!("p1-{i}"), 1_450 + 10 * i))
+            .collect(),
+        (0..4).map(|i| (format!("p2-{i}"), 500 + i)).collect(),
+    ];
+    for (partition, records) in stamped.iter().enumerate() {
+        let refs: Vec<(&str, i64)> = records.iter().map(|(v, t)| (v.as_str(), *t)).collect();
+        produce_at(&b, &topic, partition as i32, &refs);
+    }
+    let start = 1_500;
+    // The oracle: per partition, everything from the first record stamped
+    // `start` or later.
+    let mut expected: Vec<String> = stamped
+        .iter()
+        .flat_map(|records| {
+            let first = records
+                .iter()
+                .position(|(_, t)| *t >= start)
+                .unwrap_or(records.len());
+            records[first..].iter().map(|(v, _)| v.clone())
+        })
+        .collect();
+    expected.sort();
+
+    let mut reader = KafkaSource::lines(&b, &[&topic])
+        .starting_offsets(StartingOffsets::Timestamp(start))
+        .bounded(true)
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    let (mut records, finished) = read(&mut reader, usize::MAX);
+    assert!(finished, "bounded: the subtask finishes");
+    records.sort();
+    assert_eq!(records, expected);
+}
+
+/// An idle partition (no record for the idleness timeout) stops holding
+/// the subtask's watermark back, as Flink's `withIdleness`: the watermark
+/// becomes the active partition's.
+#[test]
+fn an_idle_partition_stops_holding_the_watermark_back() {
+    let Some(b) = broker() else { return };
+    let topic = unique("src-idle");
+    create_topic(&b, &topic, 2);
+    let out_of_orderness = 100;
+    let idleness = Duration::from_millis(300);
+    produce_at(&b, &topic, 1, &[("slow", 1_000)]);
+    produce_at(&b, &topic, 0, &[("a", 5_000)]);
+    let mut reader = KafkaSource::lines(&b, &[&topic])
+        .per_partition_watermarks(out_of_orderness, Some(idleness))
+        .reader(&ctx(0, 1))
+        .expect("reader");
+    read(&mut reader, 2);
+    // Partition 0 gets a record each round, so it stays active; partition
+    // 1 gets none and turns idle once the timeout has passed. Each check
+    // follows a record read from partition 0 at once.
+    let active_max = 6_000;
+    let expected = active_max - out_of_orderness - 1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rounds = 0;
+    loop {
+        produce_at(&b, &topic, 0, &[("b", active_max)]);
+        read(&mut reader, 1);
+        rounds += 1;
+        if reader.watermark() == Some(expected) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle partition still holds the watermark at {:?} after {rounds} rounds",
+            reader.watermark()
+        );
+        std::thread::sleep(idleness / 4);
+    }
+    // The idle partition's next record makes it active again: it holds the
+    // watermark back once more (whether partition 0 is idle by then or not,
+    // partition 1's is the smaller).
+    produce_at(&b, &topic, 1, &[("late", 2_000)]);
+    read(&mut reader, 1);
+    assert_eq!(reader.watermark(), Some(2_000 - out_of_orderness - 1));
 }
