@@ -33,11 +33,9 @@ const KEYS: u64 = 1_000_000;
 const OPS: u64 = 100_000;
 const MAXP: u32 = 128;
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// A random key for operation `seed`: splitmix64's first output from it.
+fn mix(seed: u64) -> u64 {
+    floe::text::SplitMix(seed).next()
 }
 
 fn prefill(b: &mut dyn StateBackend<u64>, desc: &ValueStateDescriptor<u64>) {

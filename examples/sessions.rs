@@ -12,6 +12,7 @@
 //! Run with `cargo run --example sessions`.
 
 use floe::StreamExecutionEnvironment;
+use floe::text::SplitMix;
 use floe::time::WatermarkStrategy;
 use floe::window::{TimeWindow, WindowAssigner};
 use std::collections::BTreeMap;
@@ -44,45 +45,31 @@ const BASE_MS: i64 = 1_704_067_200_000;
 const USERS: [&str; 4] = ["ada", "bob", "cy", "dee"];
 const PAGES: [&str; 6] = ["/", "/search", "/item", "/cart", "/checkout", "/help"];
 
-/// splitmix64: a small seeded generator, so every run prints the same.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> i64 {
-        (self.next() % n) as i64
-    }
-}
-
 /// Each user browses in 2..=4 bursts of 2..=7 clicks, 1 s..2 min apart,
 /// with 10..60 min pauses between bursts. The clicks arrive ordered by
-/// timestamp plus a random delay of up to `OUT_OF_ORDER_MS`.
+/// timestamp plus a random delay of up to `OUT_OF_ORDER_MS`. Seeded
+/// (splitmix64), so every run prints the same.
 fn generate(seed: u64) -> Vec<Click> {
     let mut rng = SplitMix(seed);
+    // Uniform in `0..n`, as a time offset.
+    let mut below = |n: u64| rng.below(n) as i64;
     let mut clicks = Vec::new();
     for user in USERS {
-        let mut t = BASE_MS + rng.below(20 * 60 * 1000);
-        for _ in 0..2 + rng.below(3) {
-            for _ in 0..2 + rng.below(6) {
-                let page = PAGES[rng.below(PAGES.len() as u64) as usize];
+        let mut t = BASE_MS + below(20 * 60 * 1000);
+        for _ in 0..2 + below(3) {
+            for _ in 0..2 + below(6) {
+                let page = PAGES[below(PAGES.len() as u64) as usize];
                 clicks.push((
-                    t + rng.below(OUT_OF_ORDER_MS as u64 + 1),
+                    t + below(OUT_OF_ORDER_MS as u64 + 1),
                     Click {
                         user: user.to_string(),
                         ts: t,
                         page: page.to_string(),
                     },
                 ));
-                t += 1_000 + rng.below(2 * 60 * 1000);
+                t += 1_000 + below(2 * 60 * 1000);
             }
-            t += 10 * 60 * 1000 + rng.below(50 * 60 * 1000);
+            t += 10 * 60 * 1000 + below(50 * 60 * 1000);
         }
     }
     clicks.sort_by_key(|(arrival, c)| (*arrival, c.ts));

@@ -1,5 +1,8 @@
 //! Text helpers shared by the word-count job, its tests and benches.
 
+mod splitmix;
+pub use splitmix::SplitMix;
+
 /// The words of `line`: maximal runs of Unicode alphanumeric characters,
 /// lowercased, yielded one at a time (nothing is collected, so a huge line
 /// costs one word at a time). `line` may be borrowed (`&str`) or owned (a

@@ -76,9 +76,10 @@ fn savepoint_completes_while_periodic_checkpoints_are_due() {
     let (env, first) = job(&dir.path().join("ck"), Some(8_000.0), None);
     let handle = env.execute_async().expect("job starts");
     // The job runs and checkpoints before the savepoint is asked for.
-    while handle.checkpoint_stats().completed < 1 {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    assert!(
+        futures::executor::block_on(handle.wait_for_checkpoints(1)),
+        "the job ended before its first checkpoint"
+    );
     let savepoint = futures::executor::block_on(handle.trigger_savepoint(dir.path().join("sp")))
         .expect("the savepoint completes although periodic checkpoints were due");
     futures::executor::block_on(handle.wait()).expect("job finishes");

@@ -44,11 +44,9 @@ fn level(share: f64) -> &'static str {
 /// rising 1 ms every 4 lines, so each 100 ms window fires for every key.
 fn window_input(path: &Path, lines: usize) {
     let mut s = String::with_capacity(lines * 16);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rng = floe::text::SplitMix(7);
     for i in 0..lines {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next();
         s.push_str(&format!("k{},{},{}\n", x % 400, i / 4, 1 + x % 9));
     }
     std::fs::write(path, s).expect("write the input");

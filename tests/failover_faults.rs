@@ -163,3 +163,59 @@ fn faults_while_writing_a_checkpoint_and_while_restoring_keep_the_output_exact()
         "committed output differs from the fault-free output"
     );
 }
+
+/// Runs a forward-only job (each subtask pair its own pipelined region)
+/// whose first `Double` subtask fails once, restarted after a delay under
+/// `failover`; asserts the recovery time (`max_recovery_ms`: from the
+/// failure to the restarted subtasks' first records, recorded when they
+/// first emit) is at least the delay and at most the run's wall time.
+fn assert_recovery_time_recorded(failover: floe::failover::FailoverStrategy) {
+    const DELAY: Duration = Duration::from_millis(40);
+    const N: u64 = 4_000;
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    let mut config = env.config();
+    config.failover = failover;
+    config.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 1,
+        delay: DELAY,
+    });
+    let config = config.with_fault_injector(std::sync::Arc::new(FaultInjection {
+        faults: vec![Fault {
+            operator: "Double".into(),
+            subtask: 0,
+            at: FaultPoint::Records(500),
+        }],
+        ..Default::default()
+    }));
+    env.set_config(config);
+    let collected = env
+        .from_generator(N, |i| i)
+        .map(|i: u64| i * 2)
+        .name("Double")
+        .collect();
+    let started = std::time::Instant::now();
+    let handle = env.execute_async().unwrap();
+    futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
+    let wall = started.elapsed();
+    let stats = handle.failover_stats();
+    assert_eq!(stats.restarts, 1, "{failover:?}: {stats:?}");
+    assert!(
+        (DELAY.as_millis() as u64..=wall.as_millis() as u64).contains(&stats.max_recovery_ms),
+        "{failover:?}: recovery {} ms, expected between the delay {DELAY:?} and the run's {wall:?}",
+        stats.max_recovery_ms
+    );
+    // Restarted from the beginning (no checkpoint): every record, some twice.
+    let got: std::collections::BTreeSet<u64> = collected.take().into_iter().collect();
+    assert!(got == (0..N).map(|i| i * 2).collect(), "{failover:?}");
+}
+
+#[test]
+fn the_recovery_time_of_a_region_restart_is_recorded() {
+    assert_recovery_time_recorded(floe::failover::FailoverStrategy::Region);
+}
+
+#[test]
+fn the_recovery_time_of_a_full_restart_is_recorded() {
+    assert_recovery_time_recorded(floe::failover::FailoverStrategy::All);
+}

@@ -26,14 +26,15 @@
 use floe::JobHandle;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Polls a job's source counters and draws them until dropped.
 pub struct Progress {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the drawing thread: its wait ends at once (no
+    /// polling of a flag).
+    stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     /// Prints the job's events; its stream ends when the job does.
     events: Option<JoinHandle<()>>,
@@ -143,19 +144,20 @@ impl Progress {
         total: Option<u64>,
         status_interval: Option<Duration>,
     ) -> Progress {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, stopped) = mpsc::channel::<()>();
+        let stop = Some(tx);
         let events = Some(print_events(handle));
-        let (h, s) = (handle.clone(), stop.clone());
+        let h = handle.clone();
         if let Some(every) = status_interval {
             let thread = std::thread::spawn(move || {
                 let mut last = (0, Instant::now());
                 let mut next = Instant::now() + every;
-                while !s.load(Ordering::Relaxed) {
-                    if Instant::now() >= next {
-                        eprintln!("{}", status_line(&h, source, &mut last));
-                        next += every;
-                    }
-                    std::thread::sleep(Duration::from_millis(20).min(every));
+                // Wakes at each line's time, or at once when stopped.
+                while let Err(RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    eprintln!("{}", status_line(&h, source, &mut last));
+                    next += every;
                 }
                 eprintln!("{}", status_line(&h, source, &mut last));
             });
@@ -180,9 +182,11 @@ impl Progress {
                 ),
                 None => ProgressBar::new_spinner(),
             };
-            while !s.load(Ordering::Relaxed) {
+            bar.set_position(source_records(&h, source));
+            while let Err(RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(Duration::from_millis(200))
+            {
                 bar.set_position(source_records(&h, source));
-                std::thread::sleep(Duration::from_millis(200));
             }
             bar.finish_and_clear();
         });
@@ -196,7 +200,8 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        // Disconnects the channel the thread waits on.
+        self.stop.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -193,8 +193,10 @@ pub(crate) struct Attempt {
     pub fail:
         Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
     pub subtasks: usize,
-    /// When the attempt's subtasks first processed records.
-    pub activity: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// Resolves when the attempt's subtasks first process records (or
+    /// with `Canceled` if they all stop before): the end of a restart's
+    /// recovery time.
+    pub first_activity: Option<futures::channel::oneshot::Receiver<std::time::Instant>>,
     /// The checkpoint or savepoint the attempt restored, if any.
     pub restored: Option<floe_actors::ids::CheckpointId>,
 }
@@ -315,7 +317,8 @@ pub(crate) fn deploy_attempt(
         (None, Some(pool)) => pool.home(),
         (None, None) => Arbiter::current(),
     };
-    let activity: Arc<std::sync::OnceLock<std::time::Instant>> = Arc::default();
+    let (activity, first_activity) = floe_actors::subtask::FirstActivity::with_waiter();
+    let activity = Arc::new(activity);
     let restore = match restore_from {
         Some(path) => {
             let loaded = crate::checkpoint::load_snapshot(path)?;
@@ -445,7 +448,7 @@ pub(crate) fn deploy_attempt(
         done: done_rx,
         fail,
         subtasks,
-        activity,
+        first_activity: Some(first_activity),
         restored,
     })
 }

@@ -92,7 +92,6 @@ impl Manager {
         let started = Instant::now();
         let mut tracker = RestartTracker::new(self.config.restart_strategy(), self.config.seed);
         let mut attempt = first;
-        let mut failed_at: Option<Instant> = None;
         let mut rng = self.config.random_failures().1 ^ 0x9e37_79b9_7f4a_7c15;
         let wanted = self.config.checkpoint.finish_after_checkpoints;
         if let (true, Some(hold)) = (wanted > 0, &self.shared.hold) {
@@ -145,11 +144,6 @@ impl Manager {
                 // until the last one has.
                 release(kills, hold);
             }
-            if let (Some(f), Some(active)) = (failed_at, attempt.activity.get()) {
-                let ms = active.saturating_duration_since(f).as_millis() as u64;
-                self.control
-                    .update_failover(|s| s.max_recovery_ms = s.max_recovery_ms.max(ms));
-            }
             let error = match outcome {
                 Ok(o) => break Ok(o),
                 Err(e) if e == Error::Cancelled || self.control.cancelled() => {
@@ -176,7 +170,7 @@ impl Manager {
                 );
                 break Err(error);
             };
-            failed_at = Some(self.shared.metrics.last_failure_at().unwrap_or(now));
+            let failed_at = self.shared.metrics.last_failure_at().unwrap_or(now);
             self.set_status(JobStatus::Restarting);
             tracing::info!(error = %error, delay_ms = delay.as_millis() as u64, "restarting the job");
             if !delay.is_zero() && self.config.deterministic().is_none() {
@@ -201,7 +195,7 @@ impl Manager {
                 restore.as_deref(),
                 true,
             ) {
-                Ok(a) => {
+                Ok(mut a) => {
                     // What was restored: the newest intact checkpoint (an
                     // older one when the newest is damaged), or the
                     // configured restore path, or nothing.
@@ -241,6 +235,18 @@ impl Manager {
                         subtasks: a.subtasks as u64,
                         delay_ms: delay.as_millis() as u64,
                     }));
+                    if let Some(first) = a.first_activity.take() {
+                        // Recorded when the attempt first processes records
+                        // (an event, not a poll); nothing if it fails first.
+                        let control = self.control.clone();
+                        actix::spawn(async move {
+                            if let Some(ms) = super::region::recovery_ms(first, failed_at).await {
+                                control.update_failover(|s| {
+                                    s.max_recovery_ms = s.max_recovery_ms.max(ms)
+                                });
+                            }
+                        });
+                    }
                     attempt = a;
                 }
                 Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),

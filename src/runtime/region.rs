@@ -155,8 +155,8 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         // records again.
         let failed_at = self.spawner.metrics.last_failure_at();
         let mut spawner = self.spawner.clone();
-        spawner.activity = Arc::default();
-        let activity = spawner.activity.clone();
+        let (activity, first_activity) = floe_actors::subtask::FirstActivity::with_waiter();
+        spawner.activity = Arc::new(activity);
         let failover = self.failover.clone();
         let deterministic = self.spawner.config.deterministic().cloned();
         if let Some(mode) = &deterministic {
@@ -168,22 +168,18 @@ impl floe_actors::supervisor::RegionFailover for Regions {
                 checkpoint: restored,
             });
         }
-        actix::spawn(async move {
-            // Not in deterministic execution: it wakes on the wall clock.
-            let (Some(failed_at), None) = (failed_at, deterministic) else {
-                return;
-            };
-            for _ in 0..60_000 {
-                if let Some(t) = activity.get() {
-                    let ms = t.saturating_duration_since(failed_at).as_millis() as u64;
-                    if let Ok(mut f) = failover.lock() {
-                        f.max_recovery_ms = f.max_recovery_ms.max(ms);
-                    }
-                    return;
+        // Not in deterministic execution, which measures no wall-clock time.
+        if let (Some(failed_at), None) = (failed_at, deterministic) {
+            // Woken by the region's first record (an event, not a poll);
+            // cancelled if the region stops before it.
+            actix::spawn(async move {
+                if let Some(ms) = recovery_ms(first_activity, failed_at).await
+                    && let Ok(mut f) = failover.lock()
+                {
+                    f.max_recovery_ms = f.max_recovery_ms.max(ms);
                 }
-                actix_rt::time::sleep(std::time::Duration::from_millis(1)).await;
-            }
-        });
+            });
+        }
         let from_scratch = restore.is_none().then(|| spawner.next_scratch_restart());
         let spawned = spawner
             .spawn(Some(&members), &Arc::new(restore), from_scratch)
@@ -241,4 +237,15 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             })
             .collect())
     }
+}
+
+/// The time from `failed_at` to a redeployment's first activity, in ms;
+/// `None` when the redeployment stopped before any (its
+/// [`FirstActivity`](floe_actors::subtask::FirstActivity) dropped unset).
+pub(super) async fn recovery_ms(
+    first_activity: futures::channel::oneshot::Receiver<std::time::Instant>,
+    failed_at: std::time::Instant,
+) -> Option<u64> {
+    let active = first_activity.await.ok()?;
+    Some(active.saturating_duration_since(failed_at).as_millis() as u64)
 }

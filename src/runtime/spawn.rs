@@ -40,7 +40,8 @@ pub(super) struct Spawner {
     pub(super) hold: Option<Arc<std::sync::atomic::AtomicU32>>,
     pub(super) fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     pub(super) arbiters: Vec<actix::ArbiterHandle>,
-    pub(super) activity: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// Shared by the subtasks spawned: when records first flowed.
+    pub(super) activity: Arc<floe_actors::subtask::FirstActivity>,
     pub(super) scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
 }
 

@@ -54,6 +54,7 @@ use crate::connectors::two_phase::TwoPhaseCommitSink;
 use crate::failover::{
     FailoverStrategy, Fault, FaultInjection, FaultInjector, FaultPoint, RestartStrategy,
 };
+use crate::text::SplitMix;
 use floe_actors::element::Batch;
 use floe_actors::ids::CheckpointId;
 use std::collections::{HashMap, HashSet};
@@ -184,20 +185,11 @@ pub struct FaultPlan {
     pub faults: Vec<Fault>,
 }
 
-/// A small seeded generator (splitmix64's golden-ratio step, mixed by
-/// [`mix64`](crate::text::mix64)), so that a plan depends on the seed only.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        crate::text::mix64(self.0)
-    }
-
-    fn in_range(&mut self, r: &RangeInclusive<u64>) -> u64 {
-        let (lo, hi) = (*r.start(), *r.end().max(r.start()));
-        lo + self.next() % (hi - lo + 1)
-    }
+/// Uniform in `r` (`lo` alone when the range is empty): a plan depends on
+/// the seed of its [`SplitMix`] only.
+fn in_range(rng: &mut SplitMix, r: &RangeInclusive<u64>) -> u64 {
+    let (lo, hi) = (*r.start(), *r.end().max(r.start()));
+    lo + rng.below(hi - lo + 1)
 }
 
 impl FaultPlan {
@@ -222,16 +214,19 @@ impl FaultPlan {
     /// assert!((1..=3).contains(&plan.faults.len()));
     /// ```
     pub fn generate(seed: u64, spec: &ChaosSpec) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix(seed);
         let p = *spec.parallelism.start() as u64..=*spec.parallelism.end() as u64;
-        let parallelism = rng.in_range(&p).max(1) as usize;
+        let parallelism = in_range(&mut rng, &p).max(1) as usize;
         let failover = if spec.failover.is_empty() {
             FailoverStrategy::All
         } else {
             spec.failover[(rng.next() % spec.failover.len() as u64) as usize]
         };
-        let interval_ms = rng.in_range(&spec.interval_ms).max(1);
-        let k = rng.in_range(&(*spec.faults.start() as u64..=*spec.faults.end() as u64));
+        let interval_ms = in_range(&mut rng, &spec.interval_ms).max(1);
+        let k = in_range(
+            &mut rng,
+            &(*spec.faults.start() as u64..=*spec.faults.end() as u64),
+        );
         let per_subtask = (spec.records / parallelism as u64).max(1);
         let ids = spec.checkpoint_ids.max(1);
         let mut faults: Vec<Fault> = Vec::new();

@@ -1,48 +1,13 @@
-//! The seeded generator of every test input: splitmix64, and the
-//! `key,timestamp_ms,value` lines the CLI window tests feed `floe run
-//! window`. One copy, included by `tests/common/mod.rs`,
+//! The seeded generator of every test input (splitmix64: the library's
+//! [`floe::text::SplitMix`], which the unit tests, benches and examples use
+//! too), and the `key,timestamp_ms,value` lines the CLI window tests feed
+//! `floe run window`. Included by `tests/common/mod.rs`,
 //! `tests/cli_common/mod.rs` and the test files that need only this.
 
 #![allow(dead_code)]
 
-/// splitmix64: a small seeded generator so test inputs are reproducible.
-#[derive(Clone, Debug)]
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// True with probability `permille / 1000`.
-    pub fn chance(&mut self, permille: u64) -> bool {
-        self.below(1000) < permille
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo) as u64 + 1) as i64
-    }
-
-    /// One of `items`.
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-
-    /// One of `keys` keys `k0`, `k1`, ...
-    pub fn key(&mut self, keys: u64) -> String {
-        format!("k{}", self.below(keys))
-    }
-}
+/// splitmix64, the library's one seeded generator ([`floe::text::SplitMix`]).
+pub use floe::text::SplitMix;
 
 /// The shape of a [`window_input`].
 #[derive(Clone, Copy, Debug)]

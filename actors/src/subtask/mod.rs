@@ -35,6 +35,7 @@
 //! - `restore`: watermarks and channel state taken back from a checkpoint.
 //! - `throttle`: the input rate of a throttled sink.
 
+mod activity;
 pub mod alignment;
 mod checkpointing;
 mod drain;
@@ -42,6 +43,7 @@ pub mod gate;
 mod restore;
 mod throttle;
 
+pub use activity::FirstActivity;
 pub use restore::SubtaskRestore;
 
 use crate::chain::ChainInput;
@@ -97,7 +99,7 @@ pub struct SubtaskSetup {
     pub input_rate: Option<f64>,
     /// Set when the subtask first processes (or, a source, emits) records:
     /// how long a restart took to get records flowing again.
-    pub activity: Option<Arc<std::sync::OnceLock<Instant>>>,
+    pub activity: Option<Arc<FirstActivity>>,
 }
 
 /// What heads a chain: a source, or the network inputs.
@@ -254,10 +256,8 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
 
     #[inline]
     fn mark_active(&self) {
-        if let Some(a) = &self.setup.activity
-            && a.get().is_none()
-        {
-            let _ = a.set(Instant::now());
+        if let Some(a) = &self.setup.activity {
+            a.mark();
         }
     }
 
@@ -384,10 +384,8 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     }
                     match driver.step()? {
                         SourceStep::Emitted => {
-                            if let Some(a) = &self.setup.activity
-                                && a.get().is_none()
-                            {
-                                let _ = a.set(Instant::now());
+                            if let Some(a) = &self.setup.activity {
+                                a.mark();
                             }
                             budget -= 1;
                             more = budget == 0;

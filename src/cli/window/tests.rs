@@ -3,21 +3,7 @@
 //! line against `format!`.
 
 use super::*;
-
-/// A seeded SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[(self.next() % from.len() as u64) as usize]
-    }
-}
+use floe::text::SplitMix;
 
 fn same(a: &Event, b: &Event) -> bool {
     (&a.key, a.ts, a.value, &a.line) == (&b.key, b.ts, b.value, &b.line)
@@ -63,7 +49,7 @@ fn plain_lines_parse_as_parse_line_does() {
         "1699999999855",
         "1,2",
     ];
-    let mut rng = Rng(16);
+    let mut rng = SplitMix(16);
     let mut plain = 0;
     for case in 0..20_000 {
         let line = format!(
@@ -93,7 +79,7 @@ fn plain_lines_parse_as_parse_line_does() {
 #[test]
 fn timestamps_always_in_range_have_their_windows() {
     use floe::window::assigner::SessionGap;
-    let mut rng = Rng(11);
+    let mut rng = SplitMix(11);
     let sizes = [
         1,
         2,
@@ -156,7 +142,7 @@ fn timestamps_always_in_range_have_their_windows() {
 /// The bytes a firing writes are `format!`'s, extremes included.
 #[test]
 fn a_firing_writes_the_formatted_line() {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix(7);
     let edges = [0, 1, -1, 9, 10, -10, i64::MAX, i64::MIN, 1_699_999_999_000];
     let mut buf = Vec::new();
     for i in 0..5_000 {

@@ -225,21 +225,6 @@ mod tests {
         out
     }
 
-    /// A seeded SplitMix64.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     /// Random files (short and very long lines, empty lines, CRLF, with and
     /// without a last newline, empty) read split by split at random split
     /// sizes: every line exactly once, in order, as `split` reads it.
@@ -247,7 +232,7 @@ mod tests {
     fn every_line_is_read_exactly_once_whatever_the_split_size() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("in.txt");
-        let mut rng = Rng(0x5eed);
+        let mut rng = crate::text::SplitMix(0x5eed);
         for case in 0..300 {
             let mut bytes = Vec::new();
             if case % 7 == 0 {
