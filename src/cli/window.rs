@@ -298,13 +298,7 @@ fn plain_i64(bytes: &[u8]) -> Option<i64> {
         return None;
     }
     let mut n = 0i64;
-    let mut rest = digits;
-    // Eight digits at a time (a millisecond timestamp has 13).
-    while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
-        n = n * 100_000_000 + eight_digits(*chunk)?;
-        rest = tail;
-    }
-    for &b in rest {
+    for &b in digits {
         let d = b.wrapping_sub(b'0');
         if d > 9 {
             return None;
@@ -312,26 +306,6 @@ fn plain_i64(bytes: &[u8]) -> Option<i64> {
         n = n * 10 + i64::from(d);
     }
     Some(if negative { -n } else { n })
-}
-
-/// The value of eight ASCII digits, `None` if any byte is not one: one
-/// load, one check and three multiply-adds instead of eight steps.
-#[inline]
-fn eight_digits(chunk: [u8; 8]) -> Option<i64> {
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    let v = u64::from_le_bytes(chunk);
-    // A digit is 0x30..=0x39: its high nibble is 3, and still 3 after
-    // adding 6. A byte that carries into the next (from 0xFA) fails itself.
-    if (v & HIGH) | ((v.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) != 0x3333_3333_3333_3333 {
-        return None;
-    }
-    // Neighbouring lanes combined: bytes into pairs, pairs into fours,
-    // fours into eight (the first byte, the lowest, is the first digit).
-    let mut v = v - 0x3030_3030_3030_3030;
-    v = (v.wrapping_mul(10) + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
-    v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
-    v = (v.wrapping_mul(10_000) + (v >> 32)) & 0xFFFF_FFFF;
-    Some(v as i64)
 }
 
 /// The usual line, `key,digits,digits` with a UTF-8 key not starting or

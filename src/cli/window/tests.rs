@@ -224,32 +224,3 @@ fn an_event_without_its_line_is_key_and_two_integers() {
         ("k7", 1_699_999_999_855, -54)
     );
 }
-
-/// Numbers of every length up to 18 digits, with a bad byte (a
-/// neighbour of the digits in ASCII, or above it) at every place of some:
-/// the bytewise integer is `str::parse`'s, or `None` where that fails.
-#[test]
-fn plain_integers_are_str_parse() {
-    let mut rng = Rng(41);
-    for _ in 0..50_000 {
-        let len = 1 + (rng.next() % 18) as usize;
-        let mut bytes: Vec<u8> = (0..len).map(|_| b'0' + (rng.next() % 10) as u8).collect();
-        if rng.next() % 3 == 0 {
-            let at = (rng.next() % len as u64) as usize;
-            bytes[at] =
-                [b'/', b':', b'?', b' ', 0xFA, 0xFF, 0x3A, 0x29, b'-'][(rng.next() % 9) as usize];
-        }
-        if rng.next() % 4 == 0 {
-            bytes.insert(0, b'-');
-        }
-        let want = std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok());
-        assert_eq!(
-            plain_i64(&bytes),
-            want,
-            "{:?}",
-            String::from_utf8_lossy(&bytes)
-        );
-    }
-}
