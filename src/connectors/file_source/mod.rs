@@ -426,36 +426,6 @@ mod tests {
         }
     }
 
-    /// Lines of every length from 0 to 200 bytes (around the reader's
-    /// plain-loop search for a `\n` and past it), `\n` or `\r\n` ended,
-    /// read at several parallelisms and split sizes: the file's lines.
-    #[test]
-    fn lines_of_every_length_are_read_whole() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("in.txt");
-        let mut text = String::new();
-        for len in 0..=200usize {
-            text.extend((0..len).map(|i| char::from(b'a' + (i % 26) as u8)));
-            text.push_str(if len % 3 == 0 { "\r\n" } else { "\n" });
-        }
-        text.push_str("the last line, without a newline");
-        std::fs::write(&path, &text).expect("write");
-        let mut oracle: Vec<String> = text.lines().map(str::to_owned).collect();
-        oracle.sort();
-        for split_size in [1, 63, 64, 65, 1000, 1 << 20] {
-            let source = FileSource::new(&path, Utf8Lines)
-                .expect("opens")
-                .split_size(split_size);
-            for p in [1, 2, 3] {
-                let mut all: Vec<String> = (0..p)
-                    .flat_map(|i| drain(&mut source.reader(&ctx(i, p)), 7))
-                    .collect();
-                all.sort();
-                assert_eq!(all, oracle, "split size {split_size}, P={p}");
-            }
-        }
-    }
-
     #[derive(Clone)]
     struct Numbers;
     impl LineDecoder for Numbers {

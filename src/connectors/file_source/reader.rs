@@ -119,7 +119,7 @@ impl SplitReader {
         let mut searched = 0;
         loop {
             let unread = &self.buf[self.pos + searched..self.len];
-            if let Some(i) = find_newline(unread) {
+            if let Some(i) = memchr::memchr(b'\n', unread) {
                 let (from, to) = (self.pos, self.pos + searched + i);
                 self.pos = to + 1;
                 self.offset += (to + 1 - from) as u64;
@@ -163,25 +163,6 @@ impl SplitReader {
         }
         self.len += n;
         Ok(())
-    }
-}
-
-/// Bytes searched for a line's `\n` by a plain loop before `memchr`.
-const SHORT_LINE: usize = 64;
-
-/// The index of the first `\n` in `bytes`. A usual line is a few dozen
-/// bytes, for which a call to `memchr` (made for long haystacks: a few
-/// levels of dispatch before its vector loop) costs more than a plain
-/// loop over them; a longer line takes `memchr` past its first bytes.
-#[inline]
-fn find_newline(bytes: &[u8]) -> Option<usize> {
-    let head = &bytes[..bytes.len().min(SHORT_LINE)];
-    match head.iter().position(|&b| b == b'\n') {
-        Some(i) => Some(i),
-        None if bytes.len() > SHORT_LINE => {
-            memchr::memchr(b'\n', &bytes[SHORT_LINE..]).map(|i| SHORT_LINE + i)
-        }
-        None => None,
     }
 }
 
