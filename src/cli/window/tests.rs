@@ -170,7 +170,7 @@ fn a_firing_writes_the_formatted_line() {
 /// unaligned checkpoint restore whether or not either job kept lines.
 #[test]
 fn events_with_and_without_lines_read_each_other() {
-    let mut rng = Rng(23);
+    let mut rng = SplitMix(23);
     for i in 0..2_000 {
         let key = ["k1", "", "é,ü", "a-key-longer-than-twenty-three-bytes"][i % 4];
         let (ts, value) = (rng.next() as i64, rng.next() as i64);
