@@ -145,6 +145,9 @@ pub struct JobSupervisor {
     /// Regions waiting for their redeployment.
     restarting: HashSet<usize>,
     pending_error: Option<Error>,
+    /// Failures reported before [`Supervise`] named the subtasks and the
+    /// regions: handled once it has (a region failover needs both).
+    early_failures: Vec<SubtaskFailed>,
     done: Option<oneshot::Sender<Result<JobOutcome>>>,
     publish_interval: Duration,
     name: String,
@@ -175,6 +178,7 @@ impl JobSupervisor {
             region: None,
             restarting: HashSet::new(),
             pending_error: None,
+            early_failures: Vec::new(),
             done: Some(done),
             publish_interval: Duration::ZERO,
             name: String::from("job"),
@@ -381,6 +385,12 @@ impl Handler<Supervise> for JobSupervisor {
         }
         if let Some(e) = self.pending_error.take() {
             self.fail(e, ctx);
+        } else if !self.early_failures.is_empty() {
+            tracing::info!(job = %self.name, subtasks = self.subtasks.len(), "job started");
+            self.set_status(JobStatus::Running);
+            for failed in std::mem::take(&mut self.early_failures) {
+                self.on_failed(failed, ctx);
+            }
         } else if self.finished.len() >= self.subtasks.len() {
             self.complete(Ok(()), ctx);
         } else {
@@ -412,6 +422,25 @@ impl Handler<SubtaskFailed> for JobSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: SubtaskFailed, ctx: &mut Context<Self>) {
+        // A subtask may fail before the deployment's `Supervise` arrived
+        // (a fault in its first records): whether its region can restart
+        // is known only then.
+        if self.expected.is_none()
+            && self.done.is_some()
+            && msg.error != Error::Cancelled
+            && msg.error.is_retriable()
+        {
+            self.early_failures.push(msg);
+            return;
+        }
+        self.on_failed(msg, ctx);
+    }
+}
+
+impl JobSupervisor {
+    /// A subtask failed: restarts its region when region failover allows,
+    /// else fails the attempt.
+    fn on_failed(&mut self, msg: SubtaskFailed, ctx: &mut Context<Self>) {
         if self.done.is_some() && msg.error != Error::Cancelled {
             tracing::warn!(
                 job = %self.name,
@@ -468,5 +497,102 @@ impl Handler<FailJob> for JobSupervisor {
                 .record_failure(None, None, msg.error.to_string());
         }
         self.fail(msg.error, ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use futures::channel::mpsc;
+
+    /// A subtask that only takes cancellations.
+    struct Idle;
+
+    impl Actor for Idle {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<CancelSubtask> for Idle {
+        type Result = ();
+        fn handle(&mut self, _: CancelSubtask, _: &mut Context<Self>) {}
+    }
+
+    /// One region holding both subtasks; redeploys report on a channel.
+    struct OneRegion {
+        members: Vec<SubtaskKey>,
+        redeployed: mpsc::UnboundedSender<usize>,
+    }
+
+    impl RegionFailover for OneRegion {
+        fn region_of(&self, _: VertexId, _: SubtaskIndex) -> usize {
+            0
+        }
+        fn members(&self, _: usize) -> Vec<SubtaskKey> {
+            self.members.clone()
+        }
+        fn on_failure(&mut self) -> Option<Duration> {
+            Some(Duration::ZERO)
+        }
+        fn redeploy(
+            &mut self,
+            region: usize,
+        ) -> Result<Vec<(SubtaskKey, Recipient<CancelSubtask>)>> {
+            let _ = self.redeployed.unbounded_send(region);
+            Ok(self
+                .members
+                .iter()
+                .map(|&k| (k, Idle.start().recipient()))
+                .collect())
+        }
+    }
+
+    /// A subtask may fail before the deployment's `Supervise` arrives (a
+    /// fault in its first records): its region restarts, as for a later
+    /// failure, instead of the job failing.
+    #[test]
+    fn a_failure_before_supervise_restarts_its_region() {
+        let keys: Vec<SubtaskKey> = (0..2).map(|j| (VertexId(0), SubtaskIndex(j))).collect();
+        let (redeployed_tx, mut redeployed) = mpsc::unbounded();
+        let system = actix::System::new();
+        let outcome = system.block_on(async move {
+            let (done_tx, done) = oneshot::channel();
+            let supervisor = JobSupervisor::new(
+                Arc::new(Mutex::new(JobStatus::Created)),
+                Arc::new(JobMetrics::new("early failure")),
+                done_tx,
+            )
+            .start();
+            supervisor.do_send(SubtaskFailed {
+                vertex: keys[0].0,
+                subtask: keys[0].1,
+                error: Error::Runtime("failed in its first records".into()),
+            });
+            supervisor.do_send(Supervise {
+                subtasks: keys
+                    .iter()
+                    .map(|&k| (k, Idle.start().recipient()))
+                    .collect(),
+                arbiters: Vec::new(),
+                joined: None,
+                region: Some(Box::new(OneRegion {
+                    members: keys.clone(),
+                    redeployed: redeployed_tx,
+                })),
+            });
+            // The region comes back after its restart delay; then both of
+            // its subtasks finish.
+            let region = redeployed.next().await;
+            assert_eq!(
+                region,
+                Some(0),
+                "the failed subtask's region was redeployed"
+            );
+            for &(vertex, subtask) in &keys {
+                supervisor.do_send(SubtaskFinished { vertex, subtask });
+            }
+            done.await.expect("the supervisor reports")
+        });
+        assert!(outcome.is_ok(), "the job failed instead: {outcome:?}");
     }
 }
