@@ -109,16 +109,17 @@ impl Job {
                 self.seen.extend(self.lines.iter());
                 return (status, self.seen);
             }
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => self.seen.push(line),
-                Err(_) if Instant::now() > deadline => {
-                    let _ = self.child.kill();
-                    panic!(
-                        "floe still running after {limit:?}:\n{}",
-                        self.seen.join("\n")
-                    );
-                }
-                Err(_) => {}
+            // Checked on every turn: a job that keeps printing status
+            // lines must not hold the watchdog off.
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "floe still running after {limit:?}:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push(line);
             }
         }
     }
