@@ -283,9 +283,13 @@ fn a_broker_that_stays_down_fails_the_job_after_bounded_restarts() {
     let (status, stderr) = running.wait(WATCHDOG);
     let text = stderr.join("\n");
     assert!(!status.success(), "the job cannot succeed:\n{text}");
-    assert!(
-        stderr.iter().any(|l| l.starts_with("restart attempt=")),
-        "each restart is on stderr:\n{text}"
+    assert_eq!(
+        stderr
+            .iter()
+            .filter(|l| l.starts_with("restart attempt="))
+            .count(),
+        3,
+        "each of the strategy's three restarts is on stderr:\n{text}"
     );
     let last = stderr.last().map(String::as_str).unwrap_or_default();
     assert!(last.starts_with("error: "), "one error line last:\n{text}");
