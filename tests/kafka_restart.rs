@@ -10,6 +10,12 @@
 //! - left down, the job gives up after its bounded restarts: non-zero exit,
 //!   `restart` lines, then one `error:` line.
 //!
+//! Both jobs give their Kafka clients a short request timeout (`timeout=`
+//! in the URLs), so a lost broker fails a subtask within seconds, and an
+//! explicit `--restart` strategy: the tests wait for the job's own events
+//! (a checkpoint, a `restart` line, the broker back, the job's end), and
+//! the timeouts only decide how soon those come.
+//!
 //! The tests stop the broker every other test uses, so they run one at a
 //! time, in this binary of their own, and start it again when done.
 
@@ -103,16 +109,17 @@ impl Job {
                 self.seen.extend(self.lines.iter());
                 return (status, self.seen);
             }
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => self.seen.push(line),
-                Err(_) if Instant::now() > deadline => {
-                    let _ = self.child.kill();
-                    panic!(
-                        "floe still running after {limit:?}:\n{}",
-                        self.seen.join("\n")
-                    );
-                }
-                Err(_) => {}
+            // Checked on every turn: a job that keeps printing status
+            // lines must not hold the watchdog off.
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "floe still running after {limit:?}:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push(line);
             }
         }
     }
@@ -127,14 +134,22 @@ fn checkpoints_at_least(n: u64) -> impl Fn(&str) -> bool {
     }
 }
 
+/// How long the jobs' Kafka clients wait for an answer (ms): how soon a
+/// source or sink notices the broker gone (the defaults, 10 s and 30 s,
+/// would make each failed attempt that long).
+const CLIENT_TIMEOUT_MS: u64 = 2_000;
+
 /// A wordcount of a seeded corpus of `lines` lines in a 4-partition topic
-/// into `output`, checkpointed, throttled so the broker dies mid-input;
-/// the oracle.
+/// (read with the extra URL parameters `params`) into `output`,
+/// checkpointed, throttled so the broker dies mid-input, restarting as
+/// `restart` says; the oracle.
 fn job(
     b: &str,
     name: &str,
     lines: usize,
+    params: &str,
     output: &str,
+    restart: &str,
 ) -> (
     Vec<String>,
     std::collections::HashMap<String, u64>,
@@ -149,7 +164,7 @@ fn job(
         "run",
         "wordcount",
         "--input",
-        &format!("kafka://{b}/{input}"),
+        &format!("kafka://{b}/{input}?timeout={CLIENT_TIMEOUT_MS}{params}"),
         "--bounded",
         "--output",
         output,
@@ -161,6 +176,8 @@ fn job(
         dir.path().join("ckpt").to_str().expect("UTF-8 path"),
         "--sink-rate",
         "4000",
+        "--restart",
+        restart,
     ]);
     (list, oracle(&lines), dir)
 }
@@ -192,14 +209,24 @@ fn a_broker_restart_while_the_job_runs_is_retried_and_stays_exact() {
     }
     let table = format!("wc_restart_{}", std::process::id());
     query(&pg, &format!("DROP TABLE IF EXISTS {table}"));
-    const LINES: usize = 60_000;
-    let (mut list, oracle, _dir) = job(&b, "restart", LINES, &format!("{pg}?table={table}"));
-    // Small channels, so the throttled sink holds the source back, and a
-    // small client read-ahead, so the source still needs the broker then
-    // (librdkafka prefetches up to 100 000 records a partition).
+    // At most 4 000 updates/s through the throttled sink (4.5 a line):
+    // the source reads for over 20 s, while the clients notice the broker
+    // gone within twice their timeout.
+    const LINES: usize = 20_000;
+    // A small client read-ahead, so the source still needs the broker
+    // when it dies (librdkafka prefetches up to 100 000 records a
+    // partition). Restarts every 100 ms, as many as it takes: the job
+    // retries until the broker is back, however long its start takes.
+    let (mut list, oracle, _dir) = job(
+        &b,
+        "restart",
+        LINES,
+        "&queued.min.messages=100&max.partition.fetch.bytes=1024",
+        &format!("{pg}?table={table}"),
+        "fixed:1000000,100",
+    );
+    // Small channels, so the throttled sink holds the source back.
     list.extend(args(&["--credits", "1", "--network-buffers", "4"]));
-    let input = list.iter().position(|a| a == "--input").expect("--input") + 1;
-    list[input].push_str("?queued.min.messages=100&max.partition.fetch.bytes=1024");
     let mut running = Job::start(&list);
     // The broker dies while the source still reads from it (the sink,
     // throttled, holds the source back): the `records` the source emitted
@@ -238,24 +265,31 @@ fn a_broker_that_stays_down_fails_the_job_after_bounded_restarts() {
     let Some(b) = broker() else { return };
     let output = unique("down-out");
     create_topic(&b, &output, 2);
+    // Three restarts, 100 ms apart, each failing within the clients'
+    // timeout.
     let (list, _oracle, _dir) = job(
         &b,
         "down",
         8_000,
-        &format!("kafka://{b}/{output}?delivery=at-least-once"),
+        "",
+        &format!("kafka://{b}/{output}?delivery=at-least-once&timeout={CLIENT_TIMEOUT_MS}"),
+        "fixed:3,100",
     );
     let mut running = Job::start(&list);
     running.wait_line("2 completed checkpoints", checkpoints_at_least(2));
     let _restart = Restart;
     services(&["kill", "kafka"]);
-    // Bounded: ten restarts at most, each failing within the client's
-    // timeouts.
-    let (status, stderr) = running.wait(2 * WATCHDOG);
+    // Bounded: the job ends by itself (the watchdog only catches a hang).
+    let (status, stderr) = running.wait(WATCHDOG);
     let text = stderr.join("\n");
     assert!(!status.success(), "the job cannot succeed:\n{text}");
-    assert!(
-        stderr.iter().any(|l| l.starts_with("restart attempt=")),
-        "each restart is on stderr:\n{text}"
+    assert_eq!(
+        stderr
+            .iter()
+            .filter(|l| l.starts_with("restart attempt="))
+            .count(),
+        3,
+        "each of the strategy's three restarts is on stderr:\n{text}"
     );
     let last = stderr.last().map(String::as_str).unwrap_or_default();
     assert!(last.starts_with("error: "), "one error line last:\n{text}");

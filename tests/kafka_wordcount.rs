@@ -176,7 +176,9 @@ fn bad_urls_and_a_broker_that_is_down_are_one_error_line() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let port = listener.local_addr().expect("address").port();
     drop(listener);
-    let down = format!("kafka://127.0.0.1:{port}/words");
+    // A short client timeout: the start fails after it, not after the
+    // defaults (10 s each).
+    let down = format!("kafka://127.0.0.1:{port}/words?timeout=1000");
     let e = one_error_line(&["run", "wordcount", "--input", &down, "--bounded"]);
     assert!(e.contains("cannot reach Kafka broker"), "{e}");
     let e = one_error_line(&["run", "wordcount", "--records", "10", "--output", &down]);
@@ -190,6 +192,23 @@ fn bad_urls_and_a_broker_that_is_down_are_one_error_line() {
         "kafka://127.0.0.1:9/t?start=yesterday",
     ]);
     assert!(e.contains("start=yesterday"), "{e}");
+    // The clients' request timeout, a positive number of ms.
+    let e = one_error_line(&[
+        "run",
+        "wordcount",
+        "--input",
+        "kafka://127.0.0.1:9/t?timeout=0",
+    ]);
+    assert!(e.contains("timeout=0"), "{e}");
+    let e = one_error_line(&[
+        "run",
+        "wordcount",
+        "--records",
+        "10",
+        "--output",
+        "kafka://127.0.0.1:9/t?timeout=soon",
+    ]);
+    assert!(e.contains("timeout=soon"), "{e}");
     let e = one_error_line(&["run", "wordcount", "--records", "10", "--bounded"]);
     assert!(e.contains("--bounded"), "{e}");
     if let Some(b) = broker() {

@@ -1,13 +1,17 @@
 //! `kafka://` and `postgres://` URLs in `--input` and `--output`.
 //!
-//! - `--input kafka://HOST:PORT/TOPIC[?start=earliest|latest|committed|TIMESTAMP_MS][&group=G]`
+//! - `--input kafka://HOST:PORT/TOPIC[?start=earliest|latest|committed|TIMESTAMP_MS][&group=G][&timeout=MS]`
 //!   reads the topic's record values as lines, with a Kafka source per
 //!   subtask; `--bounded` stops at the end offsets seen at start.
-//! - `--output kafka://HOST:PORT/TOPIC[?delivery=exactly-once|at-least-once]`
+//! - `--output kafka://HOST:PORT/TOPIC[?delivery=exactly-once|at-least-once][&timeout=MS]`
 //!   writes one record per output line (key: the line up to its first
 //!   comma). With checkpointing the default is the exactly-once,
 //!   transactional sink; otherwise, and with `delivery=at-least-once`, the
 //!   at-least-once sink (flushed at each checkpoint).
+//! - `timeout=MS` is the client's request timeout (source: metadata and
+//!   offset requests, and how long it waits for a lost broker before it
+//!   fails the subtask, default 10 s; sink: a flush or a transaction step,
+//!   default 30 s): how soon a job notices a broker that is gone.
 //!
 //! The brokers and topics are checked before the job starts, so a bad URL
 //! or a server that is down is one error line.
@@ -94,12 +98,15 @@ pub fn kafka_source<T: Send + 'static>(
         // `queued.min.messages`), set as given.
         if k.contains('.') {
             source = source.property(k, v);
-        } else if !matches!(k.as_str(), "start" | "group") {
+        } else if !matches!(k.as_str(), "start" | "group" | "timeout") {
             return Err(bad(format!(
-                "unknown parameter '{k}' (start, group, or a dotted client property)"
+                "unknown parameter '{k}' (start, group, timeout, or a dotted client property)"
             ))
             .into());
         }
+    }
+    if let Some(timeout) = timeout_param(url, bad)? {
+        source = source.request_timeout(timeout);
     }
     if let Some(group) = url.param("group") {
         source = source.group_id(group);
@@ -118,6 +125,8 @@ pub struct KafkaOutput {
     pub topic: String,
     /// Written by the transactional sink.
     pub exactly_once: bool,
+    /// The sink's request timeout (`timeout=MS`; `None`: its default).
+    pub timeout: Option<std::time::Duration>,
 }
 
 #[cfg(feature = "kafka")]
@@ -128,7 +137,10 @@ impl KafkaOutput {
         T: std::fmt::Display + Clone + Send + 'static,
     {
         use floe::connectors::kafka_sink::KafkaSink;
-        let sink = KafkaSink::<T>::lines(&self.brokers, &self.topic);
+        let mut sink = KafkaSink::<T>::lines(&self.brokers, &self.topic);
+        if let Some(timeout) = self.timeout {
+            sink = sink.request_timeout(timeout);
+        }
         if self.exactly_once {
             stream
                 .add_two_phase_sink(sink.exactly_once())
@@ -154,10 +166,11 @@ pub fn kafka_output(path: &Path, checkpointing: bool) -> Option<floe::Result<Kaf
             reason,
         };
         for (k, _) in &url.params {
-            if k != "delivery" {
-                return Err(bad(format!("unknown parameter '{k}' (delivery)")).into());
+            if !matches!(k.as_str(), "delivery" | "timeout") {
+                return Err(bad(format!("unknown parameter '{k}' (delivery, timeout)")).into());
             }
         }
+        let timeout = timeout_param(&url, bad)?;
         let exactly_once = match url.param("delivery") {
             None => checkpointing,
             Some("exactly-once") => true,
@@ -169,7 +182,10 @@ pub fn kafka_output(path: &Path, checkpointing: bool) -> Option<floe::Result<Kaf
                 .into());
             }
         };
-        let sink = KafkaSink::<String>::lines(&url.brokers, &url.topic);
+        let mut sink = KafkaSink::<String>::lines(&url.brokers, &url.topic);
+        if let Some(timeout) = timeout {
+            sink = sink.request_timeout(timeout);
+        }
         sink.check()?;
         if exactly_once {
             sink.check_transactions()?;
@@ -178,8 +194,27 @@ pub fn kafka_output(path: &Path, checkpointing: bool) -> Option<floe::Result<Kaf
             brokers: url.brokers,
             topic: url.topic,
             exactly_once,
+            timeout,
         })
     })())
+}
+
+/// The `timeout=MS` parameter of a Kafka URL (a positive number of ms).
+#[cfg(feature = "kafka")]
+fn timeout_param(
+    url: &floe::connectors::kafka::KafkaUrl,
+    bad: impl Fn(String) -> floe::connectors::kafka::KafkaError,
+) -> floe::Result<Option<std::time::Duration>> {
+    let Some(ms) = url.param("timeout") else {
+        return Ok(None);
+    };
+    match ms.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Some(std::time::Duration::from_millis(ms))),
+        _ => Err(bad(format!(
+            "timeout={ms}: expected a positive number of milliseconds"
+        ))
+        .into()),
+    }
 }
 
 /// Refuses a URL `--output` this build or job cannot write.

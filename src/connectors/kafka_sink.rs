@@ -214,7 +214,8 @@ impl<T> KafkaSink<T> {
         self
     }
 
-    /// How long a flush or a transaction step may take (default 30 s).
+    /// How long a flush or a transaction step may take (default 30 s);
+    /// the start's metadata check waits the shorter of it and 10 s.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -228,9 +229,12 @@ impl<T> KafkaSink<T> {
     /// Checks that the brokers answer and the topic exists.
     pub fn check(&self) -> std::result::Result<(), KafkaError> {
         let (producer, _) = self.producer(None)?;
+        // A metadata answer takes milliseconds: 10 s at most, less when
+        // the request timeout is shorter (a job that must notice a broker
+        // gone soon).
         let metadata = producer
             .client()
-            .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
+            .fetch_metadata(Some(&self.topic), self.timeout.min(Duration::from_secs(10)))
             .map_err(|e| KafkaError::Unreachable {
                 brokers: self.brokers.clone(),
                 reason: e.to_string(),
