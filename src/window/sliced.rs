@@ -63,7 +63,10 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     late: super::operator::LateCounts,
 }
 
-impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
+impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A>
+where
+    HeapPanes<K, ACC>: PaneStore<K, ACC>,
+{
     /// An operator for `spec`, whose assigner must be tumbling or sliding,
     /// with its panes in memory.
     pub fn new(
@@ -76,7 +79,10 @@ impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
     }
 }
 
-impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
+impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S>
+where
+    S: PaneStore<K, ACC>,
+{
     /// Like [`new`](SlicedWindowOp::new), with the panes in `store`.
     pub fn with_store(
         key: KeyFn<T, K>,
@@ -100,6 +106,9 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
                 ));
             }
         };
+        let pane = gcd(size, slide);
+        let mut store = store;
+        store.panes_per_window(size / pane);
         Ok(SlicedWindowOp {
             key,
             spec,
@@ -108,7 +117,7 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
             size,
             slide,
             offset,
-            pane: gcd(size, slide),
+            pane,
             watermark: MIN_WATERMARK,
             panes: store,
             _acc: std::marker::PhantomData,
@@ -131,11 +140,6 @@ where
     OUT: 'static,
     S: PaneStore<K, ACC>,
 {
-    #[inline]
-    fn is_late(&self, w: &TimeWindow) -> bool {
-        self.spec.is_late(w, self.watermark)
-    }
-
     /// The smallest window end above `t` (ends are aligned like starts +
     /// size); `None` past the last end inside the timestamp range.
     #[inline]
@@ -192,59 +196,66 @@ where
     where
         K: serde::Serialize,
     {
-        let mut windows = std::mem::take(&mut self.windows);
-        windows.clear();
-        self.spec
-            .assigner
-            .try_assign(value, ts, |w| windows.push(w))?;
-        windows.retain(|w| !self.is_late(w));
-        if windows.is_empty() {
-            self.windows = windows;
+        // Whether any window takes the record, and whether one of those
+        // the watermark passed takes it late (allowed lateness): counted
+        // as the assigner goes, nothing collected per record.
+        let (spec, watermark) = (&self.spec, self.watermark);
+        let (mut live, mut refire) = (false, false);
+        spec.assigner.try_assign(value, ts, |w| {
+            if !spec.is_late(&w, watermark) {
+                live = true;
+                refire |= w.max_timestamp() <= watermark;
+            }
+        })?;
+        if !live {
             return Ok(false);
         }
-        let key = self.key.with_key(value, K::clone);
         let p = window_start(ts, self.offset, self.pane);
-        let agg = &self.agg;
-        let added = self.panes.add(
-            p,
-            key,
-            || agg.create_accumulator(),
-            |acc| agg.add(value, acc),
-        );
-        let new_pane = match added {
-            Ok(new) => new,
-            Err(e) => {
-                self.windows = windows;
-                return Err(e.into());
-            }
-        };
+        let (agg, panes) = (&self.agg, &mut self.panes);
+        // The key borrowed from the record: the store copies it only for
+        // a (key, pane) it does not hold yet.
+        let new_pane = self.key.with_key(value, |key| {
+            panes.add(
+                p,
+                key,
+                || agg.create_accumulator(),
+                |acc| agg.add(value, acc),
+            )
+        })?;
         if new_pane && let Some(candidate) = self.first_end_for(p) {
             self.next_end = Some(self.next_end.map_or(candidate, |e| e.min(candidate)));
         }
-        // Windows the watermark passed take the record late (allowed
-        // lateness) and fire again; only then is the key needed after the
-        // pane has it, so only then is it copied again.
-        let refire = windows.iter().any(|w| w.max_timestamp() <= self.watermark);
-        if !refire {
-            self.windows = windows;
-            return Ok(true);
+        if refire {
+            self.refire(value, ts, out)?;
         }
-        let key = self.key.with_key(value, K::clone);
-        for &w in &windows {
-            if w.max_timestamp() > self.watermark {
-                continue;
-            }
-            // Late but allowed: fire again with the updated result.
-            let fired = self
-                .merged_for(&key, &w)
-                .and_then(|acc| acc.map_or(Ok(()), |acc| self.emit(&key, w, &acc, out)));
-            if let Err(e) = fired {
-                self.windows = windows;
-                return Err(e);
-            }
-        }
-        self.windows = windows;
         Ok(true)
+    }
+
+    /// Fires again, with the updated results, the windows the watermark
+    /// passed that took `value` late (allowed lateness): only then is the
+    /// key copied and are the windows listed.
+    #[cold]
+    fn refire(&mut self, value: &T, ts: Timestamp, out: &mut Output<'_, OUT>) -> Result<()>
+    where
+        K: serde::Serialize,
+    {
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.clear();
+        let (spec, watermark) = (&self.spec, self.watermark);
+        let assigned = spec.assigner.try_assign(value, ts, |w| {
+            if !spec.is_late(&w, watermark) && w.max_timestamp() <= watermark {
+                windows.push(w);
+            }
+        });
+        let key = self.key.with_key(value, K::clone);
+        let fired = assigned.and_then(|()| {
+            windows.iter().try_for_each(|&w| {
+                self.merged_for(&key, &w)
+                    .and_then(|acc| acc.map_or(Ok(()), |acc| self.emit(&key, w, &acc, out)))
+            })
+        });
+        self.windows = windows;
+        fired
     }
 
     /// Whether windows the watermark has passed are still to fire.

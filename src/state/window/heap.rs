@@ -1,22 +1,24 @@
 //! The heap backend's window stores: the operators' own maps, in memory.
 //!
-//! [`HeapPanes`] is time-major: panes sorted by start, a hash map from key
-//! to accumulator per pane. A record updates one map; a tumbling window's
-//! firing walks one map, a sliding window's merges the run of maps inside
-//! it. [`HeapWindows`] is a hash map from key to its windows. Both snapshot
-//! by key group into the per-key lists the window operators have always
-//! written.
+//! [`HeapPanes`] lays its panes out for the windows: by pane for tumbling
+//! windows (a hash table from key to accumulator per pane; a record updates
+//! one table, a firing walks one), by key for sliding ones (a table from key
+//! to its panes' accumulators; a firing visits each key once and merges its
+//! few accumulators inside the window). [`HeapWindows`] is a hash map from
+//! key to its windows. All snapshot by key group into the per-key lists the
+//! window operators have always written.
 
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
 use floe_actors::ids::CheckpointId;
-use rustc_hash::FxHashMap;
+use hashbrown::{HashTable, hash_table};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 /// The operator named in the errors of a heap window store.
 const OPERATOR: &str = "Window";
@@ -73,19 +75,192 @@ fn decode<K: DeserializeOwned, V: DeserializeOwned>(
     Ok(())
 }
 
-/// Panes in memory, sorted by start, each a map from key to accumulator.
+/// The hash a pane table files a key under.
+#[inline]
+fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// `list`'s accumulators (sorted by pane start) of the panes starting in
+/// `from..to`, merged.
+#[inline]
+fn merge_range<ACC: Clone>(
+    list: &[(Timestamp, ACC)],
+    from: Timestamp,
+    to: Timestamp,
+    merge: &impl Fn(ACC, ACC) -> ACC,
+) -> Option<ACC> {
+    let mut merged: Option<ACC> = None;
+    for (p, acc) in list {
+        if *p < from {
+            continue;
+        }
+        if *p >= to {
+            break;
+        }
+        merged = Some(match merged.take() {
+            None => acc.clone(),
+            Some(m) => merge(m, acc.clone()),
+        });
+    }
+    merged
+}
+
+/// Panes in memory, in one of two layouts chosen before the first record
+/// by [`PaneStore::panes_per_window`]:
+///
+/// - **by pane** (the default, and for windows of one pane: tumbling):
+///   panes sorted by start, each a hash table from key to accumulator. A
+///   record updates one table; a window's firing walks its one table, and a
+///   dropped pane's table is reused, emptied, by the next pane.
+/// - **by key** (for windows of several panes: sliding): one hash table
+///   from key to the short list of its panes' accumulators. A record
+///   updates its key's list; a window's firing visits each key once and
+///   merges the few accumulators of its list inside the window, where the
+///   by-pane layout merged every pane's table into a new map per window.
+///
+/// Both snapshot the same per-key lists, so either restores the other's.
 pub struct HeapPanes<K, ACC> {
-    panes: VecDeque<(Timestamp, FxHashMap<K, ACC>)>,
-    /// Keys in the last window merged from several panes: the size of the
-    /// next one's map.
-    merged_len: usize,
+    layout: Layout<K, ACC>,
+}
+
+enum Layout<K, ACC> {
+    ByPane(ByPane<K, ACC>),
+    ByKey(ByKey<K, ACC>),
 }
 
 impl<K, ACC> Default for HeapPanes<K, ACC> {
     fn default() -> Self {
         HeapPanes {
-            panes: VecDeque::new(),
-            merged_len: 0,
+            layout: Layout::ByPane(ByPane {
+                panes: VecDeque::new(),
+                last: 0,
+                spare: None,
+                merged_len: 0,
+            }),
+        }
+    }
+}
+
+/// Panes sorted by start, each a table of `(key, accumulator)`.
+struct ByPane<K, ACC> {
+    panes: VecDeque<(Timestamp, HashTable<(K, ACC)>)>,
+    /// Index in `panes` of the last record's pane: nearly always the next
+    /// record's too, found without a search (checked before use, as panes
+    /// inserted or dropped shift the indices).
+    last: usize,
+    /// The last dropped pane's table, emptied with its capacity kept: the
+    /// next new pane's, so a pane does not grow its table from nothing.
+    spare: Option<HashTable<(K, ACC)>>,
+    /// Keys in the last window merged from several panes: the size of the
+    /// next one's map.
+    merged_len: usize,
+}
+
+/// One key's accumulators, one per pane it has records in.
+struct Slot<K, ACC> {
+    key: K,
+    /// Sorted by pane start; the entries below [`ByKey::floor`] belong to
+    /// dropped panes and are removed at the next firing.
+    panes: Vec<(Timestamp, ACC)>,
+    /// Start of the key's latest pane: a key without panes is forgotten
+    /// once idle for a window's length (kept until then, its list's
+    /// allocation serves its next records).
+    last: Timestamp,
+}
+
+/// A table from key to its panes' accumulators.
+struct ByKey<K, ACC> {
+    keys: HashTable<Slot<K, ACC>>,
+    /// The panes' starts, sorted, each with its number of keys.
+    panes: VecDeque<(Timestamp, usize)>,
+    /// Panes starting below were dropped: dropping a pane only moves the
+    /// floor, and each key's stale entries go at the next firing, which
+    /// visits every key anyway.
+    floor: Timestamp,
+}
+
+impl<K: Hash + Eq + Clone, ACC> ByKey<K, ACC> {
+    /// Counts a new (key, pane) entry; whether the pane is new.
+    #[inline]
+    fn count(&mut self, pane: Timestamp) -> bool {
+        // Nearly always the latest pane.
+        if let Some((p, n)) = self.panes.back_mut()
+            && *p == pane
+        {
+            *n += 1;
+            return false;
+        }
+        match self.panes.binary_search_by_key(&pane, |(s, _)| *s) {
+            Ok(i) => {
+                self.panes[i].1 += 1;
+                false
+            }
+            Err(at) => {
+                self.panes.insert(at, (pane, 1));
+                true
+            }
+        }
+    }
+
+    /// `key`'s slot, made when absent (the key copied only then).
+    #[inline]
+    fn slot(&mut self, key: &K, pane: Timestamp) -> &mut Slot<K, ACC> {
+        let entry = self
+            .keys
+            .entry(fx_hash(key), |s| s.key == *key, |s| fx_hash(&s.key));
+        match entry {
+            hash_table::Entry::Occupied(e) => e.into_mut(),
+            hash_table::Entry::Vacant(v) => v
+                .insert(Slot {
+                    key: key.clone(),
+                    panes: Vec::new(),
+                    last: pane,
+                })
+                .into_mut(),
+        }
+    }
+
+    /// Sets `key`'s accumulator in `pane` (a restore).
+    fn put(&mut self, key: &K, pane: Timestamp, acc: ACC) {
+        let slot = self.slot(key, pane);
+        slot.last = slot.last.max(pane);
+        match slot.panes.binary_search_by_key(&pane, |(p, _)| *p) {
+            Ok(i) => slot.panes[i].1 = acc,
+            Err(at) => {
+                slot.panes.insert(at, (pane, acc));
+                self.count(pane);
+            }
+        }
+    }
+}
+
+impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
+    /// The per-key lists of the snapshots: `(key, [(pane start, acc)])`.
+    fn per_key(&self) -> Vec<(&K, Vec<(Timestamp, &ACC)>)> {
+        match &self.layout {
+            Layout::ByPane(s) => {
+                let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
+                for (start, table) in &s.panes {
+                    for (k, acc) in table {
+                        per_key.entry(k).or_default().push((*start, acc));
+                    }
+                }
+                per_key.into_iter().collect()
+            }
+            Layout::ByKey(s) => s
+                .keys
+                .iter()
+                .filter_map(|slot| {
+                    let live: Vec<(Timestamp, &ACC)> = slot
+                        .panes
+                        .iter()
+                        .filter(|(p, _)| *p >= s.floor)
+                        .map(|(p, acc)| (*p, acc))
+                        .collect();
+                    (!live.is_empty()).then_some((&slot.key, live))
+                })
+                .collect(),
         }
     }
 }
@@ -98,57 +273,128 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
         _: bool,
     ) -> Result<WindowCapture, StateError> {
         // Per key: its accumulator in each pane.
-        let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
-        for (start, map) in &self.panes {
-            for (k, acc) in map {
-                per_key.entry(k).or_default().push((*start, acc));
-            }
-        }
-        let groups = encode(per_key.iter(), max_parallelism)?;
+        let per_key = self.per_key();
+        let groups = encode(per_key.iter().map(|(k, v)| (*k, v)), max_parallelism)?;
         Ok(WindowCapture::full(groups))
     }
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
-        self.panes.clear();
-        let panes = &mut self.panes;
-        decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
-            for (start, acc) in list {
-                let at = panes.partition_point(|(s, _)| *s < start);
-                if panes.get(at).is_none_or(|(s, _)| *s != start) {
-                    panes.insert(at, (start, FxHashMap::default()));
-                }
-                panes[at].1.insert(k.clone(), acc);
+        match &mut self.layout {
+            Layout::ByPane(s) => {
+                s.panes.clear();
+                let panes = &mut s.panes;
+                decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
+                    for (start, acc) in list {
+                        let at = panes.partition_point(|(s, _)| *s < start);
+                        if panes.get(at).is_none_or(|(s, _)| *s != start) {
+                            panes.insert(at, (start, HashTable::new()));
+                        }
+                        let table = &mut panes[at].1;
+                        let hash = fx_hash(&k);
+                        match table.entry(hash, |(q, _)| *q == k, |(q, _)| fx_hash(q)) {
+                            hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
+                            hash_table::Entry::Vacant(v) => {
+                                v.insert((k.clone(), acc));
+                            }
+                        }
+                    }
+                })
             }
-        })
+            Layout::ByKey(s) => {
+                s.keys.clear();
+                s.panes.clear();
+                s.floor = Timestamp::MIN;
+                decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
+                    for (start, acc) in list {
+                        s.put(&k, start, acc);
+                    }
+                })
+            }
+        }
     }
 
     fn entries(&self) -> usize {
-        self.panes.iter().map(|(_, m)| m.len()).sum()
+        match &self.layout {
+            Layout::ByPane(s) => s.panes.iter().map(|(_, t)| t.len()).sum(),
+            Layout::ByKey(s) => s.panes.iter().map(|(_, n)| n).sum(),
+        }
     }
 }
 
 impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
+    fn panes_per_window(&mut self, panes: i64) {
+        let empty = self.entries() == 0;
+        if panes > 1 && empty && matches!(self.layout, Layout::ByPane(_)) {
+            self.layout = Layout::ByKey(ByKey {
+                keys: HashTable::new(),
+                panes: VecDeque::new(),
+                floor: Timestamp::MIN,
+            });
+        }
+    }
+
     #[inline]
     fn add(
         &mut self,
         pane: Timestamp,
-        key: K,
+        key: &K,
         init: impl FnOnce() -> ACC,
         add: impl FnOnce(&mut ACC),
     ) -> Result<bool, StateError> {
-        // Binary search: the panes open at once can be hundreds (a file
-        // read in parallel splits sends records from event times minutes
-        // apart, while the watermark, the slowest split's, holds them all),
-        // and a search from the back walked them for every record.
-        let (idx, new) = match self.panes.binary_search_by_key(&pane, |(s, _)| *s) {
-            Ok(i) => (i, false),
-            Err(at) => {
-                self.panes.insert(at, (pane, FxHashMap::default()));
-                (at, true)
+        match &mut self.layout {
+            Layout::ByPane(s) => {
+                let (idx, new) = if s.panes.get(s.last).is_some_and(|(p, _)| *p == pane) {
+                    (s.last, false)
+                } else {
+                    // Binary search: the panes open at once can be hundreds
+                    // (a file read in parallel splits sends records from
+                    // event times minutes apart, while the watermark, the
+                    // slowest split's, holds them all).
+                    match s.panes.binary_search_by_key(&pane, |(p, _)| *p) {
+                        Ok(i) => (i, false),
+                        Err(at) => {
+                            // Sized like the latest pane: no growth by
+                            // rehashing as the pane fills.
+                            let table = s.spare.take().unwrap_or_else(|| {
+                                HashTable::with_capacity(s.panes.back().map_or(0, |(_, t)| t.len()))
+                            });
+                            s.panes.insert(at, (pane, table));
+                            (at, true)
+                        }
+                    }
+                };
+                s.last = idx;
+                let table = &mut s.panes[idx].1;
+                let entry = table.entry(fx_hash(key), |(k, _)| k == key, |(k, _)| fx_hash(k));
+                match entry {
+                    hash_table::Entry::Occupied(mut e) => add(&mut e.get_mut().1),
+                    hash_table::Entry::Vacant(v) => {
+                        let mut acc = init();
+                        add(&mut acc);
+                        v.insert((key.clone(), acc));
+                    }
+                }
+                Ok(new)
             }
-        };
-        add(self.panes[idx].1.entry(key).or_insert_with(init));
-        Ok(new)
+            Layout::ByKey(s) => {
+                let slot = s.slot(key, pane);
+                // Records come about in time order: the key's pane is
+                // nearly always the last of its list.
+                let list = &mut slot.panes;
+                let below = list.iter().rposition(|(p, _)| *p <= pane);
+                if let Some(i) = below
+                    && list[i].0 == pane
+                {
+                    add(&mut list[i].1);
+                    return Ok(false);
+                }
+                let mut acc = init();
+                add(&mut acc);
+                list.insert(below.map_or(0, |i| i + 1), (pane, acc));
+                slot.last = slot.last.max(pane);
+                Ok(s.count(pane))
+            }
+        }
     }
 
     fn merged(
@@ -158,22 +404,31 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
     ) -> Result<Option<ACC>, StateError> {
-        let mut merged: Option<ACC> = None;
-        for (start, map) in &self.panes {
-            if *start < from {
-                continue;
+        match &self.layout {
+            Layout::ByPane(s) => {
+                let hash = fx_hash(key);
+                let mut merged: Option<ACC> = None;
+                for (start, table) in &s.panes {
+                    if *start < from {
+                        continue;
+                    }
+                    if *start >= to {
+                        break;
+                    }
+                    if let Some((_, acc)) = table.find(hash, |(k, _)| k == key) {
+                        merged = Some(match merged.take() {
+                            None => acc.clone(),
+                            Some(m) => merge(m, acc.clone()),
+                        });
+                    }
+                }
+                Ok(merged)
             }
-            if *start >= to {
-                break;
-            }
-            if let Some(acc) = map.get(key) {
-                merged = Some(match merged.take() {
-                    None => acc.clone(),
-                    Some(m) => merge(m, acc.clone()),
-                });
-            }
+            Layout::ByKey(s) => Ok(s
+                .keys
+                .find(fx_hash(key), |slot| slot.key == *key)
+                .and_then(|slot| merge_range(&slot.panes, from.max(s.floor), to, &merge))),
         }
-        Ok(merged)
     }
 
     #[inline]
@@ -184,48 +439,100 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         merge: impl Fn(ACC, ACC) -> ACC,
         mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E> {
-        // Panes are sorted by start: the window's are one run of them.
-        let lo = self.panes.partition_point(|(s, _)| *s < from);
-        let hi = self.panes.partition_point(|(s, _)| *s < to);
-        if hi == lo + 1 {
-            // One pane (tumbling windows): its accumulators are the results.
-            for (k, acc) in &self.panes[lo].1 {
-                emit(k, acc)?;
-            }
-        } else if hi > lo {
-            // Keys borrowed from the panes (no clone per key and window),
-            // sized like the last merge so it does not grow by rehashing.
-            let mut merged: FxHashMap<&K, ACC> =
-                FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
-            for (_, pane) in self.panes.range(lo..hi) {
-                for (k, acc) in pane {
-                    match merged.entry(k) {
-                        Entry::Occupied(mut m) => {
-                            let prev = std::mem::replace(m.get_mut(), acc.clone());
-                            *m.get_mut() = merge(prev, acc.clone());
-                        }
-                        Entry::Vacant(v) => {
-                            v.insert(acc.clone());
+        match &mut self.layout {
+            Layout::ByPane(s) => {
+                // Panes are sorted by start: the window's are one run of them.
+                let lo = s.panes.partition_point(|(p, _)| *p < from);
+                let hi = s.panes.partition_point(|(p, _)| *p < to);
+                if hi == lo + 1 {
+                    // One pane (tumbling windows): its accumulators are the results.
+                    for (k, acc) in &s.panes[lo].1 {
+                        emit(k, acc)?;
+                    }
+                } else if hi > lo {
+                    // Keys borrowed from the panes (no clone per key and
+                    // window), sized like the last merge so it does not
+                    // grow by rehashing.
+                    let mut merged: FxHashMap<&K, ACC> =
+                        FxHashMap::with_capacity_and_hasher(s.merged_len, Default::default());
+                    for (_, pane) in s.panes.range(lo..hi) {
+                        for (k, acc) in pane {
+                            match merged.entry(k) {
+                                Entry::Occupied(mut m) => {
+                                    let prev = std::mem::replace(m.get_mut(), acc.clone());
+                                    *m.get_mut() = merge(prev, acc.clone());
+                                }
+                                Entry::Vacant(v) => {
+                                    v.insert(acc.clone());
+                                }
+                            }
                         }
                     }
+                    s.merged_len = merged.len();
+                    for (k, acc) in &merged {
+                        emit(k, acc)?;
+                    }
                 }
+                Ok(())
             }
-            self.merged_len = merged.len();
-            for (k, acc) in &merged {
-                emit(k, acc)?;
+            Layout::ByKey(s) => {
+                let floor = s.floor;
+                let idle = to.saturating_sub(from);
+                let mut result = Ok(());
+                // One pass over the keys: drop the stale entries, merge the
+                // window's, forget the keys idle for a window's length.
+                s.keys.retain(|slot| {
+                    let stale = slot.panes.partition_point(|(p, _)| *p < floor);
+                    if stale > 0 {
+                        slot.panes.drain(..stale);
+                    }
+                    if result.is_ok() {
+                        let lo = slot.panes.partition_point(|(p, _)| *p < from);
+                        let inside = &slot.panes[lo..];
+                        let n = inside.iter().take_while(|(p, _)| *p < to).count();
+                        let emitted = match n {
+                            0 => Ok(()),
+                            // One pane: its accumulator is the result.
+                            1 => emit(&slot.key, &inside[0].1),
+                            _ => match merge_range(&inside[..n], from, to, &merge) {
+                                Some(acc) => emit(&slot.key, &acc),
+                                None => Ok(()),
+                            },
+                        };
+                        if let Err(e) = emitted {
+                            result = Err(e);
+                        }
+                    }
+                    !slot.panes.is_empty() || slot.last.saturating_add(idle) >= from
+                });
+                result
             }
         }
-        Ok(())
     }
 
     #[inline]
     fn first(&self) -> Option<Timestamp> {
-        self.panes.front().map(|(p, _)| *p)
+        match &self.layout {
+            Layout::ByPane(s) => s.panes.front().map(|(p, _)| *p),
+            Layout::ByKey(s) => s.panes.front().map(|(p, _)| *p),
+        }
     }
 
     #[inline]
     fn pop_first(&mut self) -> Result<(), StateError> {
-        self.panes.pop_front();
+        match &mut self.layout {
+            Layout::ByPane(s) => {
+                if let Some((_, mut table)) = s.panes.pop_front() {
+                    table.clear();
+                    s.spare = Some(table);
+                }
+            }
+            Layout::ByKey(s) => {
+                if let Some((p, _)) = s.panes.pop_front() {
+                    s.floor = s.floor.max(p.saturating_add(1));
+                }
+            }
+        }
         Ok(())
     }
 }

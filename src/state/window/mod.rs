@@ -7,8 +7,10 @@
 //!
 //! 1. [`PaneStore`]: the panes of tumbling and sliding windows (one
 //!    accumulator per key and pane, fired window by window in time order).
-//!    [`HeapPanes`] is time-major — panes sorted by start, one hash map per
-//!    pane — the layout that makes a firing a walk of one or a few maps;
+//!    [`HeapPanes`] is time-major for tumbling windows — panes sorted by
+//!    start, one hash table per pane, a firing the walk of one table — and
+//!    key-major for sliding ones — per key the short list of its panes'
+//!    accumulators, a firing one visit per key that merges its list;
 //!    [`RedbPanes`] keeps each key's panes in a redb state backend, and in
 //!    memory only the keys of each pane.
 //! 2. [`WindowStore`]: per key, its windows and their accumulators
@@ -93,12 +95,18 @@ pub trait StoreSnapshots {
 ///
 /// Panes are dropped in order of their start ([`pop_first`](Self::pop_first)).
 pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
+    /// Told, before any record or restore, how many panes a window spans
+    /// (1 for tumbling windows), to lay the panes out for the firings.
+    fn panes_per_window(&mut self, _panes: i64) {}
+
     /// Adds to `key`'s accumulator in the pane starting at `pane` (made
-    /// with `init` when absent) with `add`; returns whether the pane is new.
+    /// with `init` when absent, the key copied only then) with `add`;
+    /// returns whether the pane is new. Never called for a pane at or
+    /// before one already dropped by [`pop_first`](Self::pop_first).
     fn add(
         &mut self,
         pane: Timestamp,
-        key: K,
+        key: &K,
         init: impl FnOnce() -> ACC,
         add: impl FnOnce(&mut ACC),
     ) -> Result<bool, StateError>;
