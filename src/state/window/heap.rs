@@ -8,6 +8,7 @@
 //! key to its windows. All snapshot by key group into the per-key lists the
 //! window operators have always written.
 
+use super::key_panes::KeyPanes;
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
@@ -81,31 +82,6 @@ fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
-/// `list`'s accumulators (sorted by pane start) of the panes starting in
-/// `from..to`, merged.
-#[inline]
-fn merge_range<ACC: Clone>(
-    list: &[(Timestamp, ACC)],
-    from: Timestamp,
-    to: Timestamp,
-    merge: &impl Fn(ACC, ACC) -> ACC,
-) -> Option<ACC> {
-    let mut merged: Option<ACC> = None;
-    for (p, acc) in list {
-        if *p < from {
-            continue;
-        }
-        if *p >= to {
-            break;
-        }
-        merged = Some(match merged.take() {
-            None => acc.clone(),
-            Some(m) => merge(m, acc.clone()),
-        });
-    }
-    merged
-}
-
 /// Panes in memory, in one of two layouts chosen before the first record
 /// by [`PaneStore::panes_per_window`]:
 ///
@@ -113,11 +89,12 @@ fn merge_range<ACC: Clone>(
 ///   panes sorted by start, each a hash table from key to accumulator. A
 ///   record updates one table; a window's firing walks its one table, and a
 ///   dropped pane's table is reused, emptied, by the next pane.
-/// - **by key** (for windows of several panes: sliding): one hash table
-///   from key to the short list of its panes' accumulators. A record
-///   updates its key's list; a window's firing visits each key once and
-///   merges the few accumulators of its list inside the window, where the
-///   by-pane layout merged every pane's table into a new map per window.
+/// - **by key** (for windows of several panes: sliding; see
+///   `key_panes.rs`): per key its panes' accumulators in time order, per
+///   pane the list of its keys. A record updates its key's accumulators; a
+///   window's firing visits each of its keys once and merges the few
+///   accumulators inside the window, where the by-pane layout merged every
+///   pane's table into a new map per window, hashing each key of each pane.
 ///
 /// Both snapshot the same per-key lists, so either restores the other's.
 pub struct HeapPanes<K, ACC> {
@@ -126,7 +103,7 @@ pub struct HeapPanes<K, ACC> {
 
 enum Layout<K, ACC> {
     ByPane(ByPane<K, ACC>),
-    ByKey(ByKey<K, ACC>),
+    ByKey(KeyPanes<K, ACC>),
 }
 
 impl<K, ACC> Default for HeapPanes<K, ACC> {
@@ -157,84 +134,6 @@ struct ByPane<K, ACC> {
     merged_len: usize,
 }
 
-/// One key's accumulators, one per pane it has records in.
-struct Slot<K, ACC> {
-    key: K,
-    /// Sorted by pane start; the entries below [`ByKey::floor`] belong to
-    /// dropped panes and are removed at the next firing.
-    panes: Vec<(Timestamp, ACC)>,
-    /// Start of the key's latest pane: a key without panes is forgotten
-    /// once idle for a window's length (kept until then, its list's
-    /// allocation serves its next records).
-    last: Timestamp,
-}
-
-/// A table from key to its panes' accumulators.
-struct ByKey<K, ACC> {
-    keys: HashTable<Slot<K, ACC>>,
-    /// The panes' starts, sorted, each with its number of keys.
-    panes: VecDeque<(Timestamp, usize)>,
-    /// Panes starting below were dropped: dropping a pane only moves the
-    /// floor, and each key's stale entries go at the next firing, which
-    /// visits every key anyway.
-    floor: Timestamp,
-}
-
-impl<K: Hash + Eq + Clone, ACC> ByKey<K, ACC> {
-    /// Counts a new (key, pane) entry; whether the pane is new.
-    #[inline]
-    fn count(&mut self, pane: Timestamp) -> bool {
-        // Nearly always the latest pane.
-        if let Some((p, n)) = self.panes.back_mut()
-            && *p == pane
-        {
-            *n += 1;
-            return false;
-        }
-        match self.panes.binary_search_by_key(&pane, |(s, _)| *s) {
-            Ok(i) => {
-                self.panes[i].1 += 1;
-                false
-            }
-            Err(at) => {
-                self.panes.insert(at, (pane, 1));
-                true
-            }
-        }
-    }
-
-    /// `key`'s slot, made when absent (the key copied only then).
-    #[inline]
-    fn slot(&mut self, key: &K, pane: Timestamp) -> &mut Slot<K, ACC> {
-        let entry = self
-            .keys
-            .entry(fx_hash(key), |s| s.key == *key, |s| fx_hash(&s.key));
-        match entry {
-            hash_table::Entry::Occupied(e) => e.into_mut(),
-            hash_table::Entry::Vacant(v) => v
-                .insert(Slot {
-                    key: key.clone(),
-                    panes: Vec::new(),
-                    last: pane,
-                })
-                .into_mut(),
-        }
-    }
-
-    /// Sets `key`'s accumulator in `pane` (a restore).
-    fn put(&mut self, key: &K, pane: Timestamp, acc: ACC) {
-        let slot = self.slot(key, pane);
-        slot.last = slot.last.max(pane);
-        match slot.panes.binary_search_by_key(&pane, |(p, _)| *p) {
-            Ok(i) => slot.panes[i].1 = acc,
-            Err(at) => {
-                slot.panes.insert(at, (pane, acc));
-                self.count(pane);
-            }
-        }
-    }
-}
-
 impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
     /// The per-key lists of the snapshots: `(key, [(pane start, acc)])`.
     fn per_key(&self) -> Vec<(&K, Vec<(Timestamp, &ACC)>)> {
@@ -248,19 +147,7 @@ impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
                 }
                 per_key.into_iter().collect()
             }
-            Layout::ByKey(s) => s
-                .keys
-                .iter()
-                .filter_map(|slot| {
-                    let live: Vec<(Timestamp, &ACC)> = slot
-                        .panes
-                        .iter()
-                        .filter(|(p, _)| *p >= s.floor)
-                        .map(|(p, acc)| (*p, acc))
-                        .collect();
-                    (!live.is_empty()).then_some((&slot.key, live))
-                })
-                .collect(),
+            Layout::ByKey(s) => s.per_key().collect(),
         }
     }
 }
@@ -301,9 +188,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
                 })
             }
             Layout::ByKey(s) => {
-                s.keys.clear();
-                s.panes.clear();
-                s.floor = Timestamp::MIN;
+                s.clear();
                 decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
                     for (start, acc) in list {
                         s.put(&k, start, acc);
@@ -316,7 +201,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
     fn entries(&self) -> usize {
         match &self.layout {
             Layout::ByPane(s) => s.panes.iter().map(|(_, t)| t.len()).sum(),
-            Layout::ByKey(s) => s.panes.iter().map(|(_, n)| n).sum(),
+            Layout::ByKey(s) => s.entries(),
         }
     }
 }
@@ -325,11 +210,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     fn panes_per_window(&mut self, panes: i64) {
         let empty = self.entries() == 0;
         if panes > 1 && empty && matches!(self.layout, Layout::ByPane(_)) {
-            self.layout = Layout::ByKey(ByKey {
-                keys: HashTable::new(),
-                panes: VecDeque::new(),
-                floor: Timestamp::MIN,
-            });
+            self.layout = Layout::ByKey(KeyPanes::default());
         }
     }
 
@@ -376,24 +257,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                 }
                 Ok(new)
             }
-            Layout::ByKey(s) => {
-                let slot = s.slot(key, pane);
-                // Records come about in time order: the key's pane is
-                // nearly always the last of its list.
-                let list = &mut slot.panes;
-                let below = list.iter().rposition(|(p, _)| *p <= pane);
-                if let Some(i) = below
-                    && list[i].0 == pane
-                {
-                    add(&mut list[i].1);
-                    return Ok(false);
-                }
-                let mut acc = init();
-                add(&mut acc);
-                list.insert(below.map_or(0, |i| i + 1), (pane, acc));
-                slot.last = slot.last.max(pane);
-                Ok(s.count(pane))
-            }
+            Layout::ByKey(s) => Ok(s.add(pane, key, init, add)),
         }
     }
 
@@ -424,10 +288,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                 }
                 Ok(merged)
             }
-            Layout::ByKey(s) => Ok(s
-                .keys
-                .find(fx_hash(key), |slot| slot.key == *key)
-                .and_then(|slot| merge_range(&slot.panes, from.max(s.floor), to, &merge))),
+            Layout::ByKey(s) => Ok(s.merged(key, from, to, merge)),
         }
     }
 
@@ -475,38 +336,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                 }
                 Ok(())
             }
-            Layout::ByKey(s) => {
-                let floor = s.floor;
-                let idle = to.saturating_sub(from);
-                let mut result = Ok(());
-                // One pass over the keys: drop the stale entries, merge the
-                // window's, forget the keys idle for a window's length.
-                s.keys.retain(|slot| {
-                    let stale = slot.panes.partition_point(|(p, _)| *p < floor);
-                    if stale > 0 {
-                        slot.panes.drain(..stale);
-                    }
-                    if result.is_ok() {
-                        let lo = slot.panes.partition_point(|(p, _)| *p < from);
-                        let inside = &slot.panes[lo..];
-                        let n = inside.iter().take_while(|(p, _)| *p < to).count();
-                        let emitted = match n {
-                            0 => Ok(()),
-                            // One pane: its accumulator is the result.
-                            1 => emit(&slot.key, &inside[0].1),
-                            _ => match merge_range(&inside[..n], from, to, &merge) {
-                                Some(acc) => emit(&slot.key, &acc),
-                                None => Ok(()),
-                            },
-                        };
-                        if let Err(e) = emitted {
-                            result = Err(e);
-                        }
-                    }
-                    !slot.panes.is_empty() || slot.last.saturating_add(idle) >= from
-                });
-                result
-            }
+            Layout::ByKey(s) => s.for_window(from, to, merge, emit),
         }
     }
 
@@ -514,7 +344,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     fn first(&self) -> Option<Timestamp> {
         match &self.layout {
             Layout::ByPane(s) => s.panes.front().map(|(p, _)| *p),
-            Layout::ByKey(s) => s.panes.front().map(|(p, _)| *p),
+            Layout::ByKey(s) => s.first(),
         }
     }
 
@@ -527,11 +357,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                     s.spare = Some(table);
                 }
             }
-            Layout::ByKey(s) => {
-                if let Some((p, _)) = s.panes.pop_front() {
-                    s.floor = s.floor.max(p.saturating_add(1));
-                }
-            }
+            Layout::ByKey(s) => s.pop_first(),
         }
         Ok(())
     }

@@ -32,6 +32,7 @@
 //! [`StateError::SchemaMismatch`] naming the state.
 
 mod heap;
+mod key_panes;
 mod redb;
 
 pub use heap::{HeapPanes, HeapWindows};
