@@ -1,14 +1,14 @@
 //! The heap backend's window stores: the operators' own maps, in memory.
 //!
-//! [`HeapPanes`] lays its panes out for the windows: by pane for tumbling
-//! windows (a hash table from key to accumulator per pane; a record updates
-//! one table, a firing walks one), by key for sliding ones (a table from key
-//! to its panes' accumulators; a firing visits each key once and merges its
-//! few accumulators inside the window). [`HeapWindows`] is a hash map from
-//! key to its windows. All snapshot by key group into the per-key lists the
-//! window operators have always written.
+//! [`HeapPanes`] is time-major: panes sorted by start, a hash table from key
+//! to accumulator per pane. A record updates one table; a tumbling window's
+//! firing walks one table, a sliding window's merges the run of tables
+//! inside it by dense key ids (`key_ids.rs`), hashing no key.
+//! [`HeapWindows`] is a hash map from key to its windows. Both snapshot by
+//! key group into the per-key lists the window operators have always
+//! written.
 
-use super::key_panes::KeyPanes;
+use super::key_ids::{KeyIds, NO_ID};
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
@@ -82,72 +82,41 @@ fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
-/// Panes in memory, in one of two layouts chosen before the first record
-/// by [`PaneStore::panes_per_window`]:
+/// Panes in memory, sorted by start, each a hash table from key to
+/// accumulator: a record updates one table (the last record's pane is
+/// checked first, others found by binary search), a tumbling window's
+/// firing walks one table, and a dropped pane's table is reused, emptied,
+/// by the next pane.
 ///
-/// - **by pane** (the default, and for windows of one pane: tumbling):
-///   panes sorted by start, each a hash table from key to accumulator. A
-///   record updates one table; a window's firing walks its one table, and a
-///   dropped pane's table is reused, emptied, by the next pane.
-/// - **by key** (for windows of several panes: sliding; see
-///   `key_panes.rs`): per key its panes' accumulators in time order, per
-///   pane the list of its keys. A record updates its key's accumulators; a
-///   window's firing visits each of its keys once and merges the few
-///   accumulators inside the window, where the by-pane layout merged every
-///   pane's table into a new map per window, hashing each key of each pane.
-///
-/// Both snapshot the same per-key lists, so either restores the other's.
+/// For windows of several panes (sliding; [`PaneStore::panes_per_window`])
+/// each entry also holds its key's dense id (`key_ids.rs`), and a firing
+/// merges the window's tables into an array indexed by id: no key hashed
+/// or compared per pane and window.
 pub struct HeapPanes<K, ACC> {
-    layout: Layout<K, ACC>,
-}
-
-enum Layout<K, ACC> {
-    ByPane(ByPane<K, ACC>),
-    ByKey(KeyPanes<K, ACC>),
-}
-
-impl<K, ACC> Default for HeapPanes<K, ACC> {
-    fn default() -> Self {
-        HeapPanes {
-            layout: Layout::ByPane(ByPane {
-                panes: VecDeque::new(),
-                last: 0,
-                spare: None,
-                merged_len: 0,
-            }),
-        }
-    }
-}
-
-/// Panes sorted by start, each a table of `(key, accumulator)`.
-struct ByPane<K, ACC> {
-    panes: VecDeque<(Timestamp, HashTable<(K, ACC)>)>,
+    /// `(pane start, table of (key, accumulator, key id))`, sorted.
+    panes: VecDeque<(Timestamp, HashTable<(K, ACC, u32)>)>,
     /// Index in `panes` of the last record's pane: nearly always the next
     /// record's too, found without a search (checked before use, as panes
     /// inserted or dropped shift the indices).
     last: usize,
     /// The last dropped pane's table, emptied with its capacity kept: the
     /// next new pane's, so a pane does not grow its table from nothing.
-    spare: Option<HashTable<(K, ACC)>>,
-    /// Keys in the last window merged from several panes: the size of the
-    /// next one's map.
+    spare: Option<HashTable<(K, ACC, u32)>>,
+    /// The key ids, for windows of several panes.
+    ids: Option<KeyIds<K, ACC>>,
+    /// Keys in the last window merged from several panes without ids: the
+    /// size of the next one's map.
     merged_len: usize,
 }
 
-impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
-    /// The per-key lists of the snapshots: `(key, [(pane start, acc)])`.
-    fn per_key(&self) -> Vec<(&K, Vec<(Timestamp, &ACC)>)> {
-        match &self.layout {
-            Layout::ByPane(s) => {
-                let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
-                for (start, table) in &s.panes {
-                    for (k, acc) in table {
-                        per_key.entry(k).or_default().push((*start, acc));
-                    }
-                }
-                per_key.into_iter().collect()
-            }
-            Layout::ByKey(s) => s.per_key().collect(),
+impl<K, ACC> Default for HeapPanes<K, ACC> {
+    fn default() -> Self {
+        HeapPanes {
+            panes: VecDeque::new(),
+            last: 0,
+            spare: None,
+            ids: None,
+            merged_len: 0,
         }
     }
 }
@@ -160,57 +129,50 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
         _: bool,
     ) -> Result<WindowCapture, StateError> {
         // Per key: its accumulator in each pane.
-        let per_key = self.per_key();
-        let groups = encode(per_key.iter().map(|(k, v)| (*k, v)), max_parallelism)?;
+        let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
+        for (start, table) in &self.panes {
+            for (k, acc, _) in table {
+                per_key.entry(k).or_default().push((*start, acc));
+            }
+        }
+        let groups = encode(per_key.iter(), max_parallelism)?;
         Ok(WindowCapture::full(groups))
     }
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
-        match &mut self.layout {
-            Layout::ByPane(s) => {
-                s.panes.clear();
-                let panes = &mut s.panes;
-                decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
-                    for (start, acc) in list {
-                        let at = panes.partition_point(|(s, _)| *s < start);
-                        if panes.get(at).is_none_or(|(s, _)| *s != start) {
-                            panes.insert(at, (start, HashTable::new()));
-                        }
-                        let table = &mut panes[at].1;
-                        let hash = fx_hash(&k);
-                        match table.entry(hash, |(q, _)| *q == k, |(q, _)| fx_hash(q)) {
-                            hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
-                            hash_table::Entry::Vacant(v) => {
-                                v.insert((k.clone(), acc));
-                            }
-                        }
-                    }
-                })
-            }
-            Layout::ByKey(s) => {
-                s.clear();
-                decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
-                    for (start, acc) in list {
-                        s.put(&k, start, acc);
-                    }
-                })
-            }
+        self.panes.clear();
+        if let Some(ids) = &mut self.ids {
+            ids.clear();
         }
+        let (panes, ids) = (&mut self.panes, &mut self.ids);
+        decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
+            for (start, acc) in list {
+                let at = panes.partition_point(|(s, _)| *s < start);
+                if panes.get(at).is_none_or(|(s, _)| *s != start) {
+                    panes.insert(at, (start, HashTable::new()));
+                }
+                let table = &mut panes[at].1;
+                let entry = table.entry(fx_hash(&k), |(q, _, _)| *q == k, |(q, _, _)| fx_hash(q));
+                match entry {
+                    hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
+                    hash_table::Entry::Vacant(v) => {
+                        let id = ids.as_mut().map_or(NO_ID, |ids| ids.acquire(&k));
+                        v.insert((k.clone(), acc, id));
+                    }
+                }
+            }
+        })
     }
 
     fn entries(&self) -> usize {
-        match &self.layout {
-            Layout::ByPane(s) => s.panes.iter().map(|(_, t)| t.len()).sum(),
-            Layout::ByKey(s) => s.entries(),
-        }
+        self.panes.iter().map(|(_, t)| t.len()).sum()
     }
 }
 
 impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     fn panes_per_window(&mut self, panes: i64) {
-        let empty = self.entries() == 0;
-        if panes > 1 && empty && matches!(self.layout, Layout::ByPane(_)) {
-            self.layout = Layout::ByKey(KeyPanes::default());
+        if panes > 1 && self.ids.is_none() && self.panes.is_empty() {
+            self.ids = Some(KeyIds::default());
         }
     }
 
@@ -222,43 +184,39 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         init: impl FnOnce() -> ACC,
         add: impl FnOnce(&mut ACC),
     ) -> Result<bool, StateError> {
-        match &mut self.layout {
-            Layout::ByPane(s) => {
-                let (idx, new) = if s.panes.get(s.last).is_some_and(|(p, _)| *p == pane) {
-                    (s.last, false)
-                } else {
-                    // Binary search: the panes open at once can be hundreds
-                    // (a file read in parallel splits sends records from
-                    // event times minutes apart, while the watermark, the
-                    // slowest split's, holds them all).
-                    match s.panes.binary_search_by_key(&pane, |(p, _)| *p) {
-                        Ok(i) => (i, false),
-                        Err(at) => {
-                            // Sized like the latest pane: no growth by
-                            // rehashing as the pane fills.
-                            let table = s.spare.take().unwrap_or_else(|| {
-                                HashTable::with_capacity(s.panes.back().map_or(0, |(_, t)| t.len()))
-                            });
-                            s.panes.insert(at, (pane, table));
-                            (at, true)
-                        }
-                    }
-                };
-                s.last = idx;
-                let table = &mut s.panes[idx].1;
-                let entry = table.entry(fx_hash(key), |(k, _)| k == key, |(k, _)| fx_hash(k));
-                match entry {
-                    hash_table::Entry::Occupied(mut e) => add(&mut e.get_mut().1),
-                    hash_table::Entry::Vacant(v) => {
-                        let mut acc = init();
-                        add(&mut acc);
-                        v.insert((key.clone(), acc));
-                    }
+        let (idx, new) = if self.panes.get(self.last).is_some_and(|(p, _)| *p == pane) {
+            (self.last, false)
+        } else {
+            // Binary search: the panes open at once can be hundreds (a
+            // file read in parallel splits sends records from event times
+            // minutes apart, while the watermark, the slowest split's,
+            // holds them all).
+            match self.panes.binary_search_by_key(&pane, |(p, _)| *p) {
+                Ok(i) => (i, false),
+                Err(at) => {
+                    // Sized like the latest pane: no growth by rehashing
+                    // as the pane fills.
+                    let table = self.spare.take().unwrap_or_else(|| {
+                        HashTable::with_capacity(self.panes.back().map_or(0, |(_, t)| t.len()))
+                    });
+                    self.panes.insert(at, (pane, table));
+                    (at, true)
                 }
-                Ok(new)
             }
-            Layout::ByKey(s) => Ok(s.add(pane, key, init, add)),
+        };
+        self.last = idx;
+        let table = &mut self.panes[idx].1;
+        let entry = table.entry(fx_hash(key), |(k, _, _)| k == key, |(k, _, _)| fx_hash(k));
+        match entry {
+            hash_table::Entry::Occupied(mut e) => add(&mut e.get_mut().1),
+            hash_table::Entry::Vacant(v) => {
+                let mut acc = init();
+                add(&mut acc);
+                let id = self.ids.as_mut().map_or(NO_ID, |ids| ids.acquire(key));
+                v.insert((key.clone(), acc, id));
+            }
         }
+        Ok(new)
     }
 
     fn merged(
@@ -268,28 +226,23 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
     ) -> Result<Option<ACC>, StateError> {
-        match &self.layout {
-            Layout::ByPane(s) => {
-                let hash = fx_hash(key);
-                let mut merged: Option<ACC> = None;
-                for (start, table) in &s.panes {
-                    if *start < from {
-                        continue;
-                    }
-                    if *start >= to {
-                        break;
-                    }
-                    if let Some((_, acc)) = table.find(hash, |(k, _)| k == key) {
-                        merged = Some(match merged.take() {
-                            None => acc.clone(),
-                            Some(m) => merge(m, acc.clone()),
-                        });
-                    }
-                }
-                Ok(merged)
+        let hash = fx_hash(key);
+        let mut merged: Option<ACC> = None;
+        for (start, table) in &self.panes {
+            if *start < from {
+                continue;
             }
-            Layout::ByKey(s) => Ok(s.merged(key, from, to, merge)),
+            if *start >= to {
+                break;
+            }
+            if let Some((_, acc, _)) = table.find(hash, |(k, _, _)| k == key) {
+                merged = Some(match merged.take() {
+                    None => acc.clone(),
+                    Some(m) => merge(m, acc.clone()),
+                });
+            }
         }
+        Ok(merged)
     }
 
     #[inline]
@@ -300,24 +253,30 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         merge: impl Fn(ACC, ACC) -> ACC,
         mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E> {
-        match &mut self.layout {
-            Layout::ByPane(s) => {
-                // Panes are sorted by start: the window's are one run of them.
-                let lo = s.panes.partition_point(|(p, _)| *p < from);
-                let hi = s.panes.partition_point(|(p, _)| *p < to);
-                if hi == lo + 1 {
-                    // One pane (tumbling windows): its accumulators are the results.
-                    for (k, acc) in &s.panes[lo].1 {
-                        emit(k, acc)?;
-                    }
-                } else if hi > lo {
+        // Panes are sorted by start: the window's are one run of them.
+        let lo = self.panes.partition_point(|(p, _)| *p < from);
+        let hi = self.panes.partition_point(|(p, _)| *p < to);
+        if hi == lo + 1 {
+            // One pane (tumbling windows): its accumulators are the results.
+            for (k, acc, _) in &self.panes[lo].1 {
+                emit(k, acc)?;
+            }
+        } else if hi > lo {
+            let panes = self.panes.range(lo..hi);
+            match &mut self.ids {
+                // Merged by key id: a scan of the tables, no hashing.
+                Some(ids) => {
+                    let entries = panes.flat_map(|(_, t)| t.iter().map(|(_, acc, id)| (*id, acc)));
+                    ids.merge_and_emit(entries, merge, emit)?;
+                }
+                None => {
                     // Keys borrowed from the panes (no clone per key and
                     // window), sized like the last merge so it does not
                     // grow by rehashing.
                     let mut merged: FxHashMap<&K, ACC> =
-                        FxHashMap::with_capacity_and_hasher(s.merged_len, Default::default());
-                    for (_, pane) in s.panes.range(lo..hi) {
-                        for (k, acc) in pane {
+                        FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
+                    for (_, pane) in panes {
+                        for (k, acc, _) in pane {
                             match merged.entry(k) {
                                 Entry::Occupied(mut m) => {
                                     let prev = std::mem::replace(m.get_mut(), acc.clone());
@@ -329,35 +288,31 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                             }
                         }
                     }
-                    s.merged_len = merged.len();
+                    self.merged_len = merged.len();
                     for (k, acc) in &merged {
                         emit(k, acc)?;
                     }
                 }
-                Ok(())
             }
-            Layout::ByKey(s) => s.for_window(from, to, merge, emit),
         }
+        Ok(())
     }
 
     #[inline]
     fn first(&self) -> Option<Timestamp> {
-        match &self.layout {
-            Layout::ByPane(s) => s.panes.front().map(|(p, _)| *p),
-            Layout::ByKey(s) => s.first(),
-        }
+        self.panes.front().map(|(p, _)| *p)
     }
 
     #[inline]
     fn pop_first(&mut self) -> Result<(), StateError> {
-        match &mut self.layout {
-            Layout::ByPane(s) => {
-                if let Some((_, mut table)) = s.panes.pop_front() {
-                    table.clear();
-                    s.spare = Some(table);
+        if let Some((_, mut table)) = self.panes.pop_front() {
+            if let Some(ids) = &mut self.ids {
+                for (_, _, id) in &table {
+                    ids.release(*id);
                 }
             }
-            Layout::ByKey(s) => s.pop_first(),
+            table.clear();
+            self.spare = Some(table);
         }
         Ok(())
     }

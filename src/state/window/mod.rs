@@ -7,10 +7,9 @@
 //!
 //! 1. [`PaneStore`]: the panes of tumbling and sliding windows (one
 //!    accumulator per key and pane, fired window by window in time order).
-//!    [`HeapPanes`] is time-major for tumbling windows — panes sorted by
-//!    start, one hash table per pane, a firing the walk of one table — and
-//!    key-major for sliding ones — per key the short list of its panes'
-//!    accumulators, a firing one visit per key that merges its list;
+//!    [`HeapPanes`] is time-major — panes sorted by start, one hash table
+//!    per pane — the layout that makes a firing a walk of one table, or a
+//!    merge of a few by dense key ids (sliding windows);
 //!    [`RedbPanes`] keeps each key's panes in a redb state backend, and in
 //!    memory only the keys of each pane.
 //! 2. [`WindowStore`]: per key, its windows and their accumulators
@@ -32,7 +31,7 @@
 //! [`StateError::SchemaMismatch`] naming the state.
 
 mod heap;
-mod key_panes;
+mod key_ids;
 mod redb;
 
 pub use heap::{HeapPanes, HeapWindows};

@@ -6,7 +6,7 @@
 //! database, and the backend's snapshots — incremental ones included, with
 //! their chain of completed checkpoints — are the store's.
 //!
-//! [`RedbPanes`] is key-major (as the heap's panes of sliding windows): the
+//! [`RedbPanes`] is key-major where the heap's panes are time-major: the
 //! accumulators are in the backend, each key's panes one short sorted
 //! list, and in memory stays an index of the keys of each pane (a key per
 //! (key, pane), as a keyed process function keeps a timer per key and
@@ -448,8 +448,8 @@ mod tests {
         #[test]
         fn redb_panes_match_a_btreemap(ops in ops()) {
             let mut model = Model::new();
-            // The heap panes in both layouts: by pane, and by key (for
-            // windows of several panes).
+            // The heap panes without and with key ids (windows of one
+            // pane, of several).
             let mut by_key = HeapPanes::<u8, i64>::default();
             by_key.panes_per_window(3);
             let mut heaps = [HeapPanes::<u8, i64>::default(), by_key];
@@ -511,7 +511,7 @@ mod tests {
                         let mut fresh = RedbPanes::<u8, i64>::new(redb(0..16));
                         round_trip(&mut store, &mut fresh, restores);
                         store = fresh;
-                        // Each layout restores the other's snapshot.
+                        // Each restores the other's snapshot.
                         let mut by_pane = HeapPanes::<u8, i64>::default();
                         round_trip(&mut heaps[1], &mut by_pane, restores);
                         let mut by_key = HeapPanes::<u8, i64>::default();
