@@ -63,10 +63,7 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     late: super::operator::LateCounts,
 }
 
-impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A>
-where
-    HeapPanes<K, ACC>: PaneStore<K, ACC>,
-{
+impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
     /// An operator for `spec`, whose assigner must be tumbling or sliding,
     /// with its panes in memory.
     pub fn new(
@@ -79,10 +76,7 @@ where
     }
 }
 
-impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S>
-where
-    S: PaneStore<K, ACC>,
-{
+impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
     /// Like [`new`](SlicedWindowOp::new), with the panes in `store`.
     pub fn with_store(
         key: KeyFn<T, K>,
@@ -107,8 +101,6 @@ where
             }
         };
         let pane = gcd(size, slide);
-        let mut store = store;
-        store.panes_per_window(size / pane);
         Ok(SlicedWindowOp {
             key,
             spec,

@@ -3,12 +3,11 @@
 //! [`HeapPanes`] is time-major: panes sorted by start, a hash table from key
 //! to accumulator per pane. A record updates one table; a tumbling window's
 //! firing walks one table, a sliding window's merges the run of tables
-//! inside it by dense key ids (`key_ids.rs`), hashing no key.
+//! inside it.
 //! [`HeapWindows`] is a hash map from key to its windows. Both snapshot by
 //! key group into the per-key lists the window operators have always
 //! written.
 
-use super::key_ids::{KeyIds, NO_ID};
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
@@ -87,25 +86,18 @@ fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
 /// checked first, others found by binary search), a tumbling window's
 /// firing walks one table, and a dropped pane's table is reused, emptied,
 /// by the next pane.
-///
-/// For windows of several panes (sliding; [`PaneStore::panes_per_window`])
-/// each entry also holds its key's dense id (`key_ids.rs`), and a firing
-/// merges the window's tables into an array indexed by id: no key hashed
-/// or compared per pane and window.
 pub struct HeapPanes<K, ACC> {
-    /// `(pane start, table of (key, accumulator, key id))`, sorted.
-    panes: VecDeque<(Timestamp, HashTable<(K, ACC, u32)>)>,
+    /// `(pane start, table of (key, accumulator))`, sorted.
+    panes: VecDeque<(Timestamp, HashTable<(K, ACC)>)>,
     /// Index in `panes` of the last record's pane: nearly always the next
     /// record's too, found without a search (checked before use, as panes
     /// inserted or dropped shift the indices).
     last: usize,
     /// The last dropped pane's table, emptied with its capacity kept: the
     /// next new pane's, so a pane does not grow its table from nothing.
-    spare: Option<HashTable<(K, ACC, u32)>>,
-    /// The key ids, for windows of several panes.
-    ids: Option<KeyIds<K, ACC>>,
-    /// Keys in the last window merged from several panes without ids: the
-    /// size of the next one's map.
+    spare: Option<HashTable<(K, ACC)>>,
+    /// Keys in the last window merged from several panes: the size of the
+    /// next one's map.
     merged_len: usize,
 }
 
@@ -115,7 +107,6 @@ impl<K, ACC> Default for HeapPanes<K, ACC> {
             panes: VecDeque::new(),
             last: 0,
             spare: None,
-            ids: None,
             merged_len: 0,
         }
     }
@@ -131,7 +122,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
         for (start, table) in &self.panes {
-            for (k, acc, _) in table {
+            for (k, acc) in table {
                 per_key.entry(k).or_default().push((*start, acc));
             }
         }
@@ -141,10 +132,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
         self.panes.clear();
-        if let Some(ids) = &mut self.ids {
-            ids.clear();
-        }
-        let (panes, ids) = (&mut self.panes, &mut self.ids);
+        let panes = &mut self.panes;
         decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
             for (start, acc) in list {
                 let at = panes.partition_point(|(s, _)| *s < start);
@@ -152,12 +140,11 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
                     panes.insert(at, (start, HashTable::new()));
                 }
                 let table = &mut panes[at].1;
-                let entry = table.entry(fx_hash(&k), |(q, _, _)| *q == k, |(q, _, _)| fx_hash(q));
+                let entry = table.entry(fx_hash(&k), |(q, _)| *q == k, |(q, _)| fx_hash(q));
                 match entry {
                     hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
                     hash_table::Entry::Vacant(v) => {
-                        let id = ids.as_mut().map_or(NO_ID, |ids| ids.acquire(&k));
-                        v.insert((k.clone(), acc, id));
+                        v.insert((k.clone(), acc));
                     }
                 }
             }
@@ -170,12 +157,6 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
 }
 
 impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
-    fn panes_per_window(&mut self, panes: i64) {
-        if panes > 1 && self.ids.is_none() && self.panes.is_empty() {
-            self.ids = Some(KeyIds::default());
-        }
-    }
-
     #[inline]
     fn add(
         &mut self,
@@ -206,14 +187,13 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         };
         self.last = idx;
         let table = &mut self.panes[idx].1;
-        let entry = table.entry(fx_hash(key), |(k, _, _)| k == key, |(k, _, _)| fx_hash(k));
+        let entry = table.entry(fx_hash(key), |(k, _)| k == key, |(k, _)| fx_hash(k));
         match entry {
             hash_table::Entry::Occupied(mut e) => add(&mut e.get_mut().1),
             hash_table::Entry::Vacant(v) => {
                 let mut acc = init();
                 add(&mut acc);
-                let id = self.ids.as_mut().map_or(NO_ID, |ids| ids.acquire(key));
-                v.insert((key.clone(), acc, id));
+                v.insert((key.clone(), acc));
             }
         }
         Ok(new)
@@ -235,7 +215,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             if *start >= to {
                 break;
             }
-            if let Some((_, acc, _)) = table.find(hash, |(k, _, _)| k == key) {
+            if let Some((_, acc)) = table.find(hash, |(k, _)| k == key) {
                 merged = Some(match merged.take() {
                     None => acc.clone(),
                     Some(m) => merge(m, acc.clone()),
@@ -258,41 +238,30 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         let hi = self.panes.partition_point(|(p, _)| *p < to);
         if hi == lo + 1 {
             // One pane (tumbling windows): its accumulators are the results.
-            for (k, acc, _) in &self.panes[lo].1 {
+            for (k, acc) in &self.panes[lo].1 {
                 emit(k, acc)?;
             }
         } else if hi > lo {
-            let panes = self.panes.range(lo..hi);
-            match &mut self.ids {
-                // Merged by key id: a scan of the tables, no hashing.
-                Some(ids) => {
-                    let entries = panes.flat_map(|(_, t)| t.iter().map(|(_, acc, id)| (*id, acc)));
-                    ids.merge_and_emit(entries, merge, emit)?;
-                }
-                None => {
-                    // Keys borrowed from the panes (no clone per key and
-                    // window), sized like the last merge so it does not
-                    // grow by rehashing.
-                    let mut merged: FxHashMap<&K, ACC> =
-                        FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
-                    for (_, pane) in panes {
-                        for (k, acc, _) in pane {
-                            match merged.entry(k) {
-                                Entry::Occupied(mut m) => {
-                                    let prev = std::mem::replace(m.get_mut(), acc.clone());
-                                    *m.get_mut() = merge(prev, acc.clone());
-                                }
-                                Entry::Vacant(v) => {
-                                    v.insert(acc.clone());
-                                }
-                            }
+            // Keys borrowed from the panes (no clone per key and window),
+            // sized like the last merge so it does not grow by rehashing.
+            let mut merged: FxHashMap<&K, ACC> =
+                FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
+            for (_, pane) in self.panes.range(lo..hi) {
+                for (k, acc) in pane {
+                    match merged.entry(k) {
+                        Entry::Occupied(mut m) => {
+                            let prev = std::mem::replace(m.get_mut(), acc.clone());
+                            *m.get_mut() = merge(prev, acc.clone());
+                        }
+                        Entry::Vacant(v) => {
+                            v.insert(acc.clone());
                         }
                     }
-                    self.merged_len = merged.len();
-                    for (k, acc) in &merged {
-                        emit(k, acc)?;
-                    }
                 }
+            }
+            self.merged_len = merged.len();
+            for (k, acc) in &merged {
+                emit(k, acc)?;
             }
         }
         Ok(())
@@ -306,11 +275,6 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     #[inline]
     fn pop_first(&mut self) -> Result<(), StateError> {
         if let Some((_, mut table)) = self.panes.pop_front() {
-            if let Some(ids) = &mut self.ids {
-                for (_, _, id) in &table {
-                    ids.release(*id);
-                }
-            }
             table.clear();
             self.spare = Some(table);
         }

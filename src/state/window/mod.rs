@@ -8,8 +8,8 @@
 //! 1. [`PaneStore`]: the panes of tumbling and sliding windows (one
 //!    accumulator per key and pane, fired window by window in time order).
 //!    [`HeapPanes`] is time-major — panes sorted by start, one hash table
-//!    per pane — the layout that makes a firing a walk of one table, or a
-//!    merge of a few by dense key ids (sliding windows);
+//!    per pane — the layout that makes a firing a walk of one or a few
+//!    tables;
 //!    [`RedbPanes`] keeps each key's panes in a redb state backend, and in
 //!    memory only the keys of each pane.
 //! 2. [`WindowStore`]: per key, its windows and their accumulators
@@ -31,7 +31,6 @@
 //! [`StateError::SchemaMismatch`] naming the state.
 
 mod heap;
-mod key_ids;
 mod redb;
 
 pub use heap::{HeapPanes, HeapWindows};
@@ -95,10 +94,6 @@ pub trait StoreSnapshots {
 ///
 /// Panes are dropped in order of their start ([`pop_first`](Self::pop_first)).
 pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
-    /// Told, before any record or restore, how many panes a window spans
-    /// (1 for tumbling windows), to lay the panes out for the firings.
-    fn panes_per_window(&mut self, _panes: i64) {}
-
     /// Adds to `key`'s accumulator in the pane starting at `pane` (made
     /// with `init` when absent, the key copied only then) with `add`;
     /// returns whether the pane is new. Never called for a pane at or

@@ -448,11 +448,7 @@ mod tests {
         #[test]
         fn redb_panes_match_a_btreemap(ops in ops()) {
             let mut model = Model::new();
-            // The heap panes without and with key ids (windows of one
-            // pane, of several).
-            let mut by_key = HeapPanes::<u8, i64>::default();
-            by_key.panes_per_window(3);
-            let mut heaps = [HeapPanes::<u8, i64>::default(), by_key];
+            let mut heaps = [HeapPanes::<u8, i64>::default()];
             let mut store = RedbPanes::<u8, i64>::new(redb(0..16));
             let mut restores = 0;
             let mut dropped: Option<i64> = None;
@@ -511,13 +507,9 @@ mod tests {
                         let mut fresh = RedbPanes::<u8, i64>::new(redb(0..16));
                         round_trip(&mut store, &mut fresh, restores);
                         store = fresh;
-                        // Each restores the other's snapshot.
-                        let mut by_pane = HeapPanes::<u8, i64>::default();
-                        round_trip(&mut heaps[1], &mut by_pane, restores);
-                        let mut by_key = HeapPanes::<u8, i64>::default();
-                        by_key.panes_per_window(3);
-                        round_trip(&mut heaps[0], &mut by_key, restores);
-                        heaps = [by_pane, by_key];
+                        let mut fresh = HeapPanes::<u8, i64>::default();
+                        round_trip(&mut heaps[0], &mut fresh, restores);
+                        heaps = [fresh];
                     }
                 }
                 let first = model.keys().map(|&(_, p)| p).min();
