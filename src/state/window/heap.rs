@@ -1,22 +1,24 @@
 //! The heap backend's window stores: the operators' own maps, in memory.
 //!
-//! [`HeapPanes`] is time-major: panes sorted by start, a hash map from key
-//! to accumulator per pane. A record updates one map; a tumbling window's
-//! firing walks one map, a sliding window's merges the run of maps inside
-//! it. [`HeapWindows`] is a hash map from key to its windows. Both snapshot
-//! by key group into the per-key lists the window operators have always
+//! [`HeapPanes`] is time-major: panes sorted by start, a hash table from key
+//! to accumulator per pane. A record updates one table; a tumbling window's
+//! firing walks one table, a sliding window's merges the run of tables
+//! inside it.
+//! [`HeapWindows`] is a hash map from key to its windows. Both snapshot by
+//! key group into the per-key lists the window operators have always
 //! written.
 
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
 use floe_actors::ids::CheckpointId;
-use rustc_hash::FxHashMap;
+use hashbrown::{HashTable, hash_table};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 /// The operator named in the errors of a heap window store.
 const OPERATOR: &str = "Window";
@@ -73,9 +75,27 @@ fn decode<K: DeserializeOwned, V: DeserializeOwned>(
     Ok(())
 }
 
-/// Panes in memory, sorted by start, each a map from key to accumulator.
+/// The hash a pane table files a key under.
+#[inline]
+fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// Panes in memory, sorted by start, each a hash table from key to
+/// accumulator: a record updates one table (the last record's pane is
+/// checked first, others found by binary search), a tumbling window's
+/// firing walks one table, and a dropped pane's table is reused, emptied,
+/// by the next pane.
 pub struct HeapPanes<K, ACC> {
-    panes: VecDeque<(Timestamp, FxHashMap<K, ACC>)>,
+    /// `(pane start, table of (key, accumulator))`, sorted.
+    panes: VecDeque<(Timestamp, HashTable<(K, ACC)>)>,
+    /// Index in `panes` of the last record's pane: nearly always the next
+    /// record's too, found without a search (checked before use, as panes
+    /// inserted or dropped shift the indices).
+    last: usize,
+    /// The last dropped pane's table, emptied with its capacity kept: the
+    /// next new pane's, so a pane does not grow its table from nothing.
+    spare: Option<HashTable<(K, ACC)>>,
     /// Keys in the last window merged from several panes: the size of the
     /// next one's map.
     merged_len: usize,
@@ -85,6 +105,8 @@ impl<K, ACC> Default for HeapPanes<K, ACC> {
     fn default() -> Self {
         HeapPanes {
             panes: VecDeque::new(),
+            last: 0,
+            spare: None,
             merged_len: 0,
         }
     }
@@ -99,8 +121,8 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
     ) -> Result<WindowCapture, StateError> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
-        for (start, map) in &self.panes {
-            for (k, acc) in map {
+        for (start, table) in &self.panes {
+            for (k, acc) in table {
                 per_key.entry(k).or_default().push((*start, acc));
             }
         }
@@ -115,15 +137,22 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
             for (start, acc) in list {
                 let at = panes.partition_point(|(s, _)| *s < start);
                 if panes.get(at).is_none_or(|(s, _)| *s != start) {
-                    panes.insert(at, (start, FxHashMap::default()));
+                    panes.insert(at, (start, HashTable::new()));
                 }
-                panes[at].1.insert(k.clone(), acc);
+                let table = &mut panes[at].1;
+                let entry = table.entry(fx_hash(&k), |(q, _)| *q == k, |(q, _)| fx_hash(q));
+                match entry {
+                    hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
+                    hash_table::Entry::Vacant(v) => {
+                        v.insert((k.clone(), acc));
+                    }
+                }
             }
         })
     }
 
     fn entries(&self) -> usize {
-        self.panes.iter().map(|(_, m)| m.len()).sum()
+        self.panes.iter().map(|(_, t)| t.len()).sum()
     }
 }
 
@@ -132,22 +161,41 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     fn add(
         &mut self,
         pane: Timestamp,
-        key: K,
+        key: &K,
         init: impl FnOnce() -> ACC,
         add: impl FnOnce(&mut ACC),
     ) -> Result<bool, StateError> {
-        // Binary search: the panes open at once can be hundreds (a file
-        // read in parallel splits sends records from event times minutes
-        // apart, while the watermark, the slowest split's, holds them all),
-        // and a search from the back walked them for every record.
-        let (idx, new) = match self.panes.binary_search_by_key(&pane, |(s, _)| *s) {
-            Ok(i) => (i, false),
-            Err(at) => {
-                self.panes.insert(at, (pane, FxHashMap::default()));
-                (at, true)
+        let (idx, new) = if self.panes.get(self.last).is_some_and(|(p, _)| *p == pane) {
+            (self.last, false)
+        } else {
+            // Binary search: the panes open at once can be hundreds (a
+            // file read in parallel splits sends records from event times
+            // minutes apart, while the watermark, the slowest split's,
+            // holds them all).
+            match self.panes.binary_search_by_key(&pane, |(p, _)| *p) {
+                Ok(i) => (i, false),
+                Err(at) => {
+                    // Sized like the latest pane: no growth by rehashing
+                    // as the pane fills.
+                    let table = self.spare.take().unwrap_or_else(|| {
+                        HashTable::with_capacity(self.panes.back().map_or(0, |(_, t)| t.len()))
+                    });
+                    self.panes.insert(at, (pane, table));
+                    (at, true)
+                }
             }
         };
-        add(self.panes[idx].1.entry(key).or_insert_with(init));
+        self.last = idx;
+        let table = &mut self.panes[idx].1;
+        let entry = table.entry(fx_hash(key), |(k, _)| k == key, |(k, _)| fx_hash(k));
+        match entry {
+            hash_table::Entry::Occupied(mut e) => add(&mut e.get_mut().1),
+            hash_table::Entry::Vacant(v) => {
+                let mut acc = init();
+                add(&mut acc);
+                v.insert((key.clone(), acc));
+            }
+        }
         Ok(new)
     }
 
@@ -158,15 +206,16 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
     ) -> Result<Option<ACC>, StateError> {
+        let hash = fx_hash(key);
         let mut merged: Option<ACC> = None;
-        for (start, map) in &self.panes {
+        for (start, table) in &self.panes {
             if *start < from {
                 continue;
             }
             if *start >= to {
                 break;
             }
-            if let Some(acc) = map.get(key) {
+            if let Some((_, acc)) = table.find(hash, |(k, _)| k == key) {
                 merged = Some(match merged.take() {
                     None => acc.clone(),
                     Some(m) => merge(m, acc.clone()),
@@ -185,8 +234,8 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E> {
         // Panes are sorted by start: the window's are one run of them.
-        let lo = self.panes.partition_point(|(s, _)| *s < from);
-        let hi = self.panes.partition_point(|(s, _)| *s < to);
+        let lo = self.panes.partition_point(|(p, _)| *p < from);
+        let hi = self.panes.partition_point(|(p, _)| *p < to);
         if hi == lo + 1 {
             // One pane (tumbling windows): its accumulators are the results.
             for (k, acc) in &self.panes[lo].1 {
@@ -225,7 +274,10 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
 
     #[inline]
     fn pop_first(&mut self) -> Result<(), StateError> {
-        self.panes.pop_front();
+        if let Some((_, mut table)) = self.panes.pop_front() {
+            table.clear();
+            self.spare = Some(table);
+        }
         Ok(())
     }
 }

@@ -7,8 +7,9 @@
 //!
 //! 1. [`PaneStore`]: the panes of tumbling and sliding windows (one
 //!    accumulator per key and pane, fired window by window in time order).
-//!    [`HeapPanes`] is time-major — panes sorted by start, one hash map per
-//!    pane — the layout that makes a firing a walk of one or a few maps;
+//!    [`HeapPanes`] is time-major — panes sorted by start, one hash table
+//!    per pane — the layout that makes a firing a walk of one or a few
+//!    tables;
 //!    [`RedbPanes`] keeps each key's panes in a redb state backend, and in
 //!    memory only the keys of each pane.
 //! 2. [`WindowStore`]: per key, its windows and their accumulators
@@ -94,11 +95,13 @@ pub trait StoreSnapshots {
 /// Panes are dropped in order of their start ([`pop_first`](Self::pop_first)).
 pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
     /// Adds to `key`'s accumulator in the pane starting at `pane` (made
-    /// with `init` when absent) with `add`; returns whether the pane is new.
+    /// with `init` when absent, the key copied only then) with `add`;
+    /// returns whether the pane is new. Never called for a pane at or
+    /// before one already dropped by [`pop_first`](Self::pop_first).
     fn add(
         &mut self,
         pane: Timestamp,
-        key: K,
+        key: &K,
         init: impl FnOnce() -> ACC,
         add: impl FnOnce(&mut ACC),
     ) -> Result<bool, StateError>;

@@ -1,0 +1,297 @@
+//! The pane-based operator against a brute-force model that keeps one sum
+//! per (key, window), and against the per-window operator, step by step
+//! on random inputs with late records and allowed lateness.
+
+use super::*;
+use crate::window::function::Sum;
+use crate::window::operator::WindowOp;
+use floe_actors::element::MAX_WATERMARK;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+/// (key, value); the event time travels in the record.
+type Ev = (u8, i64);
+/// (key, start, end, sum), and the record's timestamp.
+type Fired = ((u8, i64, i64, i64), Option<Timestamp>);
+
+#[derive(Clone, Debug)]
+enum Step {
+    Record { key: u8, ts: i64, value: i64 },
+    Watermark(i64),
+}
+
+fn key_of(e: &Ev) -> &u8 {
+    &e.0
+}
+
+fn value_of(e: &Ev) -> i64 {
+    e.1
+}
+
+fn spec(assigner: WindowAssigner<Ev>, lateness: i64, panes: bool) -> WindowSpec<Ev> {
+    WindowSpec {
+        assigner,
+        allowed_lateness: lateness,
+        late_tag: None,
+        panes,
+    }
+}
+
+fn window_fn() -> WindowFunction<u8, i64, (u8, i64, i64, i64)> {
+    Arc::new(|k: &u8, w: &TimeWindow, r: i64, out: &mut Vec<_>| out.push((*k, w.start, w.end, r)))
+}
+
+/// Runs `steps`; the sorted output of each step. With `resume`, pending
+/// firings are resumed after each step as the runtime does; without, the
+/// next step must emit them first (and the last step resumes).
+fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(
+    op: &mut O,
+    steps: &[Step],
+    resume: bool,
+) -> Vec<Vec<Fired>> {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let mut records = Vec::new();
+            let mut watermarks = Vec::new();
+            let mut out = Output {
+                records: &mut records,
+                sides: &mut [],
+                watermarks: &mut watermarks,
+            };
+            match *step {
+                Step::Record { key, ts, value } => op
+                    .process_batch(vec![Record::with_timestamp((key, value), ts)], &mut out)
+                    .expect("record processed"),
+                Step::Watermark(wm) => op.on_watermark(wm, &mut out).expect("watermark"),
+            }
+            while (resume || i + 1 == steps.len()) && op.has_pending() {
+                op.resume(&mut out).expect("resumed");
+            }
+            let mut got: Vec<Fired> = records
+                .into_iter()
+                .map(|r| (r.value, r.timestamp))
+                .collect();
+            got.sort();
+            got
+        })
+        .collect()
+}
+
+/// All outputs of a run, sorted.
+fn all(steps: Vec<Vec<Fired>>) -> Vec<Fired> {
+    let mut v: Vec<Fired> = steps.into_iter().flatten().collect();
+    v.sort();
+    v
+}
+
+/// Flink's semantics with one sum per (key, window start); windows are
+/// enumerated from their definition, not by the assigner.
+struct Model {
+    size: i64,
+    slide: i64,
+    offset: i64,
+    lateness: i64,
+    watermark: i64,
+    sums: BTreeMap<(u8, i64), i128>,
+    late: u64,
+}
+
+impl Model {
+    fn starts(&self, ts: i64) -> Vec<i64> {
+        let mut s = ts - (ts - self.offset).rem_euclid(self.slide);
+        let mut v = Vec::new();
+        while s + self.size > ts {
+            v.push(s);
+            s -= self.slide;
+        }
+        v
+    }
+
+    fn closed(&self, start: i64) -> bool {
+        (start + self.size - 1).saturating_add(self.lateness) <= self.watermark
+    }
+
+    fn fired(&self, key: u8, start: i64) -> Fired {
+        let end = start + self.size;
+        let sum = i64::try_from(self.sums[&(key, start)]).expect("small sums");
+        ((key, start, end, sum), Some(end - 1))
+    }
+
+    fn step(&mut self, step: &Step) -> Vec<Fired> {
+        let mut out = Vec::new();
+        match *step {
+            Step::Record { key, ts, value } => {
+                let live: Vec<i64> = self
+                    .starts(ts)
+                    .into_iter()
+                    .filter(|&s| !self.closed(s))
+                    .collect();
+                if live.is_empty() && ts.saturating_add(self.lateness) <= self.watermark {
+                    self.late += 1;
+                }
+                for s in live {
+                    *self.sums.entry((key, s)).or_default() += i128::from(value);
+                    if s + self.size - 1 <= self.watermark {
+                        out.push(self.fired(key, s));
+                    }
+                }
+            }
+            Step::Watermark(wm) if wm > self.watermark => {
+                for &(key, s) in self.sums.keys() {
+                    let max = s + self.size - 1;
+                    if self.watermark < max && max <= wm {
+                        out.push(self.fired(key, s));
+                    }
+                }
+                self.watermark = wm;
+                let sums = std::mem::take(&mut self.sums);
+                self.sums = sums
+                    .into_iter()
+                    .filter(|&((_, s), _)| !self.closed(s))
+                    .collect();
+            }
+            Step::Watermark(_) => {}
+        }
+        out.sort();
+        out
+    }
+}
+
+/// Records around a wandering clock, some far behind it (late), and
+/// watermarks a little behind the clock; a final `MAX_WATERMARK`.
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = (0u8..10, 0u8..4, -40i64..=4, 0i64..=3, 1i64..100, 0i64..=6);
+    (-60i64..60, prop::collection::vec(step, 1..150)).prop_map(|(start, raw)| {
+        let mut clock = start;
+        let mut steps: Vec<Step> = raw
+            .into_iter()
+            .map(|(kind, key, behind, advance, value, bound)| {
+                clock += advance;
+                if kind < 7 {
+                    // Mostly near the clock, a few far behind it.
+                    let ts = if behind < -30 {
+                        clock + behind * 2
+                    } else {
+                        clock + behind.max(-3)
+                    };
+                    Step::Record { key, ts, value }
+                } else {
+                    Step::Watermark(clock - bound)
+                }
+            })
+            .collect();
+        steps.push(Step::Watermark(MAX_WATERMARK));
+        steps
+    })
+}
+
+/// Records from two event-time fronts far apart, interleaved (what two
+/// source subtasks reading distant splits of a file send), with the
+/// watermark held behind the slower front: hundreds of panes open at
+/// once, each record finding its own. Same firings as the model.
+#[test]
+fn records_from_distant_fronts_find_their_panes() {
+    let mut steps = Vec::new();
+    for i in 0..600i64 {
+        let key = (i % 7) as u8;
+        steps.push(Step::Record {
+            key,
+            ts: i,
+            value: 1 + i % 5,
+        });
+        steps.push(Step::Record {
+            key,
+            ts: 5_000 + 3 * i,
+            value: 2,
+        });
+        if i % 50 == 49 {
+            steps.push(Step::Watermark(i - 20));
+        }
+    }
+    steps.push(Step::Watermark(MAX_WATERMARK));
+    for (size, slide) in [(4, 4), (12, 3)] {
+        let mut model = Model {
+            size,
+            slide,
+            offset: 0,
+            lateness: 0,
+            watermark: MIN_WATERMARK,
+            sums: BTreeMap::new(),
+            late: 0,
+        };
+        let want: Vec<Vec<Fired>> = steps.iter().map(|s| model.step(s)).collect();
+        let mut op = SlicedWindowOp::new(
+            KeyFn::Borrowed(key_of),
+            spec(WindowAssigner::sliding(size, slide), 0, true),
+            Arc::new(Sum::of(value_of as fn(&Ev) -> i64)),
+            window_fn(),
+        )
+        .expect("sliding windows slice");
+        assert_eq!(
+            all(drive(&mut op, &steps, true)),
+            all(want),
+            "{size}/{slide}"
+        );
+        assert!(op.panes.first().is_none());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn panes_match_per_window_sums(
+        size in 1i64..=12,
+        slide in 1i64..=15,
+        off in 0i64..15,
+        lateness in prop_oneof![Just(0i64), 1i64..=12, Just(i64::MAX)],
+        chunk in prop_oneof![Just(1usize), Just(3), Just(FIRE_CHUNK)],
+        steps in steps(),
+    ) {
+        let offset = off % slide;
+        let assigner = || WindowAssigner::sliding(size, slide).with_offset(offset);
+        let agg = Arc::new(Sum::of(value_of as fn(&Ev) -> i64));
+        let sliced = || {
+            let mut op = SlicedWindowOp::new(
+                KeyFn::Borrowed(key_of),
+                spec(assigner(), lateness, true),
+                agg.clone(),
+                window_fn(),
+            )
+            .expect("sliding windows slice");
+            op.fire_chunk = chunk;
+            op
+        };
+        let mut per_window = WindowOp::new(
+            KeyFn::Borrowed(key_of),
+            spec(assigner(), lateness, false),
+            agg.clone(),
+            window_fn(),
+        );
+        let mut model = Model {
+            size,
+            slide,
+            offset,
+            lateness,
+            watermark: MIN_WATERMARK,
+            sums: BTreeMap::new(),
+            late: 0,
+        };
+        let want: Vec<Vec<Fired>> = steps.iter().map(|s| model.step(s)).collect();
+        let mut op = sliced();
+        let got = drive(&mut op, &steps, true);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert_eq!(g, w, "step {} ({:?})", i, &steps[i]);
+        }
+        prop_assert_eq!(op.late.late, model.late);
+        prop_assert!(op.panes.first().is_none(), "panes left after the last watermark");
+        prop_assert_eq!(drive(&mut per_window, &steps, true), want.clone());
+        // Not resumed: the next record or watermark fires what is left
+        // first, so the records see the same windows.
+        let mut op = sliced();
+        prop_assert_eq!(all(drive(&mut op, &steps, false)), all(want));
+        prop_assert_eq!(op.late.late, model.late);
+    }
+}
