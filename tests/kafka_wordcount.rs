@@ -311,17 +311,14 @@ fn exactly_once_kill_9_five_times_neither_loses_nor_duplicates() {
         "--sink-rate",
         "4000",
     ]);
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = floe::text::SplitMix(0x9e37_79b9_7f4a_7c15);
     let mut kills = 0;
     for _ in 0..5 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
         let mut run_args = base.clone();
         if kills > 0 {
             run_args.extend(["--from-checkpoint".into(), s(&ckpt)]);
         }
-        if !kill_after_checkpoints(&run_args, 1 + seed % 4) {
+        if !kill_after_checkpoints(&run_args, 1 + rng.below(4)) {
             break;
         }
         kills += 1;

@@ -177,20 +177,12 @@ pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
 /// `lines` lines of words from a vocabulary of `vocabulary`, derived from
 /// `seed` alone.
 pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = floe::text::SplitMix(seed);
     (0..lines)
         .map(|_| {
-            let n = 1 + next() % 8;
+            let n = 1 + rng.below(8);
             (0..n)
-                .map(|_| format!("w{}", next() % vocabulary))
+                .map(|_| format!("w{}", rng.below(vocabulary)))
                 .collect::<Vec<_>>()
                 .join(" ")
         })
