@@ -340,22 +340,13 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
         any::<prop::sample::Index>(),
     )
         .prop_map(|(start, raw, rescale_at)| {
-            let mut clock = start;
-            let mut steps: Vec<Step> = raw
+            let mut steps: Vec<Step> = super::tests::wander(start, raw)
                 .into_iter()
-                .map(|(kind, key, behind, advance, value, bound)| {
-                    clock += advance;
-                    if kind < 7 {
-                        // Mostly near the clock, a few far behind it.
-                        let ts = if behind < -30 {
-                            clock + behind * 2
-                        } else {
-                            clock + behind.max(-3)
-                        };
+                .map(|step| match step {
+                    super::tests::Step::Record { key, ts, value } => {
                         Step::Record { key, ts, value }
-                    } else {
-                        Step::Watermark(clock - bound)
                     }
+                    super::tests::Step::Watermark(w) => Step::Watermark(w),
                 })
                 .collect();
             let at = rescale_at.index(steps.len() + 1);

@@ -15,7 +15,7 @@ type Ev = (u8, i64);
 type Fired = ((u8, i64, i64, i64), Option<Timestamp>);
 
 #[derive(Clone, Debug)]
-enum Step {
+pub(super) enum Step {
     Record { key: u8, ts: i64, value: i64 },
     Watermark(i64),
 }
@@ -164,27 +164,32 @@ impl Model {
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let step = (0u8..10, 0u8..4, -40i64..=4, 0i64..=3, 1i64..100, 0i64..=6);
     (-60i64..60, prop::collection::vec(step, 1..150)).prop_map(|(start, raw)| {
-        let mut clock = start;
-        let mut steps: Vec<Step> = raw
-            .into_iter()
-            .map(|(kind, key, behind, advance, value, bound)| {
-                clock += advance;
-                if kind < 7 {
-                    // Mostly near the clock, a few far behind it.
-                    let ts = if behind < -30 {
-                        clock + behind * 2
-                    } else {
-                        clock + behind.max(-3)
-                    };
-                    Step::Record { key, ts, value }
-                } else {
-                    Step::Watermark(clock - bound)
-                }
-            })
-            .collect();
+        let mut steps = wander(start, raw);
         steps.push(Step::Watermark(MAX_WATERMARK));
         steps
     })
+}
+
+/// Draws `(kind, key, behind, advance, value, bound)` into steps around a
+/// clock starting at `start`: records (kinds 0–6) mostly near the clock, a
+/// few far behind it; watermarks (kinds 7–9) `bound` behind it.
+pub(super) fn wander(start: i64, raw: Vec<(u8, u8, i64, i64, i64, i64)>) -> Vec<Step> {
+    let mut clock = start;
+    raw.into_iter()
+        .map(|(kind, key, behind, advance, value, bound)| {
+            clock += advance;
+            if kind < 7 {
+                let ts = if behind < -30 {
+                    clock + behind * 2
+                } else {
+                    clock + behind.max(-3)
+                };
+                Step::Record { key, ts, value }
+            } else {
+                Step::Watermark(clock - bound)
+            }
+        })
+        .collect()
 }
 
 /// Records from two event-time fronts far apart, interleaved (what two
