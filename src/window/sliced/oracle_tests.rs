@@ -1,8 +1,8 @@
 //! Sliding (and tumbling) windows over shared panes against a naive oracle,
 //! for every aggregate the API and the CLI offer, in both stores.
 //!
-//! The oracle keeps, in a `HashMap`, the raw values each (key, window)
-//! accepted, with windows enumerated from their definition, and computes a
+//! The oracle (the operator tests' `Model`) keeps the raw values each
+//! (key, window) accepted, with windows enumerated from their definition, and computes a
 //! window's result from those values whenever Flink fires it: when the
 //! watermark passes its end, and again for each record it takes late within
 //! the allowed lateness. The operator runs the same steps — out-of-order
@@ -10,6 +10,7 @@
 //! restored into two operators splitting the key groups (a rescale), each
 //! then fed its keys' records. Every step's output must be the oracle's.
 
+use super::tests::{Model, Step as ModelStep};
 use super::*;
 use crate::operators::RestoredState;
 use crate::state::RedbStateBackend;
@@ -18,7 +19,6 @@ use crate::window::function::{CollectAll, ReduceAggregate, Sum};
 use floe_actors::element::MAX_WATERMARK;
 use floe_actors::keygroup::key_group;
 use proptest::prelude::*;
-use std::collections::HashMap;
 
 /// (key, value); the event time travels in the record.
 type Ev = (u8, i64);
@@ -107,66 +107,6 @@ impl Kind {
                 v
             }
         }
-    }
-}
-
-/// Flink's semantics, from the raw values of each (key, window start).
-struct Oracle {
-    size: i64,
-    slide: i64,
-    offset: i64,
-    lateness: i64,
-    watermark: i64,
-    kind: Kind,
-    windows: HashMap<(u8, i64), Vec<i64>>,
-}
-
-impl Oracle {
-    /// Starts of the windows containing `ts`.
-    fn starts(&self, ts: i64) -> Vec<i64> {
-        let mut s = ts - (ts - self.offset).rem_euclid(self.slide);
-        let mut v = Vec::new();
-        while s + self.size > ts {
-            v.push(s);
-            s -= self.slide;
-        }
-        v
-    }
-
-    fn fired(&self, key: u8, start: i64) -> Fired {
-        let end = start + self.size;
-        let result = self.kind.oracle(&self.windows[&(key, start)]);
-        ((key, start, end, result), Some(end - 1))
-    }
-
-    fn step(&mut self, step: &Step) -> Vec<Fired> {
-        let mut out = Vec::new();
-        match *step {
-            Step::Record { key, ts, value } => {
-                for s in self.starts(ts) {
-                    let max = s + self.size - 1;
-                    if max.saturating_add(self.lateness) <= self.watermark {
-                        continue;
-                    }
-                    self.windows.entry((key, s)).or_default().push(value);
-                    if max <= self.watermark {
-                        out.push(self.fired(key, s));
-                    }
-                }
-            }
-            Step::Watermark(wm) if wm > self.watermark => {
-                for &(key, s) in self.windows.keys() {
-                    let max = s + self.size - 1;
-                    if self.watermark < max && max <= wm {
-                        out.push(self.fired(key, s));
-                    }
-                }
-                self.watermark = wm;
-            }
-            Step::Watermark(_) | Step::Rescale => {}
-        }
-        out.sort();
-        out
     }
 }
 
@@ -392,16 +332,15 @@ proptest! {
             late_tag: None,
             panes: true,
         };
-        let mut oracle = Oracle {
-            size,
-            slide,
-            offset,
-            lateness,
-            watermark: MIN_WATERMARK,
-            kind,
-            windows: HashMap::new(),
-        };
-        let want: Vec<Vec<Fired>> = steps.iter().map(|s| oracle.step(s)).collect();
+        let mut oracle = Model::new((size, slide, offset), lateness, move |v: &[i64]| kind.oracle(v));
+        let want: Vec<Vec<Fired>> = steps
+            .iter()
+            .map(|s| match *s {
+                Step::Record { key, ts, value } => oracle.step(&ModelStep::Record { key, ts, value }),
+                Step::Watermark(w) => oracle.step(&ModelStep::Watermark(w)),
+                Step::Rescale => Vec::new(),
+            })
+            .collect();
         let store = if redb { Store::Redb } else { Store::Heap };
         let got = match kind {
             Kind::Cli(agg) => run(&spec, agg, |r: i64| vec![r], store, &steps),

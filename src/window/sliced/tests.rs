@@ -79,6 +79,11 @@ fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(
         .collect()
 }
 
+/// The sum model's result.
+fn sum(values: &[i64]) -> i64 {
+    values.iter().sum()
+}
+
 /// All outputs of a run, sorted.
 fn all(steps: Vec<Vec<Fired>>) -> Vec<Fired> {
     let mut v: Vec<Fired> = steps.into_iter().flatten().collect();
@@ -86,19 +91,44 @@ fn all(steps: Vec<Vec<Fired>>) -> Vec<Fired> {
     v
 }
 
-/// Flink's semantics with one sum per (key, window start); windows are
-/// enumerated from their definition, not by the assigner.
-struct Model {
+/// Flink's semantics from the raw values of each (key, window start);
+/// windows are enumerated from their definition, not by the assigner, and
+/// a window's result is `result` of its values.
+pub(super) struct Model<R> {
     size: i64,
     slide: i64,
     offset: i64,
     lateness: i64,
     watermark: i64,
-    sums: BTreeMap<(u8, i64), i128>,
+    values: BTreeMap<(u8, i64), Vec<i64>>,
+    /// Records no window took any more.
     late: u64,
+    result: Box<dyn Fn(&[i64]) -> R>,
 }
 
-impl Model {
+/// A model's firing: (key, start, end, result), and the record's timestamp.
+pub(super) type Firing<R> = ((u8, i64, i64, R), Option<Timestamp>);
+
+impl<R: Ord> Model<R> {
+    /// A model of sliding windows (`size`, `slide`, `offset`) allowing
+    /// `lateness`.
+    pub(super) fn new(
+        (size, slide, offset): (i64, i64, i64),
+        lateness: i64,
+        result: impl Fn(&[i64]) -> R + 'static,
+    ) -> Self {
+        Model {
+            size,
+            slide,
+            offset,
+            lateness,
+            watermark: MIN_WATERMARK,
+            values: BTreeMap::new(),
+            late: 0,
+            result: Box::new(result),
+        }
+    }
+
     fn starts(&self, ts: i64) -> Vec<i64> {
         let mut s = ts - (ts - self.offset).rem_euclid(self.slide);
         let mut v = Vec::new();
@@ -113,13 +143,14 @@ impl Model {
         (start + self.size - 1).saturating_add(self.lateness) <= self.watermark
     }
 
-    fn fired(&self, key: u8, start: i64) -> Fired {
+    fn fired(&self, key: u8, start: i64) -> Firing<R> {
         let end = start + self.size;
-        let sum = i64::try_from(self.sums[&(key, start)]).expect("small sums");
-        ((key, start, end, sum), Some(end - 1))
+        let result = (self.result)(&self.values[&(key, start)]);
+        ((key, start, end, result), Some(end - 1))
     }
 
-    fn step(&mut self, step: &Step) -> Vec<Fired> {
+    /// What `step` fires, sorted.
+    pub(super) fn step(&mut self, step: &Step) -> Vec<Firing<R>> {
         let mut out = Vec::new();
         match *step {
             Step::Record { key, ts, value } => {
@@ -132,22 +163,22 @@ impl Model {
                     self.late += 1;
                 }
                 for s in live {
-                    *self.sums.entry((key, s)).or_default() += i128::from(value);
+                    self.values.entry((key, s)).or_default().push(value);
                     if s + self.size - 1 <= self.watermark {
                         out.push(self.fired(key, s));
                     }
                 }
             }
             Step::Watermark(wm) if wm > self.watermark => {
-                for &(key, s) in self.sums.keys() {
+                for &(key, s) in self.values.keys() {
                     let max = s + self.size - 1;
                     if self.watermark < max && max <= wm {
                         out.push(self.fired(key, s));
                     }
                 }
                 self.watermark = wm;
-                let sums = std::mem::take(&mut self.sums);
-                self.sums = sums
+                let values = std::mem::take(&mut self.values);
+                self.values = values
                     .into_iter()
                     .filter(|&((_, s), _)| !self.closed(s))
                     .collect();
@@ -217,15 +248,7 @@ fn records_from_distant_fronts_find_their_panes() {
     }
     steps.push(Step::Watermark(MAX_WATERMARK));
     for (size, slide) in [(4, 4), (12, 3)] {
-        let mut model = Model {
-            size,
-            slide,
-            offset: 0,
-            lateness: 0,
-            watermark: MIN_WATERMARK,
-            sums: BTreeMap::new(),
-            late: 0,
-        };
+        let mut model = Model::new((size, slide, 0), 0, sum);
         let want: Vec<Vec<Fired>> = steps.iter().map(|s| model.step(s)).collect();
         let mut op = SlicedWindowOp::new(
             KeyFn::Borrowed(key_of),
@@ -275,15 +298,7 @@ proptest! {
             agg.clone(),
             window_fn(),
         );
-        let mut model = Model {
-            size,
-            slide,
-            offset,
-            lateness,
-            watermark: MIN_WATERMARK,
-            sums: BTreeMap::new(),
-            late: 0,
-        };
+        let mut model = Model::new((size, slide, offset), lateness, sum);
         let want: Vec<Vec<Fired>> = steps.iter().map(|s| model.step(s)).collect();
         let mut op = sliced();
         let got = drive(&mut op, &steps, true);
