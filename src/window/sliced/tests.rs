@@ -103,8 +103,11 @@ pub(super) struct Model<R> {
     values: BTreeMap<(u8, i64), Vec<i64>>,
     /// Records no window took any more.
     late: u64,
-    result: Box<dyn Fn(&[i64]) -> R>,
+    result: ResultFn<R>,
 }
+
+/// How a model computes a window's result from its values.
+type ResultFn<R> = Box<dyn Fn(&[i64]) -> R>;
 
 /// A model's firing: (key, start, end, result), and the record's timestamp.
 pub(super) type Firing<R> = ((u8, i64, i64, R), Option<Timestamp>);
