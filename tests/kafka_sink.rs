@@ -205,7 +205,7 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
         )
         .name("Kafka Sink");
     let handle = env.execute_async().expect("starts");
-    gated::wait_until("a restart", || handle.failover_stats().restarts >= 1);
+    gated::wait_for_restarts(&handle, 1);
     gate.open();
     futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
     assert_eq!(handle.failover_stats().restarts, 1, "the fault fired");

@@ -27,7 +27,7 @@ use floe::connectors::postgres::{PgTxn, PostgresSink, PostgresSinkConfig, WriteM
 use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
 use floe::operators::sink::SinkContext;
 use floe_actors::element::Batch;
-use gated::{Gate, gated_generator, wait_until};
+use gated::{Gate, gated_generator, wait_for_restarts, wait_until};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -190,7 +190,7 @@ fn upsert_keyed_count_with_failures_equals_the_oracle() {
     counts.add_postgres_sink(PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     // The snapshot fault fires while the sources hold; the other after.
-    wait_until("a restart", || handle.failover_stats().restarts >= 1);
+    wait_for_restarts(&handle, 1);
     gate.open();
     futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
     let failures: Vec<String> = handle
@@ -249,7 +249,7 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append).job(&job);
     records.add_postgres_sink(PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
-    wait_until("a restart", || handle.failover_stats().restarts >= 1);
+    wait_for_restarts(&handle, 1);
     gate.open();
     futures::executor::block_on(handle.wait()).expect("the job recovers and finishes");
     assert_eq!(handle.failover_stats().restarts, 1, "the fault fired");

@@ -240,7 +240,7 @@ impl StreamExecutionEnvironment {
                 let mut driver =
                     SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
                 if let Some((records, request)) = ctx.savepoint_pause.clone() {
-                    driver = driver.with_savepoint_pause(records, request);
+                    driver = driver.with_savepoint_pause(records, request)?;
                 }
                 if let Some(hold) = ctx.hold.clone() {
                     driver = driver.with_hold(hold);

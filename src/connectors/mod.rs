@@ -161,13 +161,16 @@ pub struct SourceNode<T> {
 }
 
 /// Holds a source at a record count until a savepoint's barrier passed it:
-/// `--savepoint-at-records` cuts the input at a known point.
+/// `--savepoint-at-records` cuts the input at a known point. The held
+/// source is parked (no timer): the savepoint's barrier wakes it.
 pub(crate) struct SavepointPause {
     /// Records this subtask may still emit before the savepoint.
     pub remaining: u64,
     /// Asks the coordinator for the savepoint.
     pub request: std::sync::Arc<dyn Fn() + Send + Sync>,
     pub requested: bool,
+    /// Wakes the parked subtask once the savepoint's barrier passed.
+    pub wake: std::sync::Arc<floe_actors::wake::SubtaskWaker>,
 }
 
 impl<T: 'static> SourceNode<T> {
@@ -200,18 +203,25 @@ impl<T: 'static> SourceNode<T> {
     }
 
     /// Pauses after `records` records until a savepoint barrier passed,
-    /// asking for the savepoint with `request`.
+    /// asking for the savepoint with `request`. Called while the subtask's
+    /// chain is built (its waker wakes the paused source).
     pub(crate) fn with_savepoint_pause(
         mut self,
         records: u64,
         request: std::sync::Arc<dyn Fn() + Send + Sync>,
-    ) -> Self {
+    ) -> crate::Result<Self> {
+        let wake = floe_actors::wake::current_waker().ok_or_else(|| {
+            crate::Error::Config(
+                "a source paused for a savepoint must be built by its subtask".into(),
+            )
+        })?;
         self.pause = Some(SavepointPause {
             remaining: records,
             request,
             requested: false,
+            wake,
         });
-        self
+        Ok(self)
     }
 }
 
@@ -225,9 +235,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             .injected_fault(crate::failover::FaultMoment::Snapshot(
                 barrier.checkpoint_id,
             ))?;
-        if barrier.kind == floe_actors::element::BarrierKind::Savepoint {
-            // The savepoint the source waited for has its cut: go on.
-            self.pause = None;
+        if barrier.kind == floe_actors::element::BarrierKind::Savepoint
+            && let Some(pause) = self.pause.take()
+        {
+            // The savepoint the source waited for has its cut: go on (a
+            // source held at its count is parked, and waits for this).
+            if pause.requested {
+                pause.wake.wake_subtask();
+            }
         }
         let source = &mut self.source;
         let checkpoint = barrier.checkpoint_id;
@@ -278,10 +293,13 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             if p.remaining == 0 {
                 if !p.requested {
                     p.requested = true;
+                    p.wake.rearm();
                     (p.request)();
                 }
+                // Parked until the savepoint's barrier (`checkpoint`) wakes
+                // the subtask: nothing polls meanwhile.
                 self.next.processing_time(floe_actors::element::now_ms())?;
-                return Ok(SourceStep::Wait(std::time::Duration::from_millis(1)));
+                return Ok(SourceStep::Parked);
             }
             max = max.min(p.remaining as usize);
         }

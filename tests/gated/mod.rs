@@ -14,6 +14,7 @@
 use floe::connectors::generator::GeneratorSource;
 use floe::connectors::{SourceContext, SourceFunction, SourcePoll};
 use floe::{Record, StreamExecutionEnvironment};
+use floe_actors::wake::SubtaskWaker;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -30,6 +31,9 @@ pub struct Gate {
     arrived: Condvar,
     /// Records emitted so far, over all subtasks.
     emitted: AtomicU64,
+    /// Wakers of the source subtasks parked at the current stop; a pass
+    /// wakes them (no polling while they hold).
+    parked: Mutex<Vec<Arc<SubtaskWaker>>>,
 }
 
 impl Gate {
@@ -41,11 +45,22 @@ impl Gate {
     /// end).
     pub fn pass(&self) {
         self.stop.fetch_add(1, Ordering::AcqRel);
+        self.wake_parked();
     }
 
     /// Lets every source read on to its end.
     pub fn open(&self) {
         self.stop.store(usize::MAX / 2, Ordering::Release);
+        self.wake_parked();
+    }
+
+    /// Wakes the subtasks parked at the stop just passed. The stop moved
+    /// before this takes the lock, and a source parks only after reading
+    /// the stop under it: none parks at a stop already passed.
+    fn wake_parked(&self) {
+        for w in self.parked.lock().unwrap().drain(..) {
+            w.wake_subtask();
+        }
     }
 
     /// Records emitted so far (final for a stop once every subtask holds
@@ -74,15 +89,29 @@ impl Gate {
     }
 }
 
-/// Polls `done` until it holds. The long limit only turns a hang (the
-/// event can never come: a bug) into a failure; a slow machine just polls
-/// longer.
+/// Polls `done` until it holds, for state that sends no event (a table
+/// of a server, an HTTP answer, a gauge): checkpoints and restarts have
+/// their waits ([`wait_for_new_checkpoints`], [`wait_for_restarts`]). The
+/// pause between two looks doubles from 1 ms to 20 ms, so a long wait does
+/// not keep a core busy. The long limit only turns a hang (the event can
+/// never come: a bug) into a failure; a slow machine just polls longer.
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let hang = Instant::now() + Duration::from_secs(300);
+    let mut pause = Duration::from_millis(1);
     while !done() {
         assert!(Instant::now() < hang, "hung waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
+}
+
+/// Waits until `handle`'s job restarted `n` times in all (woken by the
+/// restart, no polling).
+pub fn wait_for_restarts(handle: &floe::JobHandle, n: u64) {
+    assert!(
+        futures::executor::block_on(handle.wait_for_restarts(n)),
+        "the job ended before its restart {n}"
+    );
 }
 
 /// Waits until `handle`'s job completed `n` more checkpoints than it had
@@ -116,8 +145,11 @@ where
     let stops = stops.to_vec();
     env.add_source("Gated Generator", move |ctx: &SourceContext| {
         let (start, end) = ctx.split(count);
+        let waker = floe_actors::wake::current_waker()
+            .ok_or_else(|| floe::Error::Config("a gated source is built by its subtask".into()))?;
         Ok(Gated {
             inner: GeneratorSource::new(f.clone(), count, None, ctx),
+            waker,
             stops: stops
                 .iter()
                 .map(|s| ((end - start) as f64 * s) as u64)
@@ -138,6 +170,8 @@ struct Gated<T> {
     gate: Arc<Gate>,
     /// The stop this subtask was counted as holding at.
     holding_at: Option<usize>,
+    /// Wakes this subtask when the gate passes the stop it parked at.
+    waker: Arc<SubtaskWaker>,
 }
 
 impl<T: Send + 'static> SourceFunction<T> for Gated<T> {
@@ -156,7 +190,15 @@ impl<T: Send + 'static> SourceFunction<T> for Gated<T> {
                 held[stop] += 1;
                 self.gate.arrived.notify_all();
             }
-            return Ok(SourcePoll::Wait(Duration::from_millis(1)));
+            // Park, unless the gate passed the stop meanwhile (read again
+            // under the lock its pass wakes the parked through).
+            let mut parked = self.gate.parked.lock().unwrap();
+            if self.gate.stop.load(Ordering::Acquire) != stop {
+                return Ok(SourcePoll::Wait(Duration::ZERO));
+            }
+            self.waker.rearm();
+            parked.push(self.waker.clone());
+            return Ok(SourcePoll::Parked);
         }
         let max = limit.map_or(max, |l| max.min((l - self.emitted) as usize));
         let before = out.len();
