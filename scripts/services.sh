@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real servers for the connector and dashboard tests: PostgreSQL, a
-# Kafka-protocol broker (nisshi, else tansu) and chromedriver (headless
-# Chromium over WebDriver), each on a free loopback port, private to this
-# checkout.
+# Kafka-protocol broker (noida-db; nisshi or tansu on request) and
+# chromedriver (headless Chromium over WebDriver), each on a free loopback
+# port, private to this checkout.
 #
 #   scripts/services.sh start [postgres] [kafka] [webdriver]   install what is missing, start, wait
 #   scripts/services.sh stop                                   stop them
@@ -13,21 +13,23 @@
 # `start` writes target/services.env with
 #   FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:PORT/floe
 #   FLOE_TEST_KAFKA=127.0.0.1:PORT
-#   FLOE_TEST_KAFKA_BROKER=nisshi|tansu   (which broker; the tests adapt to its gaps)
+#   FLOE_TEST_KAFKA_BROKER=noida|nisshi|tansu   (which broker; the tests adapt to its gaps)
 #   FLOE_TEST_WEBDRIVER=http://127.0.0.1:PORT
 # which the tests read (they fail with a pointer here when it is missing,
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
-# the broker with `cargo install` (kept in ~/.cargo/bin: built once),
-# chromium and chromium-driver (dashboard tests).
-# The broker: nisshi 0.8.1 (tansu's successor; storage in a SQLite file
-# under target/services/kafka-data, so a restart keeps the topics; like
-# tansu it commits no Kafka transactions) when it is installed; else tansu 0.6 (memory
-# storage, no EndTxn) when that is; when neither is, nisshi if the toolchain
-# can build it (its dependencies need rustc 1.96), else tansu.
-# FLOE_KAFKA_BROKER=nisshi|tansu picks one. The tests use the librdkafka
-# 2.12 that rdkafka-sys vendors (Debian's 2.0.2 misreads the tagged fields
-# of the brokers' ApiVersions v3 answer and reconnects forever);
-# docs/kafka.md says what each broker lacks and what the tests do about it.
+# the broker (below), chromium and chromium-driver (dashboard tests).
+# The broker: noida-db 0.2.3 by default, from PyPI (a 5 MB wheel carrying
+# one prebuilt binary: installed in seconds into a virtualenv, nothing to
+# compile), which commits Kafka transactions (EndTxn, read_committed) and
+# keeps its topics in its data directory across a restart. With
+# FLOE_KAFKA_BROKER=nisshi|tansu: nisshi 0.8.1 (storage in a SQLite file
+# under target/services/kafka-data; its dependencies need rustc 1.96) or
+# tansu 0.6 (memory storage), both built by `cargo install` and kept in
+# ~/.cargo/bin; neither commits Kafka transactions. The tests use the
+# librdkafka 2.12 that rdkafka-sys vendors (Debian's 2.0.2 misreads the
+# tagged fields of the brokers' ApiVersions v3 answer and reconnects
+# forever); docs/kafka.md says what each broker lacks and what the tests
+# do about it.
 # PostgreSQL runs as the `postgres` user (initdb refuses root), with
 # max_prepared_transactions=64 for two-phase commit, its data and socket in
 # a private directory under $TMPDIR.
@@ -86,8 +88,20 @@ install_postgres() {
   pg_bin >/dev/null || die "PostgreSQL did not install"
 }
 
-# The path of broker $1 (nisshi or tansu), if installed.
+# noida-db's virtualenv (outside target/, so `cargo clean` keeps it).
+NOIDA_VERSION=0.2.3
+NOIDA_VENV="${FLOE_NOIDA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floe/noida-db-$NOIDA_VERSION}"
+
+# The path of broker $1 (noida, nisshi or tansu), if installed.
 broker_path() {
+  if [ "$1" = noida ]; then
+    # The wheel's binary itself, not its Python wrapper (which runs it as a
+    # child): `kill kafka` must reach the broker.
+    local bin
+    bin="$(ls "$NOIDA_VENV"/lib/python3*/site-packages/noida_db/noida-db 2>/dev/null | head -1)"
+    [ -n "$bin" ] && [ -x "$bin" ] && { echo "$bin"; return 0; }
+    return 1
+  fi
   if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
   [ -x "$HOME/.cargo/bin/$1" ] && { echo "$HOME/.cargo/bin/$1"; return 0; }
   return 1
@@ -104,22 +118,26 @@ nisshi_buildable() {
 broker_kind() {
   if [ -n "${FLOE_KAFKA_BROKER:-}" ]; then
     case "$FLOE_KAFKA_BROKER" in
-      nisshi | tansu) echo "$FLOE_KAFKA_BROKER"; return 0 ;;
-      *) die "FLOE_KAFKA_BROKER=$FLOE_KAFKA_BROKER: expected nisshi or tansu" ;;
+      noida | nisshi | tansu) echo "$FLOE_KAFKA_BROKER"; return 0 ;;
+      *) die "FLOE_KAFKA_BROKER=$FLOE_KAFKA_BROKER: expected noida, nisshi or tansu" ;;
     esac
   fi
-  if broker_path nisshi >/dev/null; then echo nisshi
-  elif broker_path tansu >/dev/null; then echo tansu
-  elif nisshi_buildable; then echo nisshi
-  else echo tansu
-  fi
+  echo noida
 }
 
 install_broker() {
   local kind=$1
   broker_path "$kind" >/dev/null && return 0
   case "$kind" in
+    noida)
+      log "installing noida-db $NOIDA_VERSION (pip, into $NOIDA_VENV)"
+      rm -rf "$NOIDA_VENV"
+      python3 -m venv "$NOIDA_VENV" >&2 || die "python3 -m venv $NOIDA_VENV failed"
+      "$NOIDA_VENV/bin/pip" install -q --disable-pip-version-check "noida-db==$NOIDA_VERSION" >&2 \
+        || die "pip install noida-db==$NOIDA_VERSION failed"
+      ;;
     nisshi)
+      nisshi_buildable || log "nisshi needs rustc >= 1.96; this one is $(rustc --version)"
       log "installing nisshi (cargo install, 15 minutes or more on 2 cores)"
       cargo install nisshi@0.8.1 --locked >&2 || die "cargo install nisshi failed"
       ;;
@@ -202,6 +220,18 @@ start_kafka() {
   echo "$port" >"$STATE/kafka.port"
   mkdir -p "$STATE/kafka-data"
   local storage
+  if [ "$kind" = noida ]; then
+    # Its data directory keeps the topics (and transactions) across a
+    # restart; only the Kafka service runs. The binary warns on each start
+    # that Debian 12's glibc lacks the weak symbol version GLIBC_2.39; it
+    # runs (the wheel is built for manylinux 2.17).
+    (cd "$STATE/kafka-data" && exec nohup "$bin" start --only kafka --host 127.0.0.1 \
+      --kafka-port "$port" --data-dir "$STATE/kafka-data/noida" >>"$STATE/kafka.log" 2>&1) &
+    echo $! >"$STATE/kafka.pid"
+    wait_port "$port" 60 || { cat "$STATE/kafka.log" >&2; die "noida-db does not accept connections on $port"; }
+    log "noida-db on 127.0.0.1:$port (data $STATE/kafka-data/noida)"
+    return 0
+  fi
   case "$kind" in
     # A SQLite file (the URL is relative to the working directory): the
     # topics outlive a restart of the broker.

@@ -60,17 +60,20 @@ fn service(var: &str) -> Option<String> {
 }
 
 /// Which broker `scripts/services.sh` runs (`FLOE_TEST_KAFKA_BROKER`):
-/// `nisshi` (persistent storage) or `tansu` (memory storage), or `None`
-/// for a broker started otherwise. Neither commits Kafka transactions.
+/// `noida` (the default: persistent storage, Kafka transactions), `nisshi`
+/// (persistent storage) or `tansu` (memory storage), or `None` for a
+/// broker started otherwise. Neither nisshi nor tansu commits Kafka
+/// transactions.
 pub fn broker_kind() -> Option<String> {
     lookup("FLOE_TEST_KAFKA_BROKER")
 }
 
 /// Whether the broker commits Kafka transactions (the exactly-once sink's
-/// own check). On any broker that cannot — neither tansu 0.6 (no `EndTxn`)
-/// nor nisshi 0.8.1 (`InitProducerId` refuses every transactional id) can
-/// — `test` says on stderr that it is skipped and why: the check itself is
-/// what the exactly-once Kafka sink is tested up to there.
+/// own check). noida-db, the services script's default, does. On a broker
+/// that cannot — neither tansu 0.6 (no `EndTxn`) nor nisshi 0.8.1
+/// (`InitProducerId` refuses every transactional id) can — `test` says on
+/// stderr that it is skipped and why: the check itself is what the
+/// exactly-once Kafka sink is tested up to there.
 pub fn transactions_or_skip(broker: &str, test: &str) -> bool {
     // The check commits an offset of this topic in a transaction: it
     // exists, so only the transactions are tested.
@@ -83,7 +86,7 @@ pub fn transactions_or_skip(broker: &str, test: &str) -> bool {
         Err(e) => {
             skipped(&format!(
                 "{test} SKIPPED: the broker ({}) cannot commit Kafka transactions ({e}); \
-                 it needs a broker that does (e.g. Apache Kafka)",
+                 it needs a broker that does (noida-db, scripts/services.sh's default)",
                 broker_kind().unwrap_or_else(|| "unknown".into())
             ));
             false
@@ -91,15 +94,16 @@ pub fn transactions_or_skip(broker: &str, test: &str) -> bool {
     }
 }
 
-/// Whether the broker keeps its topics across a restart (nisshi with its
-/// SQLite storage); otherwise `test` says on stderr that it is skipped.
+/// Whether the broker keeps its topics across a restart (noida-db with
+/// its data directory, nisshi with its SQLite storage); otherwise `test`
+/// says on stderr that it is skipped.
 pub fn persistent_or_skip(test: &str) -> bool {
-    if broker_kind().as_deref() == Some("nisshi") {
+    if matches!(broker_kind().as_deref(), Some("noida" | "nisshi")) {
         return true;
     }
     skipped(&format!(
         "{test} SKIPPED: the broker ({}) loses its topics on a restart; \
-         it runs against nisshi (scripts/services.sh)",
+         it runs against noida-db or nisshi (scripts/services.sh)",
         broker_kind().unwrap_or_else(|| "unknown".into())
     ));
     false
