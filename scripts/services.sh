@@ -20,8 +20,10 @@
 # the broker (below), chromium and chromium-driver (dashboard tests).
 # The broker: noida-db 0.2.3 by default, from PyPI (a 5 MB wheel carrying
 # one prebuilt binary: installed in seconds into a virtualenv, nothing to
-# compile), which commits Kafka transactions (EndTxn, read_committed) and
-# keeps its topics in its data directory across a restart. With
+# compile), which commits Kafka transactions (EndTxn, read_committed); it
+# snapshots its topics into its data directory every second or so (a
+# `kill -9` loses what came since; open transactions do not survive any
+# restart: docs/kafka.md). With
 # FLOE_KAFKA_BROKER=nisshi|tansu: nisshi 0.8.1 (storage in a SQLite file
 # under target/services/kafka-data; its dependencies need rustc 1.96) or
 # tansu 0.6 (memory storage), both built by `cargo install` and kept in

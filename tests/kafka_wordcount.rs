@@ -289,7 +289,7 @@ fn exactly_once_kill_9_five_times_neither_loses_nor_duplicates() {
     ) {
         return;
     }
-    let (input, oracle) = input(&b, "wc-eo-kill-in", 12_000);
+    let (input, oracle) = input(&b, "wc-eo-kill-in", 20_000);
     let output = unique("wc-eo-kill-out");
     create_topic(&b, &output, 2);
     let dir = tempfile::tempdir().expect("temp dir");
@@ -310,6 +310,17 @@ fn exactly_once_kill_9_five_times_neither_loses_nor_duplicates() {
         &s(&ckpt),
         "--sink-rate",
         "4000",
+        // Small batches and channels: the job's buffers hold a few hundred
+        // updates, so checkpoints complete every few hundred ms while the
+        // throttled sink still has most of the input ahead of it, however
+        // fast the broker serves the topic (noida-db answers a fetch with
+        // a whole partition).
+        "--batch-size",
+        "64",
+        "--credits",
+        "1",
+        "--network-buffers",
+        "4",
     ]);
     let mut rng = floe::text::SplitMix(0x9e37_79b9_7f4a_7c15);
     let mut kills = 0;
