@@ -221,20 +221,18 @@ start_kafka() {
   echo "$kind" >"$STATE/kafka.kind"
   echo "$port" >"$STATE/kafka.port"
   mkdir -p "$STATE/kafka-data"
-  local storage
-  if [ "$kind" = noida ]; then
-    # Its data directory keeps the topics (and transactions) across a
-    # restart; only the Kafka service runs. The binary warns on each start
-    # that Debian 12's glibc lacks the weak symbol version GLIBC_2.39; it
-    # runs (the wheel is built for manylinux 2.17).
-    (cd "$STATE/kafka-data" && exec nohup "$bin" start --only kafka --host 127.0.0.1 \
-      --kafka-port "$port" --data-dir "$STATE/kafka-data/noida" >>"$STATE/kafka.log" 2>&1) &
-    echo $! >"$STATE/kafka.pid"
-    wait_port "$port" 60 || { cat "$STATE/kafka.log" >&2; die "noida-db does not accept connections on $port"; }
-    log "noida-db on 127.0.0.1:$port (data $STATE/kafka-data/noida)"
-    return 0
-  fi
+  # The broker's command line, and where it keeps its topics.
+  local args storage
   case "$kind" in
+    # Only its Kafka service. It snapshots its topics into the data
+    # directory every second or so: a restart keeps what was snapshotted,
+    # not open transactions (docs/kafka.md). Each start warns that Debian
+    # 12's glibc lacks the weak symbol version GLIBC_2.39; it runs (the
+    # wheel is built for manylinux 2.17).
+    noida)
+      storage="$STATE/kafka-data/noida"
+      args=(start --only kafka --host 127.0.0.1 --kafka-port "$port" --data-dir "$storage")
+      ;;
     # A SQLite file (the URL is relative to the working directory): the
     # topics outlive a restart of the broker.
     nisshi) storage="sqlite://kafka.db" ;;
@@ -242,10 +240,11 @@ start_kafka() {
     # uniquely named topics).
     tansu) storage="memory://tansu/" ;;
   esac
-  (cd "$STATE/kafka-data" && exec nohup "$bin" broker \
-    --listener-url "tcp://127.0.0.1:$port" \
-    --advertised-listener-url "tcp://127.0.0.1:$port" \
-    --storage-engine "$storage" >>"$STATE/kafka.log" 2>&1) &
+  if [ "$kind" != noida ]; then
+    args=(broker --listener-url "tcp://127.0.0.1:$port"
+      --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine "$storage")
+  fi
+  (cd "$STATE/kafka-data" && exec nohup "$bin" "${args[@]}" >>"$STATE/kafka.log" 2>&1) &
   echo $! >"$STATE/kafka.pid"
   wait_port "$port" 60 || { cat "$STATE/kafka.log" >&2; die "$kind does not accept connections on $port"; }
   log "$kind on 127.0.0.1:$port (storage $storage)"

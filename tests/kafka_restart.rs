@@ -1,15 +1,15 @@
 //! The broker killed (`SIGKILL`, `scripts/services.sh kill kafka`) while a
 //! checkpointed `floe run wordcount` reads from it:
-//! - started again on the same port with the same storage (nisshi; tansu
-//!   loses its topics, and noida-db both serves a whole partition per
-//!   fetch, so its source never needs the broker again, and loses what it
-//!   took in since its last snapshot: there the test says it is
-//!   skipped), the job
-//!   restarts from its last checkpoint — loudly, a `restart attempt=` line
+//! - started again on the same port with the same storage (nisshi), the
+//!   job restarts from its last checkpoint — loudly, a `restart attempt=` line
 //!   on stderr — and its output equals the HashMap oracle exactly once.
 //!   The output is PostgreSQL's two-phase-commit sink, which carries the
 //!   exactly-once end to end on brokers without Kafka transactions (neither
-//!   tansu 0.6 nor nisshi 0.8.1 commits them);
+//!   tansu 0.6 nor nisshi 0.8.1 commits them).
+//!   Skipped where the broker cannot carry it: tansu loses its topics at
+//!   a restart; noida-db answers a fetch with the whole partition (the
+//!   source never needs it again) and loses what it acknowledged since
+//!   its last snapshot at a `kill -9` (docs/kafka.md);
 //! - left down, the job gives up after its bounded restarts: non-zero exit,
 //!   `restart` lines, then one `error:` line.
 //!
