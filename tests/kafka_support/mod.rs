@@ -4,12 +4,13 @@
 
 #![allow(dead_code)]
 
+use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,23 +100,58 @@ fn transactions_check(broker: &str) -> floe::Result<()> {
         .check_transactions()
 }
 
-/// Whether the broker keeps what it acknowledged across a `kill -9` and
-/// a restart (nisshi with its SQLite storage); otherwise `test` says on
-/// stderr that it is skipped. tansu keeps its topics in memory; noida-db
-/// writes its topics to a JSON snapshot every second or so, so a `kill
-/// -9` loses the records (and committed transactions) it acknowledged
-/// since, and it forgets open transactions at any restart (seen here:
-/// docs/kafka.md, "The brokers").
-pub fn persistent_or_skip(test: &str) -> bool {
-    if broker_kind().as_deref() == Some("nisshi") {
+/// Whether the broker can be killed (`kill -9`) and started again with
+/// what it acknowledged before [`wait_until_kept`] returned: nisshi (its
+/// SQLite storage) and noida-db (its snapshot, once written); otherwise
+/// `test` says on stderr that it is skipped. tansu keeps its topics in
+/// memory.
+pub fn restartable_or_skip(test: &str) -> bool {
+    if matches!(broker_kind().as_deref(), Some("nisshi" | "noida")) {
         return true;
     }
     skipped(&format!(
-        "{test} SKIPPED: the broker ({}) loses acknowledged records on a kill -9; \
-         it runs against nisshi (FLOE_KAFKA_BROKER=nisshi scripts/services.sh start kafka)",
+        "{test} SKIPPED: the broker ({}) loses its topics at a restart; \
+         it runs against noida-db or nisshi (scripts/services.sh start kafka)",
         broker_kind().unwrap_or_else(|| "unknown".into())
     ));
     false
+}
+
+/// Returns once what the broker acknowledged so far survives its `kill
+/// -9`. nisshi writes each record to SQLite before it answers. noida-db
+/// keeps its topics in one JSON snapshot, `kafka.json` in its data
+/// directory, rewritten (whole, when something changed) about once a
+/// second, so a kill loses what it acknowledged since (docs/kafka.md, "The
+/// brokers"): this waits for a rewrite that began after now — the
+/// snapshot written after one that ended after now — producing a record
+/// to a topic of its own in between, so the broker has a change to write.
+pub fn wait_until_kept(broker: &str) {
+    if broker_kind().as_deref() != Some("noida") {
+        return;
+    }
+    let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/services/kafka-data/noida/kafka.json");
+    let written_after = |t: std::time::SystemTime| {
+        let deadline = std::time::Instant::now() + WATCHDOG;
+        loop {
+            let modified = std::fs::metadata(&snapshot).and_then(|m| m.modified());
+            if modified.is_ok_and(|m| m > t) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "noida-db wrote no snapshot ({}) in {WATCHDOG:?}",
+                snapshot.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    written_after(std::time::SystemTime::now());
+    let after_a_write = std::time::SystemTime::now();
+    let topic = unique("kept");
+    create_topic(broker, &topic, 1);
+    produce(broker, &topic, 1, &["kept".to_string()]);
+    written_after(after_a_write);
 }
 
 /// Says that a test is skipped on stderr itself, past the test harness's
@@ -178,7 +214,11 @@ pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
         .create()
         .expect("admin client");
     let results = futures::executor::block_on(admin.create_topics(
-        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        // Kept whatever their timestamps: tests stamp records in 1970
+        // (1 000 ms and up), which time-based retention (seven days by
+        // default) deletes at the broker's next sweep — seen on noida-db as
+        // a partition whose start offset had moved to its end.
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1")],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
     ))
     .expect("create topics");
@@ -229,7 +269,9 @@ pub fn produce_with(
     if one_record_batches {
         config.set("batch.num.messages", "1");
     }
-    let producer: BaseProducer = config.create().expect("producer");
+    let producer: Checked = config
+        .create_with_context(Deliveries::default())
+        .expect("producer");
     for (i, line) in lines.iter().enumerate() {
         let mut record = BaseRecord::<(), str>::to(topic)
             .payload(line.as_str())
@@ -251,6 +293,45 @@ pub fn produce_with(
         let now = producer.in_flight_count();
         assert!(now < left, "no line delivered for 30 s ({now} left): {e}");
         left = now;
+    }
+    producer.context().assert_delivered(topic);
+}
+
+/// A producer whose failed deliveries the test sees.
+type Checked = BaseProducer<Deliveries>;
+
+/// Counts the records the broker refused (a plain producer's flush
+/// succeeds even when a delivery failed, so a test would read a topic
+/// short of what it produced and blame the source).
+#[derive(Default)]
+pub struct Deliveries {
+    failed: std::sync::Mutex<Vec<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, message)) = result {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            failed.push(format!("partition {}: {e}", message.partition()));
+        }
+    }
+}
+
+impl Deliveries {
+    /// Fails the test with the broker's answers when any record of
+    /// `topic` was not delivered.
+    fn assert_delivered(&self, topic: &str) {
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            failed.is_empty(),
+            "{} records to {topic} not delivered, the first: {}",
+            failed.len(),
+            failed[0]
+        );
     }
 }
 
@@ -390,9 +471,9 @@ pub fn check_changelog(records: &[String], oracle: &HashMap<String, u64>, exactl
 
 /// Writes `(value, timestamp_ms)` records to one partition of `topic`.
 pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i64)]) {
-    let producer: BaseProducer = ClientConfig::new()
+    let producer: Checked = ClientConfig::new()
         .set("bootstrap.servers", broker)
-        .create()
+        .create_with_context(Deliveries::default())
         .expect("producer");
     for (value, ts) in records {
         producer
@@ -408,6 +489,7 @@ pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i
     producer
         .flush(Duration::from_secs(30))
         .expect("every record delivered");
+    producer.context().assert_delivered(topic);
 }
 
 /// Runs of the `floe` binary.
