@@ -67,10 +67,15 @@ impl Drop for Job {
 
 fn start_job(dir: &Path) -> Job {
     let input = dir.join("events.csv");
-    window_input(&input, 400_000);
+    window_input(&input, 1_600_000);
     let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", "window", "--window", "tumbling:100", "--agg", "sum"])
-        .args(["--parallelism", "2", "--sink-rate", "2000"])
+        // A sink throttled to 20,000 firings/s: backpressured, and about
+        // 80 s for the 1.6 M firings, longer than the test's steps. The
+        // savepoint (aligned, as Flink's) waits for the firings of the
+        // watermarks before its barrier to pass the sink: at 2,000/s that
+        // took over a minute.
+        .args(["--parallelism", "2", "--sink-rate", "20000"])
         // Unaligned: checkpoints complete under the backpressure.
         .args([
             "--checkpoint-interval",
