@@ -61,6 +61,11 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     /// Output records per watermark or `resume` call ([`FIRE_CHUNK`]).
     fire_chunk: usize,
     late: super::operator::LateCounts,
+    /// Timestamps in at least one window, all of whose windows lie inside
+    /// the `i64` range (`None` for windows with gaps between them): such a
+    /// record past the watermark is taken by every window it belongs to,
+    /// none of them late, none fired yet, without listing them.
+    covered: Option<std::ops::RangeInclusive<Timestamp>>,
 }
 
 impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
@@ -101,6 +106,12 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
             }
         };
         let pane = gcd(size, slide);
+        // A window containing `ts` starts after `ts - size` and ends by
+        // `ts + size`.
+        let covered = (size >= slide).then(|| {
+            let margin = size.saturating_mul(2);
+            i64::MIN.saturating_add(margin)..=i64::MAX.saturating_sub(margin)
+        });
         Ok(SlicedWindowOp {
             key,
             spec,
@@ -119,6 +130,7 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
             windows: Vec::new(),
             fire_chunk: FIRE_CHUNK,
             late: Default::default(),
+            covered,
         })
     }
 }
@@ -192,16 +204,22 @@ where
         // the watermark passed takes it late (allowed lateness): counted
         // as the assigner goes, nothing collected per record.
         let (spec, watermark) = (&self.spec, self.watermark);
-        let (mut live, mut refire) = (false, false);
-        spec.assigner.try_assign(value, ts, |w| {
-            if !spec.is_late(&w, watermark) {
-                live = true;
-                refire |= w.max_timestamp() <= watermark;
+        let refire = if ts > watermark && self.covered.as_ref().is_some_and(|c| c.contains(&ts)) {
+            // Each of its windows ends past `ts`, so past the watermark.
+            false
+        } else {
+            let (mut live, mut refire) = (false, false);
+            spec.assigner.try_assign(value, ts, |w| {
+                if !spec.is_late(&w, watermark) {
+                    live = true;
+                    refire |= w.max_timestamp() <= watermark;
+                }
+            })?;
+            if !live {
+                return Ok(false);
             }
-        })?;
-        if !live {
-            return Ok(false);
-        }
+            refire
+        };
         let p = window_start(ts, self.offset, self.pane);
         let (agg, panes) = (&self.agg, &mut self.panes);
         // The key borrowed from the record: the store copies it only for
