@@ -71,7 +71,8 @@ fn start_job(dir: &Path) -> Job {
     let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", "window", "--window", "tumbling:100", "--agg", "sum"])
         // A sink throttled to 20,000 firings/s: backpressured, and about
-        // 80 s for the 1.6 M firings, longer than the test's steps. The
+        // 50 s for the million firings (some 250 keys in each of the 4,000
+        // windows), longer than the test's steps. The
         // savepoint (aligned, as Flink's) waits for the firings of the
         // watermarks before its barrier to pass the sink: at 2,000/s that
         // took over a minute.
