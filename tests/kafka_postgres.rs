@@ -12,19 +12,6 @@ mod kafka_support;
 use kafka_support::*;
 use std::collections::HashMap;
 
-fn query(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
-    let (url, sql) = (url.to_string(), sql.to_string());
-    actix::System::new().block_on(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the test server");
-        actix::spawn(async move {
-            let _ = conn.await;
-        });
-        client.query(&sql, &[]).await.expect("query")
-    })
-}
-
 #[test]
 fn kafka_to_postgres_survives_five_kill_9_exactly() {
     let (Some(b), Some(pg)) = (broker(), postgres_url()) else {

@@ -101,7 +101,7 @@ fn transactions_check(broker: &str) -> floe::Result<()> {
 }
 
 /// Whether the broker can be killed (`kill -9`) and started again with
-/// what it acknowledged before [`wait_until_kept`] returned: nisshi (its
+/// what it acknowledged (`kafka_restart`'s `wait_until_kept`): nisshi (its
 /// SQLite storage) and noida-db (its snapshot, once written); otherwise
 /// `test` says on stderr that it is skipped. tansu keeps its topics in
 /// memory.
@@ -115,43 +115,6 @@ pub fn restartable_or_skip(test: &str) -> bool {
         broker_kind().unwrap_or_else(|| "unknown".into())
     ));
     false
-}
-
-/// Returns once what the broker acknowledged so far survives its `kill
-/// -9`. nisshi writes each record to SQLite before it answers. noida-db
-/// keeps its topics in one JSON snapshot, `kafka.json` in its data
-/// directory, rewritten (whole, when something changed) about once a
-/// second, so a kill loses what it acknowledged since (docs/kafka.md, "The
-/// brokers"): this waits for a rewrite that began after now — the
-/// snapshot written after one that ended after now — producing a record
-/// to a topic of its own in between, so the broker has a change to write.
-pub fn wait_until_kept(broker: &str) {
-    if broker_kind().as_deref() != Some("noida") {
-        return;
-    }
-    let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/services/kafka-data/noida/kafka.json");
-    let written_after = |t: std::time::SystemTime| {
-        let deadline = std::time::Instant::now() + WATCHDOG;
-        loop {
-            let modified = std::fs::metadata(&snapshot).and_then(|m| m.modified());
-            if modified.is_ok_and(|m| m > t) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "noida-db wrote no snapshot ({}) in {WATCHDOG:?}",
-                snapshot.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    written_after(std::time::SystemTime::now());
-    let after_a_write = std::time::SystemTime::now();
-    let topic = unique("kept");
-    create_topic(broker, &topic, 1);
-    produce(broker, &topic, 1, &["kept".to_string()]);
-    written_after(after_a_write);
 }
 
 /// Says that a test is skipped on stderr itself, past the test harness's
@@ -490,6 +453,28 @@ pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i
         .flush(Duration::from_secs(30))
         .expect("every record delivered");
     producer.context().assert_delivered(topic);
+}
+
+/// Runs `sql` on the test server on a fresh connection: its rows, or the
+/// server's error.
+#[cfg(feature = "postgres")]
+pub fn try_query(url: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let (url, sql) = (url.to_string(), sql.to_string());
+    actix::System::new().block_on(async move {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test server");
+        actix::spawn(async move {
+            let _ = conn.await;
+        });
+        client.query(&sql, &[]).await
+    })
+}
+
+/// [`try_query`], failing the test on an error.
+#[cfg(feature = "postgres")]
+pub fn query(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
+    try_query(url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Runs of the `floe` binary.
