@@ -20,6 +20,7 @@
 #![cfg(feature = "postgres")]
 
 mod gated;
+mod services;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
@@ -28,6 +29,7 @@ use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
 use floe::operators::sink::SinkContext;
 use floe_actors::element::Batch;
 use gated::{Gate, gated_generator, wait_for_restarts, wait_until};
+use services::query;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -55,20 +57,6 @@ fn postgres_url() -> Option<String> {
         "FLOE_TEST_POSTGRES_URL is not set: run `scripts/services.sh start` (and \
          `. target/services.env`), or set FLOE_SKIP_SERVICES=1 to skip this test"
     );
-}
-
-/// Runs one query on a fresh connection and returns its rows.
-fn query(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
-    let (url, sql) = (url.to_string(), sql.to_string());
-    actix::System::new().block_on(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the test server");
-        actix::spawn(async move {
-            let _ = conn.await;
-        });
-        client.query(&sql, &[]).await.expect("query")
-    })
 }
 
 /// A table and job name of their own for a test.

@@ -4,6 +4,13 @@
 
 #![allow(dead_code)]
 
+#[path = "../services/mod.rs"]
+mod services;
+// Not every test binary queries PostgreSQL (as `dead_code` above).
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use services::{query, try_query};
+
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -453,28 +460,6 @@ pub fn produce_at(broker: &str, topic: &str, partition: i32, records: &[(&str, i
         .flush(Duration::from_secs(30))
         .expect("every record delivered");
     producer.context().assert_delivered(topic);
-}
-
-/// Runs `sql` on the test server on a fresh connection: its rows, or the
-/// server's error.
-#[cfg(feature = "postgres")]
-pub fn try_query(url: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    let (url, sql) = (url.to_string(), sql.to_string());
-    actix::System::new().block_on(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the test server");
-        actix::spawn(async move {
-            let _ = conn.await;
-        });
-        client.query(&sql, &[]).await
-    })
-}
-
-/// [`try_query`], failing the test on an error.
-#[cfg(feature = "postgres")]
-pub fn query(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
-    try_query(url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Runs of the `floe` binary.

@@ -78,3 +78,25 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// Runs `sql` on the test server on a fresh connection: its rows, or the
+/// server's error.
+#[cfg(feature = "postgres")]
+pub fn try_query(url: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let (url, sql) = (url.to_string(), sql.to_string());
+    actix::System::new().block_on(async move {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test server");
+        actix::spawn(async move {
+            let _ = conn.await;
+        });
+        client.query(&sql, &[]).await
+    })
+}
+
+/// [`try_query`], failing the test on an error.
+#[cfg(feature = "postgres")]
+pub fn query(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
+    try_query(url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
