@@ -293,6 +293,7 @@ pub fn main() -> i32 {
     let code = match result {
         Ok(()) => 0,
         Err(e) => {
+            output::close_all();
             let msg = e.to_string().replace('\n', " ");
             eprintln!("error: {msg}");
             1

@@ -28,7 +28,7 @@ use floe::{DataStream, Record};
 use std::fmt::Display;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Where an output goes.
 pub enum Output {
@@ -169,7 +169,8 @@ const CHUNK: usize = 256 * 1024;
 /// The writer every subtask of one sink shares.
 struct Shared {
     writer: BufWriter<Box<dyn Write + Send>>,
-    /// Stdout's reader went away (`floe run … | head`): the rest is dropped.
+    /// Stdout's reader went away (`floe run … | head`), or the job failed
+    /// ([`close_all`]): the rest is dropped.
     closed: bool,
 }
 
@@ -184,13 +185,37 @@ pub struct Lines {
     buf: Vec<u8>,
 }
 
+/// The line outputs of this process, for [`close_all`].
+static OPEN: Mutex<Vec<Weak<Mutex<Shared>>>> = Mutex::new(Vec::new());
+
+/// Ends every line output before the process exits with a failed job. A
+/// subtask of that job may still be writing: this waits for its write (a
+/// large one, cut short by the exit, left a torn last line), writes out
+/// the whole lines buffered so far, and drops any later write, so each
+/// output ends on a whole line.
+pub fn close_all() {
+    let open = std::mem::take(&mut *OPEN.lock().unwrap_or_else(|e| e.into_inner()));
+    for shared in open.iter().filter_map(Weak::upgrade) {
+        let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if !shared.closed {
+            // The job has failed already: a flush error adds nothing to it.
+            let _ = shared.writer.flush();
+            shared.closed = true;
+        }
+    }
+}
+
 impl Lines {
     fn new(writer: Box<dyn Write + Send>, name: String, stdout: bool) -> Lines {
+        let shared = Arc::new(Mutex::new(Shared {
+            writer: BufWriter::with_capacity(256 * 1024, writer),
+            closed: false,
+        }));
+        OPEN.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&shared));
         Lines {
-            shared: Arc::new(Mutex::new(Shared {
-                writer: BufWriter::with_capacity(256 * 1024, writer),
-                closed: false,
-            })),
+            shared,
             name: Arc::from(name),
             stdout,
             buf: Vec::new(),
