@@ -191,6 +191,14 @@ impl<L> AggregateFunction<Event<L>, i128, i64> for Agg {
     fn try_get_result(&self, acc: &i128) -> Result<i64, floe::window::AggregateError> {
         floe::window::function::checked_sum(*acc)
     }
+    /// Sums and counts retract; a minimum and a maximum cannot.
+    #[inline]
+    fn retract(&self, acc: &mut i128, part: &i128) -> bool {
+        match self {
+            Agg::Sum | Agg::Count => floe::window::function::retract_sum(acc, part),
+            Agg::Min | Agg::Max => false,
+        }
+    }
 }
 
 /// Watermark emission asked for with `--watermarks`.

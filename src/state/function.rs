@@ -26,6 +26,17 @@ pub trait AggregateFunction<IN, ACC, OUT>: Send + Sync + 'static {
     fn try_get_result(&self, acc: &ACC) -> Result<OUT, AggregateError> {
         Ok(self.get_result(acc))
     }
+    /// Takes `part`, merged into `acc` earlier, back out of `acc`, and
+    /// returns whether it could; the default cannot (a minimum, a
+    /// maximum). When it can, the result must be exact: retracting `b`
+    /// from `merge(a, b)` gives `a` again. Sliding windows kept on the heap
+    /// use it to move a window's merged accumulators from one window to
+    /// the next (the panes that leave retracted, the panes that enter
+    /// merged) instead of merging every pane of each window; an aggregate
+    /// that cannot retract has each window merged from its panes.
+    fn retract(&self, _acc: &mut ACC, _part: &ACC) -> bool {
+        false
+    }
 }
 
 /// Why an aggregate has no result.

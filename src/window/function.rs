@@ -60,12 +60,28 @@ where
     fn try_get_result(&self, acc: &i128) -> Result<i64, AggregateError> {
         checked_sum(*acc)
     }
+    #[inline]
+    fn retract(&self, acc: &mut i128, part: &i128) -> bool {
+        retract_sum(acc, part)
+    }
 }
 
 /// `sum` as an `i64`, or the overflow.
 #[inline]
 pub fn checked_sum(sum: i128) -> Result<i64, AggregateError> {
     i64::try_from(sum).map_err(|_| AggregateError::Overflow { sum })
+}
+
+/// Retracts `part` from the sum `acc`, unless either has saturated (then
+/// the difference would not be exact).
+#[inline]
+pub fn retract_sum(acc: &mut i128, part: &i128) -> bool {
+    let saturated = |v: i128| v == i128::MAX || v == i128::MIN;
+    if saturated(*acc) || saturated(*part) {
+        return false;
+    }
+    *acc -= part;
+    true
 }
 
 /// Turns a window's aggregate into output records, with the key and the window.

@@ -295,6 +295,7 @@ where
                 w.start,
                 w.end,
                 |a, b| agg.merge(a, b),
+                |a, b| agg.retract(a, b),
                 |k, acc| emit_result(agg, window_fn, fired, k, w, acc, out),
             )?;
             self.fired_upto = end;

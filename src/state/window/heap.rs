@@ -99,6 +99,11 @@ pub struct HeapPanes<K, ACC> {
     /// Keys in the last window merged from several panes: the size of the
     /// next one's map.
     merged_len: usize,
+    /// The last window merged from several panes, kept to be moved to the
+    /// next window while the aggregate retracts.
+    running: Option<Running<K, ACC>>,
+    /// Whether the aggregate retracted so far (until its first refusal).
+    retracts: bool,
 }
 
 impl<K, ACC> Default for HeapPanes<K, ACC> {
@@ -108,7 +113,72 @@ impl<K, ACC> Default for HeapPanes<K, ACC> {
             last: 0,
             spare: None,
             merged_len: 0,
+            running: None,
+            retracts: true,
         }
+    }
+}
+
+/// A window's accumulators merged from the panes starting in `from..to`,
+/// each with the number of those panes that hold its key. Every change to
+/// such a pane (a record added, the pane dropped) is applied here too, so
+/// it stays the merge of its panes.
+struct Running<K, ACC> {
+    from: Timestamp,
+    to: Timestamp,
+    table: HashTable<(K, ACC, u32)>,
+    /// Panes dropped while covered: still merged in, retracted at the next
+    /// move.
+    dropped: Vec<HashTable<(K, ACC)>>,
+}
+
+impl<K: Hash + Eq + Clone, ACC: Clone> Running<K, ACC> {
+    #[inline]
+    fn covers(&self, pane: Timestamp) -> bool {
+        self.from <= pane && pane < self.to
+    }
+
+    /// Merges a pane's accumulators in.
+    fn enter(&mut self, pane: &HashTable<(K, ACC)>, merge: &impl Fn(ACC, ACC) -> ACC) {
+        for (k, acc) in pane {
+            let entry = self
+                .table
+                .entry(fx_hash(k), |(q, ..)| q == k, |(q, ..)| fx_hash(q));
+            match entry {
+                hash_table::Entry::Occupied(mut e) => {
+                    let (_, m, n) = e.get_mut();
+                    let prev = std::mem::replace(m, acc.clone());
+                    *m = merge(prev, acc.clone());
+                    *n += 1;
+                }
+                hash_table::Entry::Vacant(v) => {
+                    v.insert((k.clone(), acc.clone(), 1));
+                }
+            }
+        }
+    }
+
+    /// Takes a pane's accumulators back out; false when the aggregate
+    /// refuses one (the table is then no merge of anything).
+    fn leave(
+        &mut self,
+        pane: &HashTable<(K, ACC)>,
+        retract: &impl Fn(&mut ACC, &ACC) -> bool,
+    ) -> bool {
+        for (k, acc) in pane {
+            let Ok(mut e) = self.table.find_entry(fx_hash(k), |(q, ..)| q == k) else {
+                return false;
+            };
+            let (_, m, n) = e.get_mut();
+            if *n == 1 {
+                e.remove();
+            } else if retract(m, acc) {
+                *n -= 1;
+            } else {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -132,6 +202,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
         self.panes.clear();
+        self.running = None;
         let panes = &mut self.panes;
         decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
             for (start, acc) in list {
@@ -162,8 +233,8 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         &mut self,
         pane: Timestamp,
         key: &K,
-        init: impl FnOnce() -> ACC,
-        add: impl FnOnce(&mut ACC),
+        init: impl Fn() -> ACC,
+        add: impl Fn(&mut ACC),
     ) -> Result<bool, StateError> {
         let (idx, new) = if self.panes.get(self.last).is_some_and(|(p, _)| *p == pane) {
             (self.last, false)
@@ -187,14 +258,24 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         };
         self.last = idx;
         let table = &mut self.panes[idx].1;
-        let entry = table.entry(fx_hash(key), |(k, _)| k == key, |(k, _)| fx_hash(k));
-        match entry {
-            hash_table::Entry::Occupied(mut e) => add(&mut e.get_mut().1),
+        let hash = fx_hash(key);
+        let entry = table.entry(hash, |(k, _)| k == key, |(k, _)| fx_hash(k));
+        let new_key = match entry {
+            hash_table::Entry::Occupied(mut e) => {
+                add(&mut e.get_mut().1);
+                false
+            }
             hash_table::Entry::Vacant(v) => {
                 let mut acc = init();
                 add(&mut acc);
                 v.insert((key.clone(), acc));
+                true
             }
+        };
+        if let Some(r) = &mut self.running
+            && r.covers(pane)
+        {
+            add_running(r, hash, key, new_key, init, add);
         }
         Ok(new)
     }
@@ -231,6 +312,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         from: Timestamp,
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
+        retract: impl Fn(&mut ACC, &ACC) -> bool,
         mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E> {
         // Panes are sorted by start: the window's are one run of them.
@@ -241,7 +323,13 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             for (k, acc) in &self.panes[lo].1 {
                 emit(k, acc)?;
             }
+        } else if hi > lo && self.retracts {
+            let running = self.slide(lo, hi, from, to, &merge, &retract);
+            for (k, acc, _) in &running.table {
+                emit(k, acc)?;
+            }
         } else if hi > lo {
+            self.running = None;
             // Keys borrowed from the panes (no clone per key and window),
             // sized like the last merge so it does not grow by rehashing.
             let mut merged: FxHashMap<&K, ACC> =
@@ -274,11 +362,112 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
 
     #[inline]
     fn pop_first(&mut self) -> Result<(), StateError> {
-        if let Some((_, mut table)) = self.panes.pop_front() {
-            table.clear();
-            self.spare = Some(table);
+        if let Some((start, mut table)) = self.panes.pop_front() {
+            if let Some(r) = &mut self.running
+                && r.covers(start)
+            {
+                // Still merged into the last window: kept until the next
+                // one retracts it.
+                r.dropped.push(table);
+            } else {
+                table.clear();
+                self.spare = Some(table);
+            }
         }
         Ok(())
+    }
+}
+
+/// A record added to `key`'s accumulator of a pane that `r` covers: added
+/// to `r`'s too (a key new to the pane counts one more pane).
+#[cold]
+fn add_running<K: Eq + Clone + Hash, ACC>(
+    r: &mut Running<K, ACC>,
+    hash: u64,
+    key: &K,
+    new_key: bool,
+    init: impl Fn() -> ACC,
+    add: impl Fn(&mut ACC),
+) {
+    let entry = r
+        .table
+        .entry(hash, |(k, ..)| k == key, |(k, ..)| fx_hash(k));
+    match entry {
+        hash_table::Entry::Occupied(mut e) => {
+            let (_, acc, n) = e.get_mut();
+            add(acc);
+            *n += u32::from(new_key);
+        }
+        hash_table::Entry::Vacant(v) => {
+            let mut acc = init();
+            add(&mut acc);
+            v.insert((key.clone(), acc, 1));
+        }
+    }
+}
+
+impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
+    /// The window of the panes `lo..hi` (those starting in `from..to`),
+    /// merged: the last window moved to it when that costs fewer panes
+    /// than merging it afresh (the panes that left retracted, those that
+    /// entered merged), merged afresh otherwise.
+    fn slide(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        from: Timestamp,
+        to: Timestamp,
+        merge: &impl Fn(ACC, ACC) -> ACC,
+        retract: &impl Fn(&mut ACC, &ACC) -> bool,
+    ) -> &Running<K, ACC> {
+        let panes = &self.panes;
+        let mut last = self.running.take();
+        let moved = last.as_mut().is_some_and(|r| {
+            if r.from > from || r.to > to || r.to <= from {
+                return false;
+            }
+            // Dropped panes left, and so did those before `from`.
+            let (was_from, was_to) = (r.from, r.to);
+            let leaving = panes.range(..lo).filter(move |(p, _)| *p >= was_from);
+            let entering = panes.range(lo..hi).filter(move |(p, _)| *p >= was_to);
+            let moves = r.dropped.len() + leaving.clone().count() + entering.clone().count();
+            if moves >= hi - lo {
+                return false;
+            }
+            let dropped = std::mem::take(&mut r.dropped);
+            let left = dropped.iter().chain(leaving.map(|(_, t)| t));
+            let retracted = left.into_iter().all(|pane| r.leave(pane, retract));
+            self.spare = dropped.into_iter().last().map(|mut t| {
+                t.clear();
+                t
+            });
+            if !retracted {
+                self.retracts = false;
+                return false;
+            }
+            for (_, pane) in entering {
+                r.enter(pane, merge);
+            }
+            (r.from, r.to) = (from, to);
+            true
+        });
+        let running = match last {
+            Some(r) if moved => r,
+            _ => {
+                let mut r = Running {
+                    from,
+                    to,
+                    table: HashTable::with_capacity(self.merged_len),
+                    dropped: Vec::new(),
+                };
+                for (_, pane) in self.panes.range(lo..hi) {
+                    r.enter(pane, merge);
+                }
+                r
+            }
+        };
+        self.merged_len = running.table.len();
+        self.running.insert(running)
     }
 }
 

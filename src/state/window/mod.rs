@@ -97,13 +97,15 @@ pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
     /// Adds to `key`'s accumulator in the pane starting at `pane` (made
     /// with `init` when absent, the key copied only then) with `add`;
     /// returns whether the pane is new. Never called for a pane at or
-    /// before one already dropped by [`pop_first`](Self::pop_first).
+    /// before one already dropped by [`pop_first`](Self::pop_first). A store
+    /// may apply `add` (and `init`) to accumulators it keeps merged from
+    /// the pane too.
     fn add(
         &mut self,
         pane: Timestamp,
         key: &K,
-        init: impl FnOnce() -> ACC,
-        add: impl FnOnce(&mut ACC),
+        init: impl Fn() -> ACC,
+        add: impl Fn(&mut ACC),
     ) -> Result<bool, StateError>;
 
     /// `key`'s accumulators of the panes starting in `from..to`, merged.
@@ -119,12 +121,16 @@ pub trait PaneStore<K, ACC>: StoreSnapshots + Send + 'static {
 
     /// Calls `emit` with every key having an accumulator in a pane starting
     /// in `from..to`, and those accumulators merged; stops at `emit`'s
-    /// first error.
+    /// first error. Windows are asked for in order of their end; a store
+    /// may keep the last window's merged accumulators and move them to the
+    /// next window with `retract` (see
+    /// [`AggregateFunction::retract`](crate::state::AggregateFunction::retract)).
     fn for_window<E: From<StateError>>(
         &mut self,
         from: Timestamp,
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
+        retract: impl Fn(&mut ACC, &ACC) -> bool,
         emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E>
     where

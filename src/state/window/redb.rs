@@ -273,8 +273,8 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
         &mut self,
         pane: Timestamp,
         key: &K,
-        init: impl FnOnce() -> ACC,
-        add: impl FnOnce(&mut ACC),
+        init: impl Fn() -> ACC,
+        add: impl Fn(&mut ACC),
     ) -> Result<bool, StateError> {
         let list = self.keys.get_or_insert(key)?;
         match list.binary_search_by_key(&pane, |(p, _)| *p) {
@@ -311,6 +311,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for RedbPanes<K, ACC> {
         from: Timestamp,
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
+        _retract: impl Fn(&mut ACC, &ACC) -> bool,
         mut emit: impl FnMut(&K, &ACC) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut panes = self.index.range(from..to);
@@ -391,9 +392,26 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Add { key: u8, pane: i64, value: i64 },
-        Merged { key: u8, from: i64, len: i64 },
-        Fire { from: i64, len: i64 },
+        Add {
+            key: u8,
+            pane: i64,
+            value: i64,
+        },
+        Merged {
+            key: u8,
+            from: i64,
+            len: i64,
+        },
+        Fire {
+            from: i64,
+            len: i64,
+        },
+        /// Fires the window `step` panes after the last one fired, of its
+        /// length (as sliding windows fire: the heap panes move the last
+        /// window's merge to it).
+        Next {
+            step: i64,
+        },
         Pop,
         Restore,
     }
@@ -405,6 +423,7 @@ mod tests {
             2 => (0u8..12, -2i64..20, 0i64..8)
                 .prop_map(|(key, from, len)| Op::Merged { key, from, len }),
             2 => (-2i64..20, 0i64..8).prop_map(|(from, len)| Op::Fire { from, len }),
+            3 => (0i64..3).prop_map(|step| Op::Next { step }),
             1 => Just(Op::Pop),
             1 => Just(Op::Restore),
         ];
@@ -430,6 +449,10 @@ mod tests {
             from,
             to,
             |a, b| a + b,
+            |a, b| {
+                *a -= b;
+                true
+            },
             |k, acc| {
                 got.push((*k, *acc));
                 Ok::<_, StateError>(())
@@ -452,6 +475,7 @@ mod tests {
             let mut store = RedbPanes::<u8, i64>::new(redb(0..16));
             let mut restores = 0;
             let mut dropped: Option<i64> = None;
+            let mut last_fired: Option<(i64, i64)> = None;
             for op in ops {
                 match op {
                     Op::Add { key, pane, value } => {
@@ -479,7 +503,13 @@ mod tests {
                             prop_assert_eq!(h.merged(&key, from, from + len, |a, b| a + b).unwrap(), want);
                         }
                     }
-                    Op::Fire { from, len } => {
+                    Op::Fire { .. } | Op::Next { .. } => {
+                        let (from, len) = match op {
+                            Op::Fire { from, len } => (from, len),
+                            Op::Next { step } => last_fired.map_or((0, 4), |(f, l)| (f + step, l)),
+                            _ => unreachable!(),
+                        };
+                        last_fired = Some((from, len));
                         let mut want: BTreeMap<u8, i64> = BTreeMap::new();
                         for (&(k, p), v) in &model {
                             if p >= from && p < from + len {

@@ -78,6 +78,15 @@ impl AggregateFunction<Ev, i128, i64> for Agg {
             Agg::Max => a.max(b),
         }
     }
+    fn retract(&self, acc: &mut i128, part: &i128) -> bool {
+        match self {
+            Agg::Sum | Agg::Count => {
+                *acc -= part;
+                true
+            }
+            Agg::Min | Agg::Max => false,
+        }
+    }
 }
 
 /// Which aggregate a case runs, with the oracle's result for it.
