@@ -57,6 +57,8 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     /// End of the last window fired by the watermark.
     fired_upto: Timestamp,
     fired: Vec<OUT>,
+    /// Output records of the last window fired.
+    last_results: usize,
     windows: Vec<TimeWindow>,
     /// Output records per watermark or `resume` call ([`FIRE_CHUNK`]).
     fire_chunk: usize,
@@ -127,6 +129,7 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
             next_end: None,
             fired_upto: MIN_WATERMARK,
             fired: Vec::new(),
+            last_results: 0,
             windows: Vec::new(),
             fire_chunk: FIRE_CHUNK,
             late: Default::default(),
@@ -290,14 +293,25 @@ where
                 break;
             }
             let w = TimeWindow::new(end.saturating_sub(self.size), end);
+            // Room for as many results as the last window's: the output
+            // does not grow by copying itself as the window fires.
+            out.records.reserve(self.last_results);
             let (agg, window_fn, fired) = (&*self.agg, &self.window_fn, &mut self.fired);
-            self.panes.for_window(
+            // The window's results are collected, then moved to the output
+            // at once with their timestamp.
+            fired.clear();
+            let collected = self.panes.for_window(
                 w.start,
                 w.end,
                 |a, b| agg.merge(a, b),
                 |a, b| agg.retract(a, b),
-                |k, acc| emit_result(agg, window_fn, fired, k, w, acc, out),
-            )?;
+                |k, acc| collect_result(agg, window_fn, fired, k, w, acc),
+            );
+            let ts = w.max_timestamp();
+            self.last_results = fired.len();
+            out.records
+                .extend(fired.drain(..).map(|v| Record::with_timestamp(v, ts)));
+            collected?;
             self.fired_upto = end;
             self.drop_panes(watermark)?;
             // No next end past the last one inside the timestamp range: the
@@ -359,9 +373,7 @@ where
     }
 }
 
-/// Turns `key`'s accumulator for `w` into output records (a free function so
-/// a firing can emit while it borrows the panes).
-#[inline]
+/// Turns `key`'s accumulator for `w` into output records.
 fn emit_result<T, K, ACC, R, OUT, A>(
     agg: &A,
     window_fn: &WindowFunction<K, R, OUT>,
@@ -375,13 +387,32 @@ where
     K: serde::Serialize,
     A: AggregateFunction<T, ACC, R>,
 {
+    collect_result(agg, window_fn, fired, key, w, acc)?;
+    for v in fired.drain(..) {
+        out.emit(Record::with_timestamp(v, w.max_timestamp()));
+    }
+    Ok(())
+}
+
+/// Appends the values `key`'s accumulator for `w` gives to `fired` (a
+/// free function so a firing can collect while it borrows the panes).
+#[inline]
+fn collect_result<T, K, ACC, R, OUT, A>(
+    agg: &A,
+    window_fn: &WindowFunction<K, R, OUT>,
+    fired: &mut Vec<OUT>,
+    key: &K,
+    w: TimeWindow,
+    acc: &ACC,
+) -> Result<()>
+where
+    K: serde::Serialize,
+    A: AggregateFunction<T, ACC, R>,
+{
     let r = agg
         .try_get_result(acc)
         .map_err(|e| Error::aggregate(key, w, e))?;
     window_fn(key, &w, r, fired);
-    for v in fired.drain(..) {
-        out.emit(Record::with_timestamp(v, w.max_timestamp()));
-    }
     Ok(())
 }
 
