@@ -3,7 +3,8 @@
 //! [`HeapPanes`] is time-major: panes sorted by start, a hash table from key
 //! to accumulator per pane. A record updates one table; a tumbling window's
 //! firing walks one table, a sliding window's merges the run of tables
-//! inside it.
+//! inside it, or, when the aggregate retracts, moves the last window's
+//! merge to it (the panes that left retracted, those that entered merged).
 //! [`HeapWindows`] is a hash map from key to its windows. Both snapshot by
 //! key group into the per-key lists the window operators have always
 //! written.
