@@ -15,7 +15,10 @@
 //! per batch (never per record), so a parallel sink interleaves batches, never
 //! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines); a
 //! record type that writes its own line ([`WriteLine`], the window job's
-//! firings) is written bytewise, without `fmt`. Only the transactional
+//! firings) is written bytewise, without `fmt`, and a record that is a
+//! block of lines already (the window job's tumbling and sliding firings,
+//! [`FiringLines`](super::window::FiringLines)) is written as it is, with
+//! one write of its own. Only the transactional
 //! sink is exactly-once: written directly, a restart that replays records
 //! writes their lines again. An output naming the same
 //! file as the input, or as another output, is refused before anything is
@@ -28,6 +31,7 @@ use floe::{DataStream, Record};
 use std::fmt::Display;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Where an output goes.
@@ -143,12 +147,36 @@ impl Output {
     {
         Ok(match self {
             Output::Stdout => stream
-                .add_sink(RawLines(Lines::stdout()))
+                .add_sink(RawLines(Lines::stdout(), T::Memo::default()))
                 .name("Print Sink"),
             Output::Direct(path) => stream
-                .add_sink(RawLines(Lines::create(&path)?))
+                .add_sink(RawLines(Lines::create(&path)?, T::Memo::default()))
                 .name("Text File Sink"),
             other => other.sink(stream)?,
+        })
+    }
+
+    /// Adds a sink writing blocks of lines ([`FiringLines`]) to stdout or
+    /// a file written directly, each block at once, counting their lines
+    /// in `lines`; refuses the other outputs.
+    pub fn sink_blocks(
+        self,
+        stream: &DataStream<super::window::FiringLines>,
+        pool: super::window::BlockPool,
+        lines: Arc<AtomicU64>,
+    ) -> floe::Result<DataStream<()>> {
+        Ok(match self {
+            Output::Stdout => stream
+                .add_sink(Blocks(Lines::stdout(), pool, lines))
+                .name("Print Sink"),
+            Output::Direct(path) => stream
+                .add_sink(Blocks(Lines::create(&path)?, pool, lines))
+                .name("Text File Sink"),
+            _ => {
+                return Err(floe::Error::Config(
+                    "blocks of lines are written to stdout or a file only".into(),
+                ));
+            }
         })
     }
 }
@@ -157,14 +185,22 @@ impl Output {
 /// the window job's firings are most of its output, and `format!` of each
 /// was a quarter of its CPU time.
 pub trait WriteLine {
+    /// What a sink subtask keeps from one line to the next to write the
+    /// next faster (the window job: its window's bounds, formatted once per
+    /// window rather than once per result).
+    type Memo: Default + Clone + Send + Sync + 'static;
+
     /// Appends the line, `\n` included, to `buf`; the same bytes as
-    /// `format!("{self}\n")`.
-    fn write_line(&self, buf: &mut Vec<u8>);
+    /// `format!("{self}\n")`, whatever `memo` holds.
+    fn write_line(&self, buf: &mut Vec<u8>, memo: &mut Self::Memo);
 }
 
 /// Bytes of lines a subtask formats before writing them: a batch of 4,096
 /// lines of up to 64 bytes is one write.
 const CHUNK: usize = 256 * 1024;
+
+/// Bytes from which a write bypasses the shared writer's buffer.
+const DIRECT: usize = 16 * 1024;
 
 /// The writer every subtask of one sink shares.
 struct Shared {
@@ -241,19 +277,35 @@ impl Lines {
     /// Writes `self.buf` (whole lines) under the lock; flushes stdout so
     /// a reader sees each batch.
     fn write_buf(&mut self, flush: bool) -> floe::Result<()> {
+        let buf = std::mem::take(&mut self.buf);
+        let written = self.write_bytes(&buf, flush);
+        self.buf = buf;
+        self.buf.clear();
+        written
+    }
+
+    /// Writes `bytes` (whole lines) under the lock; flushes stdout so a
+    /// reader sees each batch. A large batch bypasses the writer's buffer
+    /// (flushed first, so the order holds): no copy into it.
+    fn write_bytes(&mut self, bytes: &[u8], flush: bool) -> floe::Result<()> {
         let mut shared = self
             .shared
             .lock()
             .map_err(|_| floe::Error::User("output lock poisoned".into()))?;
         if shared.closed {
-            self.buf.clear();
             return Ok(());
         }
-        let mut result = shared.writer.write_all(&self.buf);
+        let mut result = if bytes.len() >= DIRECT {
+            let writer = &mut shared.writer;
+            writer
+                .flush()
+                .and_then(|()| writer.get_mut().write_all(bytes))
+        } else {
+            shared.writer.write_all(bytes)
+        };
         if result.is_ok() && (flush || self.stdout) {
             result = shared.writer.flush();
         }
-        self.buf.clear();
         match result {
             Err(e) if self.stdout && e.kind() == ErrorKind::BrokenPipe => {
                 shared.closed = true;
@@ -290,22 +342,47 @@ impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
 
 /// [`Lines`] whose records write their own lines ([`WriteLine`]).
 #[derive(Clone)]
-pub struct RawLines(Lines);
+pub struct RawLines<M>(Lines, M);
 
-impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines {
+impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines<T::Memo> {
     fn invoke(&mut self, value: T, _: Option<i64>) -> floe::Result<()> {
         self.invoke_batch(vec![Record::new(value)])
     }
 
     fn invoke_batch(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
-        let lines = &mut self.0;
+        let (lines, memo) = (&mut self.0, &mut self.1);
         for r in batch {
-            r.value.write_line(&mut lines.buf);
+            r.value.write_line(&mut lines.buf, memo);
             if lines.buf.len() >= CHUNK {
                 lines.write_buf(false)?;
             }
         }
         lines.write_buf(false)
+    }
+
+    fn finish(&mut self) -> floe::Result<()> {
+        self.0.write_buf(true)
+    }
+}
+
+/// [`Lines`] written a block at a time ([`FiringLines`](super::window::FiringLines)):
+/// each block is written as it is, its lines counted.
+#[derive(Clone)]
+pub struct Blocks(Lines, super::window::BlockPool, Arc<AtomicU64>);
+
+impl SinkFunction<super::window::FiringLines> for Blocks {
+    fn invoke(&mut self, value: super::window::FiringLines, _: Option<i64>) -> floe::Result<()> {
+        self.invoke_batch(vec![Record::new(value)])
+    }
+
+    fn invoke_batch(&mut self, batch: Vec<Record<super::window::FiringLines>>) -> floe::Result<()> {
+        for r in batch {
+            let block = r.value;
+            self.0.write_bytes(block.as_bytes(), false)?;
+            self.2.fetch_add(block.lines(), Ordering::Relaxed);
+            self.1.give(block);
+        }
+        Ok(())
     }
 
     fn finish(&mut self) -> floe::Result<()> {

@@ -22,7 +22,7 @@
 //! every window variant (`--state`) sees the same records.
 
 use super::WindowArgs;
-use super::output::{Output, WriteLine};
+use super::output::Output;
 use super::progress::Progress;
 use floe::connectors::file_source::{FileSource, LineDecoder};
 use floe::time::WatermarkStrategy;
@@ -31,6 +31,9 @@ use floe::{Error, OutputTag, StreamExecutionEnvironment};
 use smol_str::SmolStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod firing;
+pub use firing::{BlockPool, Firing, FiringLines};
 
 /// The name of the job's source, whose records (lines) the summary counts.
 const SOURCE: &str = "Text File Source";
@@ -106,41 +109,6 @@ impl serde::Serialize for NoLine {
 impl<'de> serde::Deserialize<'de> for NoLine {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Option::<String>::deserialize(d).map(|_| NoLine)
-    }
-}
-
-/// One firing: the line `key,window_start,window_end,value`. Records of
-/// this type, not formatted strings, go from the window to the sink, which
-/// writes them bytewise into its batch buffer ([`WriteLine`]): no
-/// allocation and no `fmt` per result.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Firing {
-    pub(super) key: SmolStr,
-    pub(super) start: i64,
-    pub(super) end: i64,
-    pub(super) value: i64,
-}
-
-impl WriteLine for Firing {
-    #[inline]
-    fn write_line(&self, buf: &mut Vec<u8>) {
-        let mut int = itoa::Buffer::new();
-        buf.extend_from_slice(self.key.as_bytes());
-        buf.push(b',');
-        buf.extend_from_slice(int.format(self.start).as_bytes());
-        buf.push(b',');
-        buf.extend_from_slice(int.format(self.end).as_bytes());
-        buf.push(b',');
-        buf.extend_from_slice(int.format(self.value).as_bytes());
-        buf.push(b'\n');
-    }
-}
-
-/// The same line, for the outputs that format (transactional, Kafka,
-/// PostgreSQL).
-impl std::fmt::Display for Firing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{},{},{},{}", self.key, self.start, self.end, self.value)
     }
 }
 
@@ -613,46 +581,72 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     };
     // The built-in window operator, its windows in the backend of
     // `--state` (the heap's maps without it).
-    let fired = events
+    let aligned = matches!(
+        assigner,
+        WindowAssigner::Tumbling { .. } | WindowAssigner::Sliding { .. }
+    );
+    let windowed = events
         .key_by_field(|e: &Event<L>| &e.key)
         .window(assigner)
         .state_backend(backend.unwrap_or_default())
         .max_windows_per_record(args.max_windows_per_record)
         .allowed_lateness(args.allowed_lateness)
-        .side_output_late_data(&late_tag)
-        .aggregate_with(
-            agg,
-            |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
-                out.push(Firing {
-                    key: key.clone(),
-                    start: w.start,
-                    end: w.end,
-                    value,
-                })
-            },
-        )
-        .uid("window")
-        .with_channel_state();
-    let late = fired
-        .get_side_output(&late_tag)
-        .with_channel_state()
-        .map(|e: Event<L>| e.line.into_line())
-        .name("Late Records")
-        .set_parallelism(1);
+        .side_output_late_data(&late_tag);
     // Written directly, the sink runs at the window's parallelism, chained
     // into it: each subtask writes the firings it computes, with no channel
     // between window and sink. A throttled sink (`--sink-rate`) and the
     // transactional, Kafka and PostgreSQL outputs keep one subtask.
     let parallel_sink = output.writes_directly() && args.checkpoints.sink_rate.is_none();
-    let sink = output.sink_lines(&fired)?.uid("output");
-    let sink = if parallel_sink {
-        sink
+    // Tumbling and sliding windows so written hand their results on in
+    // blocks of lines (`FiringLines`, a record per block), their lines
+    // counted as the sink writes them; the others a `Firing` per result.
+    let lines_written = (parallel_sink && aligned).then(|| Arc::new(AtomicU64::new(0)));
+    let late_events = if let Some(lines) = &lines_written {
+        let pool = BlockPool::default();
+        let blocks = pool.clone();
+        let fired = windowed
+            .aggregate_with(
+                agg,
+                move |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<FiringLines>| {
+                    blocks.append(key, w, value, out)
+                },
+            )
+            .uid("window");
+        output
+            .sink_blocks(&fired, pool, lines.clone())?
+            .uid("output");
+        fired.get_side_output(&late_tag)
     } else {
-        sink.set_parallelism(1)
+        let fired = windowed
+            .aggregate_with(
+                agg,
+                |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
+                    out.push(Firing {
+                        key: key.clone(),
+                        start: w.start,
+                        end: w.end,
+                        value,
+                    })
+                },
+            )
+            .uid("window")
+            .with_channel_state();
+        let sink = output.sink_lines(&fired)?.uid("output");
+        let sink = if parallel_sink {
+            sink
+        } else {
+            sink.set_parallelism(1)
+        };
+        if let Some(rate) = args.checkpoints.sink_rate {
+            sink.set_input_rate(rate);
+        }
+        fired.get_side_output(&late_tag)
     };
-    if let Some(rate) = args.checkpoints.sink_rate {
-        sink.set_input_rate(rate);
-    }
+    let late = late_events
+        .with_channel_state()
+        .map(|e: Event<L>| e.line.into_line())
+        .name("Late Records")
+        .set_parallelism(1);
     if let Some(late_output) = late_output {
         late_output
             .sink(&late)?
@@ -698,7 +692,7 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
         super::summary_head(records, result.elapsed, args.parallelism),
         count("Late Records", false),
         bad.load(Ordering::Relaxed),
-        count("Window", true),
+        lines_written.map_or_else(|| count("Window", true), |l| l.load(Ordering::Relaxed)),
         super::checkpointing::summary(&args.checkpoints, &handle),
     );
     if let Some(e) = endpoint {

@@ -28,8 +28,9 @@ use floe_actors::ids::CheckpointId;
 use std::hash::Hash;
 use std::sync::Arc;
 
-/// Output records a watermark or `resume` call fires before it returns
-/// (rounded up to a whole window).
+/// Results (a key's result for a window) a watermark or `resume` call
+/// fires before it returns (rounded up to a whole window), whatever the
+/// number of output records the window function makes of them.
 const FIRE_CHUNK: usize = 4096;
 
 fn gcd(a: i64, b: i64) -> i64 {
@@ -60,7 +61,7 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     /// Output records of the last window fired.
     last_results: usize,
     windows: Vec<TimeWindow>,
-    /// Output records per watermark or `resume` call ([`FIRE_CHUNK`]).
+    /// Results per watermark or `resume` call ([`FIRE_CHUNK`]).
     fire_chunk: usize,
     late: super::operator::LateCounts,
     /// Timestamps in at least one window, all of whose windows lie inside
@@ -278,16 +279,18 @@ where
     }
 
     /// Fires the windows the watermark has passed, in order of their end,
-    /// stopping after the window that brings this call's output to `limit`
-    /// records (the rest fire on `resume`, so a watermark that passes many
-    /// windows does not build all their output at once).
+    /// stopping after the window that brings this call's results to `limit`
+    /// (the rest fire on `resume`, so a watermark that passes many windows
+    /// does not build all their output at once).
     fn advance(&mut self, limit: usize, out: &mut Output<'_, OUT>) -> Result<()>
     where
         K: serde::Serialize,
     {
         let watermark = self.watermark;
-        // At least one window per call, whatever `out` already holds.
-        let stop_at = out.records.len().saturating_add(limit);
+        // Results (keys fired) so far in this call: at least one window
+        // per call. Counted as results, not output records, which a window
+        // function may pack many to a record.
+        let mut results = 0usize;
         while let Some(end) = self.next_end {
             if end - 1 > watermark {
                 break;
@@ -305,7 +308,10 @@ where
                 w.end,
                 |a, b| agg.merge(a, b),
                 |a, b| agg.retract(a, b),
-                |k, acc| collect_result(agg, window_fn, fired, k, w, acc),
+                |k, acc| {
+                    results += 1;
+                    collect_result(agg, window_fn, fired, k, w, acc)
+                },
             );
             let ts = w.max_timestamp();
             self.last_results = fired.len();
@@ -322,7 +328,7 @@ where
                     .map(|first| next.max(first)),
                 _ => None,
             };
-            if out.records.len() >= stop_at {
+            if results >= limit {
                 break;
             }
         }

@@ -139,32 +139,6 @@ fn timestamps_always_in_range_have_their_windows() {
     assert!(checked > 10_000, "only {checked} timestamps in range");
 }
 
-/// The bytes a firing writes are `format!`'s, extremes included.
-#[test]
-fn a_firing_writes_the_formatted_line() {
-    let mut rng = SplitMix(7);
-    let edges = [0, 1, -1, 9, 10, -10, i64::MAX, i64::MIN, 1_699_999_999_000];
-    let mut buf = Vec::new();
-    for i in 0..5_000 {
-        let mut n = || match rng.next() % 3 {
-            0 => edges[(rng.next() % edges.len() as u64) as usize],
-            1 => (rng.next() % 100_000) as i64 - 50_000,
-            _ => rng.next() as i64,
-        };
-        let f = Firing {
-            key: SmolStr::new(["k1", "", "é,ü", "a-key-longer-than-twenty-three-bytes"][i % 4]),
-            start: n(),
-            end: n(),
-            value: n(),
-        };
-        buf.clear();
-        f.write_line(&mut buf);
-        let want = format!("{},{},{},{}\n", f.key, f.start, f.end, f.value);
-        assert_eq!(String::from_utf8_lossy(&buf), want);
-        assert_eq!(format!("{f}\n"), want);
-    }
-}
-
 /// An event without its line is written as one with `line: None`, and
 /// reads one written with a line (dropping it): in-flight events of an
 /// unaligned checkpoint restore whether or not either job kept lines.

@@ -1,0 +1,343 @@
+//! The window job's output lines, `key,window_start,window_end,value`.
+//!
+//! One line format, two shapes of record:
+//!
+//! - [`Firing`], one record per result, for the outputs that take a line at
+//!   a time: the transactional file, Kafka, PostgreSQL, a throttled sink,
+//!   and session windows (their operator hands on each result as it fires).
+//! - [`FiringLines`], many results to a record, for tumbling and sliding
+//!   windows written directly (stdout, or a file without checkpointing):
+//!   the window function writes each window's results straight into a
+//!   block of lines, which the sink chained to the window writes at once.
+//!   No record per result, no sink loop per line; written blocks go back to
+//!   the window function through a [`BlockPool`], so a firing writes into
+//!   memory already touched rather than into fresh pages.
+//!
+//! Either way a line is assembled by [`put_line`]: the window's bounds are
+//! formatted once per window ([`WindowBounds`]), and each field is copied
+//! with moves of fixed size (no `memmove` call per field). The bytes are
+//! exactly `format!("{key},{start},{end},{value}\n")`'s.
+
+use crate::cli::output::WriteLine;
+use floe::window::TimeWindow;
+use smol_str::SmolStr;
+use std::sync::{Arc, Mutex};
+
+/// One firing: the line `key,window_start,window_end,value`. Records of
+/// this type, not formatted strings, go from the window to the sink, which
+/// writes them bytewise into its batch buffer ([`WriteLine`]): no
+/// allocation and no `fmt` per result.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Firing {
+    pub(in crate::cli) key: SmolStr,
+    pub(in crate::cli) start: i64,
+    pub(in crate::cli) end: i64,
+    pub(in crate::cli) value: i64,
+}
+
+/// Room for `,start,end,`: two `i64`s of up to 20 bytes and three commas.
+const BOUNDS_ROOM: usize = 48;
+
+/// Room a line needs beyond its key: the bounds' room (copied whole) and
+/// a value's sign, digits and newline.
+const LINE_ROOM: usize = BOUNDS_ROOM + 24;
+
+/// The bounds of the window last written, with `,start,end,` formatted: a
+/// window's results come one after another, so its bounds are formatted
+/// once per window, not once per result.
+#[derive(Clone, Debug)]
+pub struct WindowBounds {
+    bounds: Option<(i64, i64)>,
+    /// `,start,end,` in `text[..len]`, the rest padding: copied whole.
+    text: [u8; BOUNDS_ROOM],
+    len: usize,
+}
+
+impl Default for WindowBounds {
+    fn default() -> Self {
+        WindowBounds {
+            bounds: None,
+            text: [0; BOUNDS_ROOM],
+            len: 0,
+        }
+    }
+}
+
+impl WindowBounds {
+    /// Formats `,start,end,` unless these are the bounds last formatted.
+    #[inline]
+    fn set(&mut self, start: i64, end: i64) {
+        if self.bounds == Some((start, end)) {
+            return;
+        }
+        let mut int = itoa::Buffer::new();
+        let mut at = 0;
+        for n in [start, end] {
+            self.text[at] = b',';
+            let digits = int.format(n).as_bytes();
+            self.text[at + 1..at + 1 + digits.len()].copy_from_slice(digits);
+            at += 1 + digits.len();
+        }
+        self.text[at] = b',';
+        self.len = at + 1;
+        self.bounds = Some((start, end));
+    }
+}
+
+/// Copies `src` to the front of `dst`, writing nothing past `src.len()`:
+/// up to 32 bytes with two moves of fixed size (which may overlap), longer
+/// ones with a plain copy. Returns the length.
+#[inline]
+fn put_small(dst: &mut [u8], src: &[u8]) -> usize {
+    let n = src.len();
+    match n {
+        0 => {}
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+        }
+        8..=15 => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+        }
+        16..=32 => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..n].copy_from_slice(&src[n - 16..]);
+        }
+        _ => dst[..n].copy_from_slice(src),
+    }
+    n
+}
+
+/// Writes the line `key` + `bounds` + `value` + `\n` at `dst[at..]`, which
+/// must hold `key.len() + LINE_ROOM` bytes; returns where the line ends.
+#[inline]
+fn put_line(dst: &mut [u8], at: usize, key: &[u8], bounds: &WindowBounds, value: i64) -> usize {
+    let mut at = at + put_small(&mut dst[at..], key);
+    dst[at..at + BOUNDS_ROOM].copy_from_slice(&bounds.text);
+    at += bounds.len;
+    let mut int = itoa::Buffer::new();
+    at += put_small(&mut dst[at..], int.format(value).as_bytes());
+    dst[at] = b'\n';
+    at + 1
+}
+
+impl WriteLine for Firing {
+    type Memo = WindowBounds;
+
+    #[inline]
+    fn write_line(&self, buf: &mut Vec<u8>, memo: &mut WindowBounds) {
+        let at = buf.len();
+        let key = self.key.as_bytes();
+        buf.resize(at + key.len() + LINE_ROOM, 0);
+        memo.set(self.start, self.end);
+        let end = put_line(buf, at, key, memo, self.value);
+        buf.truncate(end);
+    }
+}
+
+/// The same line, for the outputs that format (transactional, Kafka,
+/// PostgreSQL).
+impl std::fmt::Display for Firing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{},{},{}", self.key, self.start, self.end, self.value)
+    }
+}
+
+/// Bytes of lines a block holds before the next result starts another.
+const BLOCK: usize = 64 * 1024;
+
+/// Firings as lines, many to a record (see the module's documentation).
+#[derive(Clone, Debug)]
+pub struct FiringLines {
+    /// The lines in `bytes[..len]`; the rest is room, written over.
+    bytes: Vec<u8>,
+    len: usize,
+    lines: u64,
+    bounds: WindowBounds,
+}
+
+impl FiringLines {
+    fn new(bytes: Vec<u8>) -> FiringLines {
+        FiringLines {
+            bytes,
+            len: 0,
+            lines: 0,
+            bounds: WindowBounds::default(),
+        }
+    }
+
+    /// The lines, each ending in `\n`.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// How many lines the block holds.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Appends the line `key,start,end,value`.
+    #[inline]
+    fn push(&mut self, key: &[u8], start: i64, end: i64, value: i64) {
+        let room = self.len + key.len() + LINE_ROOM;
+        if room > self.bytes.len() {
+            // Only a key longer than the block's slack gets here.
+            self.bytes.resize(room, 0);
+        }
+        self.bounds.set(start, end);
+        self.len = put_line(&mut self.bytes, self.len, key, &self.bounds, value);
+        self.lines += 1;
+    }
+}
+
+/// Buffers of written blocks, handed back by the sink to the window
+/// function: a lock per block of some 1,500 lines, none per line.
+#[derive(Clone, Default)]
+pub struct BlockPool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+/// Buffers a [`BlockPool`] keeps; more are freed.
+const POOLED: usize = 16;
+
+/// A block's buffer: [`BLOCK`] bytes of lines and room for one more
+/// line with a key of up to 64 bytes.
+const BLOCK_BYTES: usize = BLOCK + 64 + LINE_ROOM;
+
+impl BlockPool {
+    fn take(&self) -> Vec<u8> {
+        let pooled = self.0.lock().ok().and_then(|mut p| p.pop());
+        pooled.unwrap_or_else(|| vec![0; BLOCK_BYTES])
+    }
+
+    /// Keeps a written block's buffer for a later block.
+    pub fn give(&self, block: FiringLines) {
+        if let Ok(mut pool) = self.0.lock()
+            && pool.len() < POOLED
+        {
+            pool.push(block.bytes);
+        }
+    }
+
+    /// The window function: appends the line `key,start,end,value` to the
+    /// last block of `out`, or to a new one when that one is full.
+    #[inline]
+    pub fn append(&self, key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<FiringLines>) {
+        let block = match out.last_mut() {
+            Some(b) if b.len < BLOCK => b,
+            _ => {
+                out.push(FiringLines::new(self.take()));
+                out.last_mut().expect("a block was just pushed")
+            }
+        };
+        block.push(key.as_bytes(), w.start, w.end, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe::text::SplitMix;
+
+    /// Keys of every length class [`put_small`] copies differently, ASCII
+    /// and not.
+    const KEYS: [&str; 9] = [
+        "",
+        "a",
+        "k12",
+        "k1234",
+        "é,ü",
+        "key-0123456",
+        "a-key-of-twenty-bytes",
+        "a-key-longer-than-thirty-two-bytes!",
+        "a key of far more than sixty-four bytes, longer than a block's slack: ünïcödé",
+    ];
+
+    /// Random `i64`s, with the extremes and the usual sizes.
+    fn number(rng: &mut SplitMix) -> i64 {
+        let edges = [0, 1, -1, 9, 10, -10, i64::MAX, i64::MIN, 1_699_999_999_000];
+        match rng.next() % 3 {
+            0 => edges[(rng.next() % edges.len() as u64) as usize],
+            1 => (rng.next() % 100_000) as i64 - 50_000,
+            _ => rng.next() as i64,
+        }
+    }
+
+    /// `(key, start, end, value)` in runs of one window, as firings come.
+    fn results(seed: u64, n: usize) -> Vec<(&'static str, i64, i64, i64)> {
+        let mut rng = SplitMix(seed);
+        let mut bounds = (0, 0);
+        (0..n)
+            .map(|_| {
+                if rng.next().is_multiple_of(8) {
+                    bounds = (number(&mut rng), number(&mut rng));
+                }
+                let key = KEYS[(rng.next() % KEYS.len() as u64) as usize];
+                (key, bounds.0, bounds.1, number(&mut rng))
+            })
+            .collect()
+    }
+
+    fn formatted(results: &[(&str, i64, i64, i64)]) -> String {
+        results
+            .iter()
+            .map(|(k, s, e, v)| format!("{k},{s},{e},{v}\n"))
+            .collect()
+    }
+
+    /// The bytes a firing writes are `format!`'s, whether its window is the
+    /// last line's (bounds remembered) or another.
+    #[test]
+    fn a_firing_writes_the_formatted_line() {
+        let results = results(7, 20_000);
+        let mut buf = Vec::new();
+        let mut memo = WindowBounds::default();
+        for &(key, start, end, value) in &results {
+            let f = Firing {
+                key: SmolStr::new(key),
+                start,
+                end,
+                value,
+            };
+            let before = buf.len();
+            f.write_line(&mut buf, &mut memo);
+            let want = format!("{f}\n");
+            assert_eq!(String::from_utf8_lossy(&buf[before..]), want);
+        }
+        assert_eq!(String::from_utf8_lossy(&buf), formatted(&results));
+    }
+
+    /// Blocks hold the formatted lines in order, split only between lines,
+    /// their line counts summing to the results; a buffer that comes back
+    /// through the pool, with an earlier block's bytes in it, writes the
+    /// same lines.
+    #[test]
+    fn blocks_hold_the_formatted_lines() {
+        let pool = BlockPool::default();
+        for round in 0..3u64 {
+            let results = results(11 + round, 30_000);
+            let mut out = Vec::new();
+            for &(key, start, end, value) in &results {
+                let w = TimeWindow::new(start, end);
+                pool.append(&SmolStr::new(key), &w, value, &mut out);
+            }
+            assert!(out.len() > 2, "{} blocks", out.len());
+            let mut text = String::new();
+            for block in &out {
+                let bytes = block.as_bytes();
+                assert_eq!(bytes.last(), Some(&b'\n'));
+                let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+                assert_eq!(lines, block.lines());
+                text.push_str(std::str::from_utf8(bytes).expect("UTF-8 lines"));
+            }
+            assert_eq!(text, formatted(&results));
+            for block in out {
+                pool.give(block);
+            }
+        }
+    }
+}
