@@ -65,11 +65,16 @@ impl Default for WindowBounds {
 
 impl WindowBounds {
     /// Formats `,start,end,` unless these are the bounds last formatted.
-    #[inline]
+    #[inline(always)]
     fn set(&mut self, start: i64, end: i64) {
-        if self.bounds == Some((start, end)) {
-            return;
+        if self.bounds != Some((start, end)) {
+            self.format(start, end);
         }
+    }
+
+    /// Formats `,start,end,`: once per window.
+    #[cold]
+    fn format(&mut self, start: i64, end: i64) {
         let mut int = itoa::Buffer::new();
         let mut at = 0;
         for n in [start, end] {
@@ -87,7 +92,7 @@ impl WindowBounds {
 /// Copies `src` to the front of `dst`, writing nothing past `src.len()`:
 /// up to 32 bytes with two moves of fixed size (which may overlap), longer
 /// ones with a plain copy. Returns the length.
-#[inline]
+#[inline(always)]
 fn put_small(dst: &mut [u8], src: &[u8]) -> usize {
     let n = src.len();
     match n {
@@ -116,7 +121,7 @@ fn put_small(dst: &mut [u8], src: &[u8]) -> usize {
 
 /// Writes the line `key` + `bounds` + `value` + `\n` at `dst[at..]`, which
 /// must hold `key.len() + LINE_ROOM` bytes; returns where the line ends.
-#[inline]
+#[inline(always)]
 fn put_line(dst: &mut [u8], at: usize, key: &[u8], bounds: &WindowBounds, value: i64) -> usize {
     let mut at = at + put_small(&mut dst[at..], key);
     dst[at..at + BOUNDS_ROOM].copy_from_slice(&bounds.text);

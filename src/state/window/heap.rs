@@ -82,21 +82,27 @@ fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
+/// A pane's table: `(key, accumulator, the key's hash)`. The hash is kept
+/// (in what would be the entry's padding beside an `i128` accumulator):
+/// moving a pane in or out of a sliding window's merge, or growing the
+/// table, hashes no key again.
+type Pane<K, ACC> = HashTable<(K, ACC, u64)>;
+
 /// Panes in memory, sorted by start, each a hash table from key to
 /// accumulator: a record updates one table (the last record's pane is
 /// checked first, others found by binary search), a tumbling window's
 /// firing walks one table, and a dropped pane's table is reused, emptied,
 /// by the next pane.
 pub struct HeapPanes<K, ACC> {
-    /// `(pane start, table of (key, accumulator))`, sorted.
-    panes: VecDeque<(Timestamp, HashTable<(K, ACC)>)>,
+    /// `(pane start, table)`, sorted.
+    panes: VecDeque<(Timestamp, Pane<K, ACC>)>,
     /// Index in `panes` of the last record's pane: nearly always the next
     /// record's too, found without a search (checked before use, as panes
     /// inserted or dropped shift the indices).
     last: usize,
     /// The last dropped pane's table, emptied with its capacity kept: the
     /// next new pane's, so a pane does not grow its table from nothing.
-    spare: Option<HashTable<(K, ACC)>>,
+    spare: Option<Pane<K, ACC>>,
     /// Keys in the last window merged from several panes: the size of the
     /// next one's map.
     merged_len: usize,
@@ -130,7 +136,7 @@ struct Running<K, ACC> {
     table: HashTable<(K, ACC, u32)>,
     /// Panes dropped while covered: still merged in, retracted at the next
     /// move.
-    dropped: Vec<HashTable<(K, ACC)>>,
+    dropped: Vec<Pane<K, ACC>>,
 }
 
 impl<K: Hash + Eq + Clone, ACC: Clone> Running<K, ACC> {
@@ -140,11 +146,11 @@ impl<K: Hash + Eq + Clone, ACC: Clone> Running<K, ACC> {
     }
 
     /// Merges a pane's accumulators in.
-    fn enter(&mut self, pane: &HashTable<(K, ACC)>, merge: &impl Fn(ACC, ACC) -> ACC) {
-        for (k, acc) in pane {
+    fn enter(&mut self, pane: &Pane<K, ACC>, merge: &impl Fn(ACC, ACC) -> ACC) {
+        for (k, acc, hash) in pane {
             let entry = self
                 .table
-                .entry(fx_hash(k), |(q, ..)| q == k, |(q, ..)| fx_hash(q));
+                .entry(*hash, |(q, ..)| q == k, |(q, ..)| fx_hash(q));
             match entry {
                 hash_table::Entry::Occupied(mut e) => {
                     let (_, m, n) = e.get_mut();
@@ -161,13 +167,9 @@ impl<K: Hash + Eq + Clone, ACC: Clone> Running<K, ACC> {
 
     /// Takes a pane's accumulators back out; false when the aggregate
     /// refuses one (the table is then no merge of anything).
-    fn leave(
-        &mut self,
-        pane: &HashTable<(K, ACC)>,
-        retract: &impl Fn(&mut ACC, &ACC) -> bool,
-    ) -> bool {
-        for (k, acc) in pane {
-            let Ok(mut e) = self.table.find_entry(fx_hash(k), |(q, ..)| q == k) else {
+    fn leave(&mut self, pane: &Pane<K, ACC>, retract: &impl Fn(&mut ACC, &ACC) -> bool) -> bool {
+        for (k, acc, hash) in pane {
+            let Ok(mut e) = self.table.find_entry(*hash, |(q, ..)| q == k) else {
                 return false;
             };
             let (_, m, n) = e.get_mut();
@@ -193,7 +195,7 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
         for (start, table) in &self.panes {
-            for (k, acc) in table {
+            for (k, acc, _) in table {
                 per_key.entry(k).or_default().push((*start, acc));
             }
         }
@@ -212,11 +214,12 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
                     panes.insert(at, (start, HashTable::new()));
                 }
                 let table = &mut panes[at].1;
-                let entry = table.entry(fx_hash(&k), |(q, _)| *q == k, |(q, _)| fx_hash(q));
+                let hash = fx_hash(&k);
+                let entry = table.entry(hash, |(q, ..)| *q == k, |(.., h)| *h);
                 match entry {
                     hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
                     hash_table::Entry::Vacant(v) => {
-                        v.insert((k.clone(), acc));
+                        v.insert((k.clone(), acc, hash));
                     }
                 }
             }
@@ -260,7 +263,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         self.last = idx;
         let table = &mut self.panes[idx].1;
         let hash = fx_hash(key);
-        let entry = table.entry(hash, |(k, _)| k == key, |(k, _)| fx_hash(k));
+        let entry = table.entry(hash, |(k, ..)| k == key, |(.., h)| *h);
         let new_key = match entry {
             hash_table::Entry::Occupied(mut e) => {
                 add(&mut e.get_mut().1);
@@ -269,7 +272,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             hash_table::Entry::Vacant(v) => {
                 let mut acc = init();
                 add(&mut acc);
-                v.insert((key.clone(), acc));
+                v.insert((key.clone(), acc, hash));
                 true
             }
         };
@@ -297,7 +300,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             if *start >= to {
                 break;
             }
-            if let Some((_, acc)) = table.find(hash, |(k, _)| k == key) {
+            if let Some((_, acc, _)) = table.find(hash, |(k, ..)| k == key) {
                 merged = Some(match merged.take() {
                     None => acc.clone(),
                     Some(m) => merge(m, acc.clone()),
@@ -321,7 +324,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         let hi = self.panes.partition_point(|(p, _)| *p < to);
         if hi == lo + 1 {
             // One pane (tumbling windows): its accumulators are the results.
-            for (k, acc) in &self.panes[lo].1 {
+            for (k, acc, _) in &self.panes[lo].1 {
                 emit(k, acc)?;
             }
         } else if hi > lo && self.retracts {
@@ -336,7 +339,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             let mut merged: FxHashMap<&K, ACC> =
                 FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
             for (_, pane) in self.panes.range(lo..hi) {
-                for (k, acc) in pane {
+                for (k, acc, _) in pane {
                     match merged.entry(k) {
                         Entry::Occupied(mut m) => {
                             let prev = std::mem::replace(m.get_mut(), acc.clone());
