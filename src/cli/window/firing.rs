@@ -47,8 +47,10 @@ const LINE_ROOM: usize = BOUNDS_ROOM + 24;
 /// once per window, not once per result.
 #[derive(Clone, Debug)]
 pub struct WindowBounds {
-    bounds: Option<(i64, i64)>,
+    start: i64,
+    end: i64,
     /// `,start,end,` in `text[..len]`, the rest padding: copied whole.
+    /// `len` is 0 before the first window.
     text: [u8; BOUNDS_ROOM],
     len: usize,
 }
@@ -56,7 +58,8 @@ pub struct WindowBounds {
 impl Default for WindowBounds {
     fn default() -> Self {
         WindowBounds {
-            bounds: None,
+            start: 0,
+            end: 0,
             text: [0; BOUNDS_ROOM],
             len: 0,
         }
@@ -67,7 +70,7 @@ impl WindowBounds {
     /// Formats `,start,end,` unless these are the bounds last formatted.
     #[inline(always)]
     fn set(&mut self, start: i64, end: i64) {
-        if self.bounds != Some((start, end)) {
+        if self.start != start || self.end != end || self.len == 0 {
             self.format(start, end);
         }
     }
@@ -75,18 +78,85 @@ impl WindowBounds {
     /// Formats `,start,end,`: once per window.
     #[cold]
     fn format(&mut self, start: i64, end: i64) {
-        let mut int = itoa::Buffer::new();
-        let mut at = 0;
-        for n in [start, end] {
-            self.text[at] = b',';
-            let digits = int.format(n).as_bytes();
-            self.text[at + 1..at + 1 + digits.len()].copy_from_slice(digits);
-            at += 1 + digits.len();
-        }
-        self.text[at] = b',';
+        let text = &mut self.text;
+        text[0] = b',';
+        let at = put_int(text, 1, start);
+        text[at] = b',';
+        let at = put_int(text, at + 1, end);
+        text[at] = b',';
         self.len = at + 1;
-        self.bounds = Some((start, end));
+        (self.start, self.end) = (start, end);
     }
+}
+
+/// `00`, `01`, … `99`: two digits at a time.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal at `dst[at..]`, which has room for a sign and
+/// 20 digits; returns where it ends. A value from 0 to 99,999,999, the
+/// usual one, is written without a branch on its digits (which vary line
+/// by line, so a branch on them is mispredicted): eight digits with their
+/// leading zeros are built in a word, shifted past the zeros, and stored
+/// whole; the bytes after the value are room that the rest of the line
+/// writes over.
+#[inline(always)]
+fn put_int(dst: &mut [u8], at: usize, v: i64) -> usize {
+    if (0..100_000_000).contains(&v) {
+        let m = v as usize;
+        let (high, low) = (m / 10_000, m % 10_000);
+        let mut eight = [0u8; 8];
+        for (i, pair) in [high / 100, high % 100, low / 100, low % 100]
+            .into_iter()
+            .enumerate()
+        {
+            eight[2 * i..2 * i + 2].copy_from_slice(&DIGIT_PAIRS[2 * pair..2 * pair + 2]);
+        }
+        let digits = 1 + [10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+            .iter()
+            .map(|&p| usize::from(m >= p))
+            .sum::<usize>();
+        // Little-endian: the leading zeros are the low bytes.
+        let shifted = u64::from_le_bytes(eight) >> (8 * (8 - digits));
+        dst[at..at + 8].copy_from_slice(&shifted.to_le_bytes());
+        return at + digits;
+    }
+    put_any_int(dst, at, v)
+}
+
+/// Writes any `v` as [`put_int`] does, two digits at a time from the last.
+#[cold]
+fn put_any_int(dst: &mut [u8], at: usize, v: i64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut m = v.unsigned_abs();
+    while m >= 100 {
+        let pair = (m % 100) as usize * 2;
+        m /= 100;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if m >= 10 {
+        let pair = m as usize * 2;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        digits[i] = b'0' + m as u8;
+    }
+    let at = if v < 0 {
+        dst[at] = b'-';
+        at + 1
+    } else {
+        at
+    };
+    let end = at + (digits.len() - i);
+    dst[at..end].copy_from_slice(&digits[i..]);
+    end
 }
 
 /// Copies `src` to the front of `dst`, writing nothing past `src.len()`:
@@ -119,16 +189,35 @@ fn put_small(dst: &mut [u8], src: &[u8]) -> usize {
     n
 }
 
+/// The longest key of a line written in a fixed-size slice.
+const SHORT_KEY: usize = 32;
+
+/// The most bytes a line with a short key takes.
+const SHORT_LINE: usize = SHORT_KEY + LINE_ROOM;
+
 /// Writes the line `key` + `bounds` + `value` + `\n` at `dst[at..]`, which
-/// must hold `key.len() + LINE_ROOM` bytes; returns where the line ends.
+/// must hold `key.len() + LINE_ROOM` bytes; returns where the line ends. A
+/// short key's line, the usual one, is written into a slice of fixed size
+/// where there is room for one: its bounds are checked once, not field by
+/// field.
 #[inline(always)]
 fn put_line(dst: &mut [u8], at: usize, key: &[u8], bounds: &WindowBounds, value: i64) -> usize {
-    let mut at = at + put_small(&mut dst[at..], key);
-    dst[at..at + BOUNDS_ROOM].copy_from_slice(&bounds.text);
-    at += bounds.len;
-    let mut int = itoa::Buffer::new();
-    at += put_small(&mut dst[at..], int.format(value).as_bytes());
-    dst[at] = b'\n';
+    if key.len() <= SHORT_KEY
+        && let Some(line) = dst.get_mut(at..at + SHORT_LINE)
+        && let Ok(line) = <&mut [u8; SHORT_LINE]>::try_from(line)
+    {
+        return at + put_fields(line, key, bounds, value);
+    }
+    at + put_fields(&mut dst[at..], key, bounds, value)
+}
+
+/// The line's fields at the front of `line`; returns its length.
+#[inline(always)]
+fn put_fields(line: &mut [u8], key: &[u8], bounds: &WindowBounds, value: i64) -> usize {
+    let at = put_small(line, key);
+    line[at..at + BOUNDS_ROOM].copy_from_slice(&bounds.text);
+    let at = put_int(line, at + bounds.len, value);
+    line[at] = b'\n';
     at + 1
 }
 
@@ -234,12 +323,18 @@ impl BlockPool {
     pub fn append(&self, key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<FiringLines>) {
         let block = match out.last_mut() {
             Some(b) if b.len < BLOCK => b,
-            _ => {
-                out.push(FiringLines::new(self.take()));
-                out.last_mut().expect("a block was just pushed")
-            }
+            _ => self.start_block(out),
         };
         block.push(key.as_bytes(), w.start, w.end, value);
+    }
+
+    /// A new block at the end of `out`: once per block, kept out of the
+    /// line's path.
+    #[cold]
+    #[inline(never)]
+    fn start_block<'a>(&self, out: &'a mut Vec<FiringLines>) -> &'a mut FiringLines {
+        out.push(FiringLines::new(self.take()));
+        out.last_mut().expect("a block was just pushed")
     }
 }
 
@@ -262,12 +357,18 @@ mod tests {
         "a key of far more than sixty-four bytes, longer than a block's slack: ünïcödé",
     ];
 
-    /// Random `i64`s, with the extremes and the usual sizes.
+    /// Random `i64`s: the extremes, every number of digits and the powers
+    /// of ten on either side (where [`put_int`] changes its way), the usual
+    /// sizes.
     fn number(rng: &mut SplitMix) -> i64 {
-        let edges = [0, 1, -1, 9, 10, -10, i64::MAX, i64::MIN, 1_699_999_999_000];
-        match rng.next() % 3 {
+        let edges = [0, 1, -1, i64::MAX, i64::MIN, 1_699_999_999_000];
+        match rng.next() % 4 {
             0 => edges[(rng.next() % edges.len() as u64) as usize],
-            1 => (rng.next() % 100_000) as i64 - 50_000,
+            1 => {
+                let power = 10i64.pow((rng.next() % 19) as u32);
+                power + (rng.next() % 3) as i64 - 1
+            }
+            2 => (rng.next() % 10u64.pow((rng.next() % 10) as u32 + 1)) as i64 - 50_000,
             _ => rng.next() as i64,
         }
     }
