@@ -160,7 +160,10 @@ where
     {
         let (key, spec) = (self.key.clone(), self.spec.clone());
         let agg = Arc::new(agg);
-        let wf: WindowFunction<K, R, OUT> = Arc::new(window_fn);
+        // The sliced operator calls the function by its own type (directly,
+        // once per key and window); the others through `dyn`.
+        let typed: Arc<F> = Arc::new(window_fn);
+        let wf: WindowFunction<K, R, OUT> = typed.clone();
         let valid = spec.assigner.validate().and_then(|()| {
             spec.assigner
                 .check_windows_per_record(self.max_windows_per_record)
@@ -243,14 +246,14 @@ where
                     key.clone(),
                     spec.clone(),
                     agg.clone(),
-                    wf.clone(),
+                    typed.clone(),
                     store,
                 )
                 .expect("aligned assigner checked above")
             })
         } else if sliced {
             self.stream.transform("Window", move |_| {
-                SlicedWindowOp::new(key.clone(), spec.clone(), agg.clone(), wf.clone())
+                SlicedWindowOp::new(key.clone(), spec.clone(), agg.clone(), typed.clone())
                     .expect("aligned assigner checked above")
             })
         } else if redb {

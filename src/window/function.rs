@@ -85,7 +85,10 @@ pub fn retract_sum(acc: &mut i128, part: &i128) -> bool {
 }
 
 /// Turns a window's aggregate into output records, with the key and the window.
-pub type WindowFunction<K, R, OUT> = Arc<dyn Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + Send + Sync>;
+pub type WindowFunction<K, R, OUT> = Arc<DynWindowFunction<K, R, OUT>>;
+
+/// The function behind a [`WindowFunction`], of any type.
+pub type DynWindowFunction<K, R, OUT> = dyn Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + Send + Sync;
 
 /// `reduce(f)` as an aggregate: the accumulator is the reduced record.
 pub struct ReduceAggregate<T, F> {

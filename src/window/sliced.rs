@@ -15,7 +15,7 @@
 //! shared pane cannot change any later output.
 
 use super::assigner::{TimeWindow, WindowAssigner, window_start};
-use super::function::{AggregateFunction, WindowFunction};
+use super::function::{AggregateFunction, DynWindowFunction};
 use super::operator::WindowSpec;
 use super::operator::state_capture;
 use crate::operators::keyed::KeyFn;
@@ -38,12 +38,23 @@ fn gcd(a: i64, b: i64) -> i64 {
 }
 
 /// Keyed tumbling or sliding event-time windows over shared panes, kept in
-/// the store `S`.
-pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
+/// the store `S`. The window function's type `F` is known where the job is
+/// built (`aggregate_with`), so the call per result is a direct one, not
+/// through a `dyn` (a sliding window makes one per key and window).
+pub struct SlicedWindowOp<
+    T,
+    K,
+    ACC,
+    R,
+    OUT,
+    A,
+    S = HeapPanes<K, ACC>,
+    F: ?Sized = DynWindowFunction<K, R, OUT>,
+> {
     key: KeyFn<T, K>,
     spec: WindowSpec<T>,
     agg: Arc<A>,
-    window_fn: WindowFunction<K, R, OUT>,
+    window_fn: Arc<F>,
     size: i64,
     slide: i64,
     offset: i64,
@@ -51,8 +62,9 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     watermark: Timestamp,
     /// The panes.
     panes: S,
-    /// The accumulator type of the store.
-    _acc: std::marker::PhantomData<fn() -> ACC>,
+    /// The accumulator type of the store, and the window function's
+    /// result and output types.
+    _types: std::marker::PhantomData<fn(R) -> (ACC, OUT)>,
     /// End of the next window to fire.
     next_end: Option<Timestamp>,
     /// End of the last window fired by the watermark.
@@ -71,26 +83,26 @@ pub struct SlicedWindowOp<T, K, ACC, R, OUT, A, S = HeapPanes<K, ACC>> {
     covered: Option<std::ops::RangeInclusive<Timestamp>>,
 }
 
-impl<T, K, ACC, R, OUT, A> SlicedWindowOp<T, K, ACC, R, OUT, A> {
+impl<T, K, ACC, R, OUT, A, F: ?Sized> SlicedWindowOp<T, K, ACC, R, OUT, A, HeapPanes<K, ACC>, F> {
     /// An operator for `spec`, whose assigner must be tumbling or sliding,
     /// with its panes in memory.
     pub fn new(
         key: KeyFn<T, K>,
         spec: WindowSpec<T>,
         agg: Arc<A>,
-        window_fn: WindowFunction<K, R, OUT>,
+        window_fn: Arc<F>,
     ) -> Result<Self> {
         Self::with_store(key, spec, agg, window_fn, HeapPanes::default())
     }
 }
 
-impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
+impl<T, K, ACC, R, OUT, A, S, F: ?Sized> SlicedWindowOp<T, K, ACC, R, OUT, A, S, F> {
     /// Like [`new`](SlicedWindowOp::new), with the panes in `store`.
     pub fn with_store(
         key: KeyFn<T, K>,
         spec: WindowSpec<T>,
         agg: Arc<A>,
-        window_fn: WindowFunction<K, R, OUT>,
+        window_fn: Arc<F>,
         store: S,
     ) -> Result<Self> {
         let (size, slide, offset) = match spec.assigner {
@@ -126,7 +138,7 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
             pane,
             watermark: MIN_WATERMARK,
             panes: store,
-            _acc: std::marker::PhantomData,
+            _types: std::marker::PhantomData,
             next_end: None,
             fired_upto: MIN_WATERMARK,
             fired: Vec::new(),
@@ -139,7 +151,7 @@ impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S> {
     }
 }
 
-impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S>
+impl<T, K, ACC, R, OUT, A, S, F> SlicedWindowOp<T, K, ACC, R, OUT, A, S, F>
 where
     T: Clone + 'static,
     K: Hash + Eq + Clone,
@@ -147,6 +159,7 @@ where
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
     S: PaneStore<K, ACC>,
+    F: Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + ?Sized,
 {
     /// The smallest window end above `t` (ends are aligned like starts +
     /// size); `None` past the last end inside the timestamp range.
@@ -183,7 +196,7 @@ where
     {
         emit_result(
             &*self.agg,
-            &self.window_fn,
+            &*self.window_fn,
             &mut self.fired,
             key,
             w,
@@ -299,7 +312,7 @@ where
             // Room for as many results as the last window's: the output
             // does not grow by copying itself as the window fires.
             out.records.reserve(self.last_results);
-            let (agg, window_fn, fired) = (&*self.agg, &self.window_fn, &mut self.fired);
+            let (agg, window_fn, fired) = (&*self.agg, &*self.window_fn, &mut self.fired);
             // The window's results are collected, then moved to the output
             // at once with their timestamp.
             fired.clear();
@@ -355,7 +368,7 @@ where
     }
 }
 
-impl<T, K, ACC, R, OUT, A, S> SlicedWindowOp<T, K, ACC, R, OUT, A, S>
+impl<T, K, ACC, R, OUT, A, S, F> SlicedWindowOp<T, K, ACC, R, OUT, A, S, F>
 where
     T: Clone + 'static,
     K: Hash + Eq + Clone,
@@ -363,6 +376,7 @@ where
     A: AggregateFunction<T, ACC, R>,
     OUT: 'static,
     S: PaneStore<K, ACC>,
+    F: Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + ?Sized,
 {
     /// After a restore: what had fired by `self.watermark` and which window
     /// fires next follow from the watermark and the panes.
@@ -380,9 +394,9 @@ where
 }
 
 /// Turns `key`'s accumulator for `w` into output records.
-fn emit_result<T, K, ACC, R, OUT, A>(
+fn emit_result<T, K, ACC, R, OUT, A, F>(
     agg: &A,
-    window_fn: &WindowFunction<K, R, OUT>,
+    window_fn: &F,
     fired: &mut Vec<OUT>,
     key: &K,
     w: TimeWindow,
@@ -392,6 +406,7 @@ fn emit_result<T, K, ACC, R, OUT, A>(
 where
     K: serde::Serialize,
     A: AggregateFunction<T, ACC, R>,
+    F: Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + ?Sized,
 {
     collect_result(agg, window_fn, fired, key, w, acc)?;
     for v in fired.drain(..) {
@@ -403,9 +418,9 @@ where
 /// Appends the values `key`'s accumulator for `w` gives to `fired` (a
 /// free function so a firing can collect while it borrows the panes).
 #[inline]
-fn collect_result<T, K, ACC, R, OUT, A>(
+fn collect_result<T, K, ACC, R, OUT, A, F>(
     agg: &A,
-    window_fn: &WindowFunction<K, R, OUT>,
+    window_fn: &F,
     fired: &mut Vec<OUT>,
     key: &K,
     w: TimeWindow,
@@ -414,6 +429,7 @@ fn collect_result<T, K, ACC, R, OUT, A>(
 where
     K: serde::Serialize,
     A: AggregateFunction<T, ACC, R>,
+    F: Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + ?Sized,
 {
     let r = agg
         .try_get_result(acc)
@@ -422,8 +438,9 @@ where
     Ok(())
 }
 
-impl<T, K, ACC, R, OUT, A, S> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A, S>
+impl<T, K, ACC, R, OUT, A, S, F> Operator<T, OUT> for SlicedWindowOp<T, K, ACC, R, OUT, A, S, F>
 where
+    F: Fn(&K, &TimeWindow, R, &mut Vec<OUT>) + Send + Sync + ?Sized + 'static,
     T: Clone + Send + 'static,
     K: StateKey,
     ACC: StateValue,

@@ -15,7 +15,7 @@ use super::*;
 use crate::operators::RestoredState;
 use crate::state::RedbStateBackend;
 use crate::state::window::RedbPanes;
-use crate::window::function::{CollectAll, ReduceAggregate, Sum};
+use crate::window::function::{CollectAll, ReduceAggregate, Sum, WindowFunction};
 use floe_actors::element::MAX_WATERMARK;
 use floe_actors::keygroup::key_group;
 use proptest::prelude::*;

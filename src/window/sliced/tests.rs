@@ -3,7 +3,7 @@
 //! on random inputs with late records and allowed lateness.
 
 use super::*;
-use crate::window::function::Sum;
+use crate::window::function::{Sum, WindowFunction};
 use crate::window::operator::WindowOp;
 use floe_actors::element::MAX_WATERMARK;
 use proptest::prelude::*;
