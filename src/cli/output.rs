@@ -32,7 +32,7 @@ use std::fmt::Display;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// Where an output goes.
 pub enum Output {
@@ -224,14 +224,42 @@ pub struct Lines {
 /// The line outputs of this process, for [`close_all`].
 static OPEN: Mutex<Vec<Weak<Mutex<Shared>>>> = Mutex::new(Vec::new());
 
+/// Set by [`close_all`]: every later write of a line output is dropped.
+/// A write holds the read side while it writes (a subtask's batch, or the
+/// last flush of an output whose subtasks are gone), and `close_all` takes
+/// the write side, so it waits for the writes in progress.
+static CLOSING: RwLock<bool> = RwLock::new(false);
+
+/// The shared writer's last flush when its subtasks are gone: done while
+/// [`close_all`] waits for it, or not at all once the process is closing
+/// (a write the exit of a failed job cuts short leaves a torn last line).
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let closing = CLOSING.read().unwrap_or_else(|e| e.into_inner());
+        if *closing || self.closed {
+            // Dropped unwritten: `BufWriter`'s own drop would flush it.
+            let sink: Box<dyn Write + Send> = Box::new(std::io::sink());
+            let writer = std::mem::replace(&mut self.writer, BufWriter::with_capacity(0, sink));
+            drop(writer.into_parts());
+        } else {
+            // Nothing to report it to: the job has ended.
+            let _ = self.writer.flush();
+        }
+    }
+}
+
 /// Ends every line output before the process exits with a failed job. A
-/// subtask of that job may still be writing: this waits for its write (a
-/// large one, cut short by the exit, left a torn last line), writes out
-/// the whole lines buffered so far, and drops any later write, so each
-/// output ends on a whole line.
+/// subtask of that job may still be writing, or an output whose subtasks
+/// are gone may still be flushing: this waits for that write (a large one,
+/// cut short by the exit, left a torn last line), writes out the whole
+/// lines buffered so far, and drops any later write, so each output ends on
+/// a whole line.
 pub fn close_all() {
+    let mut closing = CLOSING.write().unwrap_or_else(|e| e.into_inner());
+    *closing = true;
     let open = std::mem::take(&mut *OPEN.lock().unwrap_or_else(|e| e.into_inner()));
-    for shared in open.iter().filter_map(Weak::upgrade) {
+    let alive: Vec<_> = open.iter().filter_map(Weak::upgrade).collect();
+    for shared in &alive {
         let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
         if !shared.closed {
             // The job has failed already: a flush error adds nothing to it.
@@ -239,6 +267,10 @@ pub fn close_all() {
             shared.closed = true;
         }
     }
+    // An output whose last holder this was is dropped after the lock is
+    // released: its drop takes the read side.
+    drop(closing);
+    drop(alive);
 }
 
 impl Lines {
@@ -288,6 +320,10 @@ impl Lines {
     /// reader sees each batch. A large batch bypasses the writer's buffer
     /// (flushed first, so the order holds): no copy into it.
     fn write_bytes(&mut self, bytes: &[u8], flush: bool) -> floe::Result<()> {
+        let closing = CLOSING.read().unwrap_or_else(|e| e.into_inner());
+        if *closing {
+            return Ok(());
+        }
         let mut shared = self
             .shared
             .lock()
