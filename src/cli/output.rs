@@ -402,7 +402,9 @@ impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines<T::Memo> {
 }
 
 /// [`Lines`] written a block at a time ([`FiringLines`](super::window::FiringLines)):
-/// each block is written as it is, its lines counted.
+/// each block is written as it is, its lines counted (the summary's
+/// `windows_fired=`, the results the window handed on) and its buffer
+/// handed back to the window function's pool.
 #[derive(Clone)]
 pub struct Blocks(Lines, super::window::BlockPool, Arc<AtomicU64>);
 
@@ -422,7 +424,7 @@ impl SinkFunction<super::window::FiringLines> for Blocks {
     }
 
     fn finish(&mut self) -> floe::Result<()> {
-        self.0.write_buf(true)
+        self.0.write_bytes(&[], true)
     }
 }
 
@@ -485,4 +487,51 @@ pub fn check_distinct(files: &[(&str, Option<&Path>)]) -> floe::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An output dropped before [`close_all`] writes out its buffered
+    /// lines; one alive at `close_all` is flushed and closed, later writes
+    /// dropped; one dropped once the process is closing (the exit of a
+    /// failed job could cut its flush short) writes nothing. This is the
+    /// test binary's only user of line outputs: `close_all` closes them for
+    /// the whole process.
+    #[test]
+    fn outputs_end_on_whole_lines_when_a_failed_job_exits() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).expect("output");
+        let buffered = |lines: &mut Lines, text: &str| {
+            lines.buf.extend_from_slice(text.as_bytes());
+            lines.write_buf(false).expect("written to the buffer");
+        };
+        let mut early = Lines::create(&dir.path().join("early")).expect("created");
+        buffered(&mut early, "a,1\n");
+        assert_eq!(read("early"), "", "still buffered");
+        drop(early);
+        assert_eq!(read("early"), "a,1\n");
+
+        let mut alive = Lines::create(&dir.path().join("alive")).expect("created");
+        buffered(&mut alive, "b,2\n");
+        // An output dropping when the job fails: its buffered lines are
+        // taken over by a writer nothing holds any more.
+        let dropping = Lines::create(&dir.path().join("dropping")).expect("created");
+        let shared = Arc::try_unwrap(dropping.shared)
+            .ok()
+            .expect("the only holder")
+            .into_inner()
+            .expect("not poisoned");
+        let mut shared = shared;
+        shared.writer.write_all(b"c,3\n").expect("buffered");
+
+        close_all();
+        assert_eq!(read("alive"), "b,2\n", "flushed by close_all");
+        buffered(&mut alive, "d,4\n");
+        drop(alive);
+        assert_eq!(read("alive"), "b,2\n", "a write after close_all is dropped");
+        drop(shared);
+        assert_eq!(read("dropping"), "", "dropped unwritten once closing");
+    }
 }

@@ -598,8 +598,9 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     // transactional, Kafka and PostgreSQL outputs keep one subtask.
     let parallel_sink = output.writes_directly() && args.checkpoints.sink_rate.is_none();
     // Tumbling and sliding windows so written hand their results on in
-    // blocks of lines (`FiringLines`, a record per block), their lines
-    // counted as the sink writes them; the others a `Firing` per result.
+    // blocks of lines (`FiringLines`, a record per block), the sink
+    // counting their lines for `windows_fired=`; the others a `Firing` per
+    // result, counted as the window's records out.
     let lines_written = (parallel_sink && aligned).then(|| Arc::new(AtomicU64::new(0)));
     let late_events = if let Some(lines) = &lines_written {
         let pool = BlockPool::default();
