@@ -76,39 +76,187 @@ fn decode<K: DeserializeOwned, V: DeserializeOwned>(
     Ok(())
 }
 
-/// The hash a pane table files a key under.
+/// The hash a key of a pane is filed under in [`Keys`].
 #[inline]
 fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
-/// A pane's table: `(key, accumulator, the key's hash)`. The hash is kept
-/// (in what would be the entry's padding beside an `i128` accumulator):
-/// moving a pane in or out of a sliding window's merge, or growing the
-/// table, hashes no key again.
-type Pane<K, ACC> = HashTable<(K, ACC, u64)>;
+/// A key's id in a subtask's [`Keys`]: panes and windows hold ids, not keys.
+type KeyId = u32;
 
-/// Panes in memory, sorted by start, each a hash table from key to
+/// The hash a pane table files a key id under: ids are dense, and an odd
+/// multiplier keeps distinct ids in distinct buckets (the low bits) while
+/// spreading them over the high bits (hashbrown's tags).
+#[inline]
+fn id_hash(id: KeyId) -> u64 {
+    u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// A pane's table: `(key id, accumulator)`.
+type Pane<ACC> = HashTable<(KeyId, ACC)>;
+
+/// A key of [`Keys`]: the key, its hash, and how many pane tables hold it.
+struct Slot<K> {
+    key: K,
+    hash: u64,
+    panes: u32,
+}
+
+/// Idle ids (in no pane) that [`Keys`] keeps before it frees them, and
+/// then only while they are at least as many as the ids in use.
+const KEEP_IDLE: usize = if cfg!(test) { 4 } else { 4096 };
+
+/// The keys of a subtask's panes, each once, under a dense id: a record
+/// hashes its key once, here; its pane finds the id by an integer hash,
+/// and a sliding window merges panes into an array indexed by id, with no
+/// key hashed or compared. An id no pane holds stays idle (found again
+/// when its key comes back) until idle ids outnumber those in use, when
+/// they are freed for new keys.
+struct Keys<K> {
+    /// Ids, filed by their keys' hashes.
+    index: HashTable<KeyId>,
+    /// Per id, its key (a freed id's until the id is reused).
+    slots: Vec<Slot<K>>,
+    /// Freed ids.
+    free: Vec<KeyId>,
+    /// Ids in `index` that no pane holds.
+    idle: usize,
+}
+
+impl<K> Default for Keys<K> {
+    fn default() -> Self {
+        Keys {
+            index: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            idle: 0,
+        }
+    }
+}
+
+impl<K: Eq + Clone> Keys<K> {
+    /// `key`'s id, if it has one.
+    #[inline]
+    fn find(&self, key: &K, hash: u64) -> Option<KeyId> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&id| slots[id as usize].key == *key)
+            .copied()
+    }
+
+    /// `key`'s id (its hash is `hash`), made when it has none. A new id is
+    /// idle until a pane takes it ([`Keys::take`]).
+    #[inline]
+    fn id(&mut self, key: &K, hash: u64) -> Result<KeyId, StateError> {
+        let slots = &self.slots;
+        let entry = self.index.entry(
+            hash,
+            |&id| slots[id as usize].key == *key,
+            |&id| slots[id as usize].hash,
+        );
+        match entry {
+            hash_table::Entry::Occupied(e) => Ok(*e.get()),
+            hash_table::Entry::Vacant(v) => {
+                let slot = Slot {
+                    key: key.clone(),
+                    hash,
+                    panes: 0,
+                };
+                let id = match self.free.pop() {
+                    Some(id) => {
+                        self.slots[id as usize] = slot;
+                        id
+                    }
+                    None => {
+                        let id =
+                            KeyId::try_from(self.slots.len()).map_err(|_| StateError::Storage {
+                                operator: OPERATOR.into(),
+                                source: "a window subtask holds more than 4,294,967,295 keys"
+                                    .into(),
+                            })?;
+                        self.slots.push(slot);
+                        id
+                    }
+                };
+                v.insert(id);
+                self.idle += 1;
+                Ok(id)
+            }
+        }
+    }
+}
+
+impl<K> Keys<K> {
+    /// The key of `id`.
+    #[inline]
+    fn key(&self, id: KeyId) -> &K {
+        &self.slots[id as usize].key
+    }
+
+    /// The ids a key id can take: an array indexed by id needs this length.
+    #[inline]
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// A pane took `id`.
+    #[inline]
+    fn take(&mut self, id: KeyId) {
+        let slot = &mut self.slots[id as usize];
+        if slot.panes == 0 {
+            self.idle -= 1;
+        }
+        slot.panes += 1;
+    }
+
+    /// A pane table is cleared or freed: its ids are released, and idle
+    /// ids freed once they outnumber those in use.
+    fn release<ACC>(&mut self, pane: &Pane<ACC>) {
+        for (id, _) in pane {
+            let slot = &mut self.slots[*id as usize];
+            slot.panes -= 1;
+            if slot.panes == 0 {
+                self.idle += 1;
+            }
+        }
+        if self.idle > KEEP_IDLE && self.idle * 2 > self.index.len() {
+            let (slots, free) = (&self.slots, &mut self.free);
+            self.index.retain(|id| {
+                let used = slots[*id as usize].panes > 0;
+                if !used {
+                    free.push(*id);
+                }
+                used
+            });
+            self.idle = 0;
+        }
+    }
+}
+
+/// Panes in memory, sorted by start, each a hash table from key id to
 /// accumulator: a record updates one table (the last record's pane is
 /// checked first, others found by binary search), a tumbling window's
 /// firing walks one table, and a dropped pane's table is reused, emptied,
 /// by the next pane.
 pub struct HeapPanes<K, ACC> {
+    /// The keys of the panes.
+    keys: Keys<K>,
     /// `(pane start, table)`, sorted.
-    panes: VecDeque<(Timestamp, Pane<K, ACC>)>,
+    panes: VecDeque<(Timestamp, Pane<ACC>)>,
     /// Index in `panes` of the last record's pane: nearly always the next
     /// record's too, found without a search (checked before use, as panes
     /// inserted or dropped shift the indices).
     last: usize,
     /// The last dropped pane's table, emptied with its capacity kept: the
     /// next new pane's, so a pane does not grow its table from nothing.
-    spare: Option<Pane<K, ACC>>,
+    spare: Option<Pane<ACC>>,
     /// Keys in the last window merged from several panes: the size of the
     /// next one's map.
     merged_len: usize,
     /// The last window merged from several panes, kept to be moved to the
     /// next window while the aggregate retracts.
-    running: Option<Running<K, ACC>>,
+    running: Option<Running<ACC>>,
     /// Whether the aggregate retracted so far (until its first refusal).
     retracts: bool,
 }
@@ -116,6 +264,7 @@ pub struct HeapPanes<K, ACC> {
 impl<K, ACC> Default for HeapPanes<K, ACC> {
     fn default() -> Self {
         HeapPanes {
+            keys: Keys::default(),
             panes: VecDeque::new(),
             last: 0,
             spare: None,
@@ -126,62 +275,114 @@ impl<K, ACC> Default for HeapPanes<K, ACC> {
     }
 }
 
-/// A window's accumulators merged from the panes starting in `from..to`,
-/// each with the number of those panes that hold its key. Every change to
-/// such a pane (a record added, the pane dropped) is applied here too, so
-/// it stays the merge of its panes.
-struct Running<K, ACC> {
-    from: Timestamp,
-    to: Timestamp,
-    table: HashTable<(K, ACC, u32)>,
-    /// Panes dropped while covered: still merged in, retracted at the next
-    /// move.
-    dropped: Vec<Pane<K, ACC>>,
+/// A key's accumulator in a [`Running`] merge.
+#[derive(Clone)]
+struct Merged<ACC> {
+    acc: ACC,
+    /// How many of the merged panes hold the key.
+    panes: u32,
+    /// The key's place in [`Running::live`].
+    at: u32,
 }
 
-impl<K: Hash + Eq + Clone, ACC: Clone> Running<K, ACC> {
+/// A window's accumulators merged from the panes starting in `from..to`,
+/// indexed by key id. Every change to such a pane (a record added, the
+/// pane dropped) is applied here too, so it stays the merge of its panes.
+struct Running<ACC> {
+    from: Timestamp,
+    to: Timestamp,
+    /// Per key id, its merged accumulator, if a merged pane holds the key.
+    accs: Vec<Option<Merged<ACC>>>,
+    /// The ids with an accumulator, in no order.
+    live: Vec<KeyId>,
+    /// Panes dropped while covered: still merged in, retracted at the next
+    /// move (and their ids released then).
+    dropped: Vec<Pane<ACC>>,
+}
+
+impl<ACC: Clone> Running<ACC> {
+    /// An empty merge of `from..to`, reusing `old`'s arrays.
+    fn new(from: Timestamp, to: Timestamp, old: Option<Running<ACC>>) -> Running<ACC> {
+        let (mut accs, mut live) = old.map(|r| (r.accs, r.live)).unwrap_or_default();
+        for id in live.drain(..) {
+            accs[id as usize] = None;
+        }
+        Running {
+            from,
+            to,
+            accs,
+            live,
+            dropped: Vec::new(),
+        }
+    }
+
     #[inline]
     fn covers(&self, pane: Timestamp) -> bool {
         self.from <= pane && pane < self.to
     }
 
+    /// Room for every id of `keys`.
+    #[inline]
+    fn fit<K>(&mut self, keys: &Keys<K>) {
+        if self.accs.len() < keys.len() {
+            self.accs.resize(keys.len(), None);
+        }
+    }
+
+    /// Adds `id`'s first accumulator.
+    #[inline]
+    fn insert(&mut self, id: KeyId, acc: ACC) {
+        // `live` never holds more ids than `accs` has room for.
+        let at = self.live.len() as u32;
+        self.accs[id as usize] = Some(Merged { acc, panes: 1, at });
+        self.live.push(id);
+    }
+
     /// Merges a pane's accumulators in.
-    fn enter(&mut self, pane: &Pane<K, ACC>, merge: &impl Fn(ACC, ACC) -> ACC) {
-        for (k, acc, hash) in pane {
-            let entry = self
-                .table
-                .entry(*hash, |(q, ..)| q == k, |(q, ..)| fx_hash(q));
-            match entry {
-                hash_table::Entry::Occupied(mut e) => {
-                    let (_, m, n) = e.get_mut();
-                    let prev = std::mem::replace(m, acc.clone());
-                    *m = merge(prev, acc.clone());
-                    *n += 1;
+    fn enter(&mut self, pane: &Pane<ACC>, merge: &impl Fn(ACC, ACC) -> ACC) {
+        for (id, acc) in pane {
+            match &mut self.accs[*id as usize] {
+                Some(m) => {
+                    let prev = std::mem::replace(&mut m.acc, acc.clone());
+                    m.acc = merge(prev, acc.clone());
+                    m.panes += 1;
                 }
-                hash_table::Entry::Vacant(v) => {
-                    v.insert((k.clone(), acc.clone(), 1));
-                }
+                None => self.insert(*id, acc.clone()),
             }
         }
     }
 
     /// Takes a pane's accumulators back out; false when the aggregate
-    /// refuses one (the table is then no merge of anything).
-    fn leave(&mut self, pane: &Pane<K, ACC>, retract: &impl Fn(&mut ACC, &ACC) -> bool) -> bool {
-        for (k, acc, hash) in pane {
-            let Ok(mut e) = self.table.find_entry(*hash, |(q, ..)| q == k) else {
+    /// refuses one (the merge is then no merge of anything).
+    fn leave(&mut self, pane: &Pane<ACC>, retract: &impl Fn(&mut ACC, &ACC) -> bool) -> bool {
+        for (id, acc) in pane {
+            let Some(Some(m)) = self.accs.get_mut(*id as usize) else {
                 return false;
             };
-            let (_, m, n) = e.get_mut();
-            if *n == 1 {
-                e.remove();
-            } else if retract(m, acc) {
-                *n -= 1;
+            if m.panes == 1 {
+                let at = m.at;
+                self.accs[*id as usize] = None;
+                self.live.swap_remove(at as usize);
+                if let Some(&moved) = self.live.get(at as usize)
+                    && let Some(Some(m)) = self.accs.get_mut(moved as usize)
+                {
+                    m.at = at;
+                }
+            } else if retract(&mut m.acc, acc) {
+                m.panes -= 1;
             } else {
                 return false;
             }
         }
         true
+    }
+
+    /// The merged accumulators, with their key ids.
+    fn iter(&self) -> impl Iterator<Item = (KeyId, &ACC)> {
+        self.live.iter().filter_map(|&id| {
+            let m = self.accs[id as usize].as_ref()?;
+            Some((id, &m.acc))
+        })
     }
 }
 
@@ -195,8 +396,11 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
         // Per key: its accumulator in each pane.
         let mut per_key: FxHashMap<&K, Vec<(Timestamp, &ACC)>> = FxHashMap::default();
         for (start, table) in &self.panes {
-            for (k, acc, _) in table {
-                per_key.entry(k).or_default().push((*start, acc));
+            for (id, acc) in table {
+                per_key
+                    .entry(self.keys.key(*id))
+                    .or_default()
+                    .push((*start, acc));
             }
         }
         let groups = encode(per_key.iter(), max_parallelism)?;
@@ -204,26 +408,37 @@ impl<K: StateKey, ACC: StateValue> StoreSnapshots for HeapPanes<K, ACC> {
     }
 
     fn restore(&mut self, groups: &[KeyGroupBytes]) -> Result<(), StateError> {
-        self.panes.clear();
-        self.running = None;
-        let panes = &mut self.panes;
+        *self = HeapPanes {
+            retracts: self.retracts,
+            ..HeapPanes::default()
+        };
+        let (keys, panes) = (&mut self.keys, &mut self.panes);
+        let mut failed = None;
         decode::<K, Vec<(Timestamp, ACC)>>(groups, |k, list| {
+            let id = match keys.id(&k, fx_hash(&k)) {
+                Ok(id) => id,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    return;
+                }
+            };
             for (start, acc) in list {
                 let at = panes.partition_point(|(s, _)| *s < start);
                 if panes.get(at).is_none_or(|(s, _)| *s != start) {
                     panes.insert(at, (start, HashTable::new()));
                 }
                 let table = &mut panes[at].1;
-                let hash = fx_hash(&k);
-                let entry = table.entry(hash, |(q, ..)| *q == k, |(.., h)| *h);
+                let entry = table.entry(id_hash(id), |(i, _)| *i == id, |(i, _)| id_hash(*i));
                 match entry {
                     hash_table::Entry::Occupied(mut e) => e.get_mut().1 = acc,
                     hash_table::Entry::Vacant(v) => {
-                        v.insert((k.clone(), acc, hash));
+                        v.insert((id, acc));
+                        keys.take(id);
                     }
                 }
             }
-        })
+        })?;
+        failed.map_or(Ok(()), Err)
     }
 
     fn entries(&self) -> usize {
@@ -261,9 +476,9 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             }
         };
         self.last = idx;
+        let id = self.keys.id(key, fx_hash(key))?;
         let table = &mut self.panes[idx].1;
-        let hash = fx_hash(key);
-        let entry = table.entry(hash, |(k, ..)| k == key, |(.., h)| *h);
+        let entry = table.entry(id_hash(id), |(i, _)| *i == id, |(i, _)| id_hash(*i));
         let new_key = match entry {
             hash_table::Entry::Occupied(mut e) => {
                 add(&mut e.get_mut().1);
@@ -272,14 +487,15 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             hash_table::Entry::Vacant(v) => {
                 let mut acc = init();
                 add(&mut acc);
-                v.insert((key.clone(), acc, hash));
+                v.insert((id, acc));
+                self.keys.take(id);
                 true
             }
         };
         if let Some(r) = &mut self.running
             && r.covers(pane)
         {
-            add_running(r, hash, key, new_key, init, add);
+            add_running(r, &self.keys, id, new_key, init, add);
         }
         Ok(new)
     }
@@ -291,7 +507,9 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         to: Timestamp,
         merge: impl Fn(ACC, ACC) -> ACC,
     ) -> Result<Option<ACC>, StateError> {
-        let hash = fx_hash(key);
+        let Some(id) = self.keys.find(key, fx_hash(key)) else {
+            return Ok(None);
+        };
         let mut merged: Option<ACC> = None;
         for (start, table) in &self.panes {
             if *start < from {
@@ -300,7 +518,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
             if *start >= to {
                 break;
             }
-            if let Some((_, acc, _)) = table.find(hash, |(k, ..)| k == key) {
+            if let Some((_, acc)) = table.find(id_hash(id), |(i, _)| *i == id) {
                 merged = Some(match merged.take() {
                     None => acc.clone(),
                     Some(m) => merge(m, acc.clone()),
@@ -324,23 +542,24 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
         let hi = self.panes.partition_point(|(p, _)| *p < to);
         if hi == lo + 1 {
             // One pane (tumbling windows): its accumulators are the results.
-            for (k, acc, _) in &self.panes[lo].1 {
-                emit(k, acc)?;
+            for (id, acc) in &self.panes[lo].1 {
+                emit(self.keys.key(*id), acc)?;
             }
         } else if hi > lo && self.retracts {
-            let running = self.slide(lo, hi, from, to, &merge, &retract);
-            for (k, acc, _) in &running.table {
-                emit(k, acc)?;
+            self.slide(lo, hi, from, to, &merge, &retract);
+            if let Some(running) = &self.running {
+                for (id, acc) in running.iter() {
+                    emit(self.keys.key(id), acc)?;
+                }
             }
         } else if hi > lo {
-            self.running = None;
-            // Keys borrowed from the panes (no clone per key and window),
-            // sized like the last merge so it does not grow by rehashing.
-            let mut merged: FxHashMap<&K, ACC> =
+            self.discard_running();
+            // Sized like the last merge so it does not grow by rehashing.
+            let mut merged: FxHashMap<KeyId, ACC> =
                 FxHashMap::with_capacity_and_hasher(self.merged_len, Default::default());
             for (_, pane) in self.panes.range(lo..hi) {
-                for (k, acc, _) in pane {
-                    match merged.entry(k) {
+                for (id, acc) in pane {
+                    match merged.entry(*id) {
                         Entry::Occupied(mut m) => {
                             let prev = std::mem::replace(m.get_mut(), acc.clone());
                             *m.get_mut() = merge(prev, acc.clone());
@@ -352,8 +571,8 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                 }
             }
             self.merged_len = merged.len();
-            for (k, acc) in &merged {
-                emit(k, acc)?;
+            for (id, acc) in &merged {
+                emit(self.keys.key(*id), acc)?;
             }
         }
         Ok(())
@@ -366,7 +585,7 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
 
     #[inline]
     fn pop_first(&mut self) -> Result<(), StateError> {
-        if let Some((start, mut table)) = self.panes.pop_front() {
+        if let Some((start, table)) = self.panes.pop_front() {
             if let Some(r) = &mut self.running
                 && r.covers(start)
             {
@@ -374,47 +593,60 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
                 // one retracts it.
                 r.dropped.push(table);
             } else {
-                table.clear();
-                self.spare = Some(table);
+                self.reuse(table);
             }
         }
         Ok(())
     }
 }
 
-/// A record added to `key`'s accumulator of a pane that `r` covers: added
+/// A record added to `id`'s accumulator of a pane that `r` covers: added
 /// to `r`'s too (a key new to the pane counts one more pane).
 #[cold]
-fn add_running<K: Eq + Clone + Hash, ACC>(
-    r: &mut Running<K, ACC>,
-    hash: u64,
-    key: &K,
+fn add_running<K, ACC: Clone>(
+    r: &mut Running<ACC>,
+    keys: &Keys<K>,
+    id: KeyId,
     new_key: bool,
     init: impl Fn() -> ACC,
     add: impl Fn(&mut ACC),
 ) {
-    let entry = r
-        .table
-        .entry(hash, |(k, ..)| k == key, |(k, ..)| fx_hash(k));
-    match entry {
-        hash_table::Entry::Occupied(mut e) => {
-            let (_, acc, n) = e.get_mut();
-            add(acc);
-            *n += u32::from(new_key);
+    r.fit(keys);
+    match &mut r.accs[id as usize] {
+        Some(m) => {
+            add(&mut m.acc);
+            m.panes += u32::from(new_key);
         }
-        hash_table::Entry::Vacant(v) => {
+        None => {
             let mut acc = init();
             add(&mut acc);
-            v.insert((key.clone(), acc, 1));
+            r.insert(id, acc);
         }
     }
 }
 
 impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
-    /// The window of the panes `lo..hi` (those starting in `from..to`),
-    /// merged: the last window moved to it when that costs fewer panes
-    /// than merging it afresh (the panes that left retracted, those that
-    /// entered merged), merged afresh otherwise.
+    /// Keeps a pane's table, emptied, for the next new pane (its ids
+    /// released).
+    fn reuse(&mut self, mut table: Pane<ACC>) {
+        self.keys.release(&table);
+        table.clear();
+        self.spare = Some(table);
+    }
+
+    /// Drops the last window's merge, and the panes only it still held.
+    fn discard_running(&mut self) {
+        if let Some(r) = self.running.take() {
+            for table in r.dropped {
+                self.reuse(table);
+            }
+        }
+    }
+
+    /// Makes `self.running` the window of the panes `lo..hi` (those
+    /// starting in `from..to`), merged: the last window moved to it when
+    /// that costs fewer panes than merging it afresh (the panes that left
+    /// retracted, those that entered merged), merged afresh otherwise.
     fn slide(
         &mut self,
         lo: usize,
@@ -423,13 +655,14 @@ impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
         to: Timestamp,
         merge: &impl Fn(ACC, ACC) -> ACC,
         retract: &impl Fn(&mut ACC, &ACC) -> bool,
-    ) -> &Running<K, ACC> {
-        let panes = &self.panes;
+    ) {
         let mut last = self.running.take();
+        let mut released = Vec::new();
         let moved = last.as_mut().is_some_and(|r| {
             if r.from > from || r.to > to || r.to <= from {
                 return false;
             }
+            let panes = &self.panes;
             // Dropped panes left, and so did those before `from`.
             let (was_from, was_to) = (r.from, r.to);
             let leaving = panes.range(..lo).filter(move |(p, _)| *p >= was_from);
@@ -438,40 +671,45 @@ impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
             if moves >= hi - lo {
                 return false;
             }
-            let dropped = std::mem::take(&mut r.dropped);
-            let left = dropped.iter().chain(leaving.map(|(_, t)| t));
-            let retracted = left.into_iter().all(|pane| r.leave(pane, retract));
-            self.spare = dropped.into_iter().last().map(|mut t| {
-                t.clear();
-                t
-            });
-            if !retracted {
+            released = std::mem::take(&mut r.dropped);
+            let left = released.iter().chain(leaving.map(|(_, t)| t));
+            if !left.into_iter().all(|pane| r.leave(pane, retract)) {
                 self.retracts = false;
                 return false;
             }
+            r.fit(&self.keys);
             for (_, pane) in entering {
                 r.enter(pane, merge);
             }
             (r.from, r.to) = (from, to);
             true
         });
+        for table in released {
+            self.reuse(table);
+        }
         let running = match last {
             Some(r) if moved => r,
-            _ => {
-                let mut r = Running {
+            last => {
+                // The panes the last merge still held are released.
+                let mut r = Running::new(
                     from,
                     to,
-                    table: HashTable::with_capacity(self.merged_len),
-                    dropped: Vec::new(),
-                };
+                    last.map(|mut r| {
+                        for table in std::mem::take(&mut r.dropped) {
+                            self.reuse(table);
+                        }
+                        r
+                    }),
+                );
+                r.fit(&self.keys);
                 for (_, pane) in self.panes.range(lo..hi) {
                     r.enter(pane, merge);
                 }
                 r
             }
         };
-        self.merged_len = running.table.len();
-        self.running.insert(running)
+        self.merged_len = running.live.len();
+        self.running = Some(running);
     }
 }
 
@@ -541,5 +779,97 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> WindowStore<K, W, ACC>
             f(k, ws);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// The window `from..to` of `store`, sorted; the aggregate retracts
+    /// while `retracts`.
+    fn fire(
+        store: &mut HeapPanes<u32, i64>,
+        from: i64,
+        to: i64,
+        retracts: bool,
+    ) -> Vec<(u32, i64)> {
+        let mut got = Vec::new();
+        store
+            .for_window(
+                from,
+                to,
+                |a, b| a + b,
+                |a, b| {
+                    *a -= b;
+                    retracts
+                },
+                |k, acc| {
+                    got.push((*k, *acc));
+                    Ok::<_, StateError>(())
+                },
+            )
+            .expect("fired");
+        got.sort_unstable();
+        got
+    }
+
+    /// Sliding windows of three panes over panes whose keys come and go:
+    /// each pane has keys of its own, keys shared with its neighbour, a
+    /// key common to all, and a late record for the pane before it (in
+    /// the last window's merge). Every window equals a `BTreeMap` model's
+    /// merge, with the aggregate retracting and, from pane 200, refusing;
+    /// and the key ids stay about as many as the keys of the open panes,
+    /// not the thousands of keys seen.
+    #[test]
+    fn windows_stay_exact_while_key_ids_are_freed_and_reused() {
+        let mut store = HeapPanes::<u32, i64>::default();
+        let mut model: BTreeMap<(i64, u32), i64> = BTreeMap::new();
+        let mut seen = std::collections::HashSet::new();
+        for pane in 0..400i64 {
+            let p = pane as u32;
+            let keys = (0..8)
+                .map(|i| p * 100 + i)
+                .chain((0..4).map(|i| p / 2 * 100 + 50 + i));
+            let late = (pane > 0).then(|| (pane - 1, (p - 1) * 100 + 99));
+            let adds = keys.map(|k| (pane, k)).chain([(pane, 7)]).chain(late);
+            for (i, (at, key)) in adds.enumerate() {
+                let value = (pane * 31 + i as i64) % 17 - 8;
+                store.add(at, &key, || 0, |a| *a += value).expect("added");
+                *model.entry((at, key)).or_insert(0) += value;
+                seen.insert(key);
+            }
+            let (from, to) = (pane - 2, pane + 1);
+            let mut want: BTreeMap<u32, i64> = BTreeMap::new();
+            for (&(at, key), v) in &model {
+                if (from..to).contains(&at) {
+                    *want.entry(key).or_insert(0) += v;
+                }
+            }
+            let want: Vec<(u32, i64)> = want.into_iter().collect();
+            assert_eq!(
+                fire(&mut store, from, to, pane < 200),
+                want,
+                "window {from}..{to}"
+            );
+            // The first pane's last window has fired: it is dropped.
+            if let Some(first) = store.first()
+                && first <= from
+            {
+                store.pop_first().expect("popped");
+                model.retain(|&(at, _), _| at != first);
+            }
+            assert_eq!(store.entries(), model.len());
+        }
+        assert!(seen.len() > 3_000, "{} keys seen", seen.len());
+        // Four panes (three open, one dropped but still merged) of 14 keys,
+        // and as many idle ones at most.
+        assert!(
+            store.keys.slots.len() <= 2 * 4 * 14 + KEEP_IDLE + 1,
+            "{} key ids",
+            store.keys.slots.len()
+        );
+        assert!(store.keys.index.len() <= store.keys.slots.len());
     }
 }
