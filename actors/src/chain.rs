@@ -38,7 +38,9 @@ pub trait ChainInput<T>: 'static {
     /// subtask then [`resume`](Self::resume)s it, while its outputs have
     /// room, before it takes any new input element (records, watermarks,
     /// barriers), so elements keep their order and a snapshot never cuts
-    /// through a record. Elements that forward must override this.
+    /// through a record; the one exception is records a chain that
+    /// [takes input while pending](Self::takes_input_while_pending) lets
+    /// in. Elements that forward must override this.
     fn has_pending(&self) -> bool {
         false
     }
@@ -47,6 +49,16 @@ pub trait ChainInput<T>: 'static {
     /// chain first. Elements that forward must override this.
     fn resume(&mut self) -> Result<()> {
         Ok(())
+    }
+    /// Whether, while it [has pending](Self::has_pending) output, the chain
+    /// may take input records between its `resume`s: only when its head
+    /// alone holds the pending output and says its input cannot change it
+    /// (a window firing a part at a time; see the operators'
+    /// `takes_input_while_pending`). Records are the only input let in
+    /// so; the chain itself decides, batch by batch, whether one waits for
+    /// the pending output after all. Default: no.
+    fn takes_input_while_pending(&self) -> bool {
+        false
     }
     /// Checkpoint `barrier`: capture this element's state into `out`, pass the
     /// call on, and (record writers) emit the barrier on every channel before
@@ -111,6 +123,10 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
     }
     fn resume(&mut self) -> Result<()> {
         (**self).resume()
+    }
+    #[inline]
+    fn takes_input_while_pending(&self) -> bool {
+        (**self).takes_input_while_pending()
     }
 }
 

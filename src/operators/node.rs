@@ -320,7 +320,12 @@ where
 {
     #[inline]
     fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
-        self.finish_pending()?;
+        // A batch the operator admits goes in ahead of its pending output
+        // (which nothing it emits precedes); any other waits for all of it.
+        let admitted = self.takes_input_while_pending() && self.op.admits_while_pending(&batch);
+        if !admitted {
+            self.finish_pending()?;
+        }
         let n = batch.len();
         self.run(move |op, out| op.process_batch(batch, out))?;
         // Counted once processed, so a reader that sees the count knows the
@@ -340,6 +345,10 @@ where
 
     fn has_pending(&self) -> bool {
         self.op.has_pending() || self.next.has_pending()
+    }
+
+    fn takes_input_while_pending(&self) -> bool {
+        self.op.has_pending() && !self.next.has_pending() && self.op.takes_input_while_pending()
     }
 
     fn resume(&mut self) -> floe_actors::Result<()> {

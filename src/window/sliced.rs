@@ -491,9 +491,10 @@ where
     }
 
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, OUT>) -> Result<()> {
-        if self.firing_pending() {
-            // A record must not see windows the watermark passed unfired
-            // (the node resumes first; this keeps the operator exact alone).
+        if self.firing_pending() && !self.admits_while_pending(&batch) {
+            // A late record must not see windows the watermark passed
+            // unfired (the node resumes first; this keeps the operator
+            // exact alone).
             self.advance(usize::MAX, out)?;
         }
         for r in batch {
@@ -519,6 +520,23 @@ where
 
     fn has_pending(&self) -> bool {
         self.firing_pending()
+    }
+
+    /// Records may come in while windows fire: see `admits_while_pending`.
+    fn takes_input_while_pending(&self) -> bool {
+        true
+    }
+
+    /// A batch of records all past the watermark: each lands in panes past
+    /// every window the watermark passed (a window's end is a pane's
+    /// start, at most the watermark + 1), and so past the last fired
+    /// window's kept merge too, and emits nothing. A late record waits
+    /// for the windows to fire: it is late, or fires late, against them.
+    fn admits_while_pending(&self, batch: &Batch<T>) -> bool {
+        let watermark = self.watermark;
+        batch
+            .iter()
+            .all(|r| r.timestamp.is_some_and(|ts| ts > watermark))
     }
 
     fn resume(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {

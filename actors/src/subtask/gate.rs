@@ -287,6 +287,17 @@ impl<T: 'static> InputGate<T> {
         None
     }
 
+    /// Like [`next_ready`](Self::next_ready), among the channels whose
+    /// queue a batch of records heads (not a watermark, barrier or end).
+    pub fn next_ready_records(&mut self) -> Option<usize> {
+        let n = self.channels.len();
+        let c = (0..n).map(|i| (self.next_channel + i) % n).find(|&c| {
+            self.is_ready(c) && matches!(self.front(c), Some(StreamElement::Records(_)))
+        })?;
+        self.next_channel = (c + 1) % n;
+        Some(c)
+    }
+
     /// `channel`, just returned by [`next_ready`](Self::next_ready), was not
     /// dequeued (a throttled input waits): it is next again.
     pub fn keep_turn(&mut self, channel: usize) {

@@ -156,6 +156,10 @@ pub struct SubtaskActor<IN: Send + 'static> {
     throttle: Option<Throttle>,
     /// A throttled step waits for a timer; no other step runs meanwhile.
     throttled: bool,
+    /// The last unit of work of the chain's was a `resume`: with a chain
+    /// that takes input while pending, the next is an input batch if one
+    /// is ready, so pending output and input take turns.
+    resumed: bool,
     /// A source paused after the barrier of the checkpoint the job stops
     /// with, until that checkpoint completes (finish) or is aborted.
     paused: Option<CheckpointId>,
@@ -221,6 +225,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 checkpointing,
                 throttle,
                 throttled: false,
+                resumed: false,
                 paused: None,
                 finish_on_drain: false,
                 setup,
@@ -405,14 +410,26 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             Some(Head::Inputs(_)) => {
                 let mut actions = std::mem::take(&mut self.actions);
                 while budget > 0 && !self.backpressured() {
+                    let mut records_turn = None;
                     if let Some(Head::Inputs(chain)) = self.head.as_mut()
                         && chain.has_pending()
                     {
-                        chain.resume()?;
-                        budget -= 1;
-                        continue;
+                        // A chain that takes input while pending gets a
+                        // ready batch of records after each part of its
+                        // pending output: its input channels keep
+                        // returning credit through a long firing.
+                        if self.resumed && chain.takes_input_while_pending() {
+                            records_turn = self.gate.next_ready_records();
+                        }
+                        if records_turn.is_none() {
+                            chain.resume()?;
+                            self.resumed = true;
+                            budget -= 1;
+                            continue;
+                        }
                     }
-                    let Some(c) = self.gate.next_ready() else {
+                    self.resumed = false;
+                    let Some(c) = records_turn.or_else(|| self.gate.next_ready()) else {
                         break;
                     };
                     if let Some(t) = self.throttle.as_mut()
