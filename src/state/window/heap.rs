@@ -1,7 +1,8 @@
 //! The heap backend's window stores: the operators' own maps, in memory.
 //!
 //! [`HeapPanes`] is time-major: panes sorted by start, a hash table from key
-//! to accumulator per pane. A record updates one table; a tumbling window's
+//! id to accumulator per pane (each key kept once, under its id: see
+//! `ids`). A record updates one table; a tumbling window's
 //! firing walks one table, a sliding window's merges the run of tables
 //! inside it, or, when the aggregate retracts, moves the last window's
 //! merge to it (the panes that left retracted, those that entered merged).
@@ -9,20 +10,21 @@
 //! key group into the per-key lists the window operators have always
 //! written.
 
+use super::ids::{KeyId, Keys, Pane, Running, add_running, fx_hash, id_hash};
 use super::{PaneStore, StoreSnapshots, WindowCapture, WindowStore, WindowVisitor};
 use crate::state::{KeyGroupBytes, StateError, StateKey, StateValue};
 use floe_actors::element::Timestamp;
 use floe_actors::ids::CheckpointId;
 use hashbrown::{HashTable, hash_table};
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 
 /// The operator named in the errors of a heap window store.
-const OPERATOR: &str = "Window";
+pub(super) const OPERATOR: &str = "Window";
 
 /// One postcard blob per key group of `entries`, the groups in order.
 fn encode<'a, K, V, I>(entries: I, max_parallelism: u32) -> Result<Vec<KeyGroupBytes>, StateError>
@@ -76,164 +78,6 @@ fn decode<K: DeserializeOwned, V: DeserializeOwned>(
     Ok(())
 }
 
-/// The hash a key of a pane is filed under in [`Keys`].
-#[inline]
-fn fx_hash<K: Hash + ?Sized>(key: &K) -> u64 {
-    FxBuildHasher.hash_one(key)
-}
-
-/// A key's id in a subtask's [`Keys`]: panes and windows hold ids, not keys.
-type KeyId = u32;
-
-/// The hash a pane table files a key id under: ids are dense, and an odd
-/// multiplier keeps distinct ids in distinct buckets (the low bits) while
-/// spreading them over the high bits (hashbrown's tags).
-#[inline]
-fn id_hash(id: KeyId) -> u64 {
-    u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// A pane's table: `(key id, accumulator)`.
-type Pane<ACC> = HashTable<(KeyId, ACC)>;
-
-/// A key of [`Keys`]: the key, its hash, and how many pane tables hold it.
-struct Slot<K> {
-    key: K,
-    hash: u64,
-    panes: u32,
-}
-
-/// Idle ids (in no pane) that [`Keys`] keeps before it frees them, and
-/// then only while they are at least as many as the ids in use.
-const KEEP_IDLE: usize = if cfg!(test) { 4 } else { 4096 };
-
-/// The keys of a subtask's panes, each once, under a dense id: a record
-/// hashes its key once, here; its pane finds the id by an integer hash,
-/// and a sliding window merges panes into an array indexed by id, with no
-/// key hashed or compared. An id no pane holds stays idle (found again
-/// when its key comes back) until idle ids outnumber those in use, when
-/// they are freed for new keys.
-struct Keys<K> {
-    /// Ids, filed by their keys' hashes.
-    index: HashTable<KeyId>,
-    /// Per id, its key (a freed id's until the id is reused).
-    slots: Vec<Slot<K>>,
-    /// Freed ids.
-    free: Vec<KeyId>,
-    /// Ids in `index` that no pane holds.
-    idle: usize,
-}
-
-impl<K> Default for Keys<K> {
-    fn default() -> Self {
-        Keys {
-            index: HashTable::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            idle: 0,
-        }
-    }
-}
-
-impl<K: Eq + Clone> Keys<K> {
-    /// `key`'s id, if it has one.
-    #[inline]
-    fn find(&self, key: &K, hash: u64) -> Option<KeyId> {
-        let slots = &self.slots;
-        self.index
-            .find(hash, |&id| slots[id as usize].key == *key)
-            .copied()
-    }
-
-    /// `key`'s id (its hash is `hash`), made when it has none. A new id is
-    /// idle until a pane takes it ([`Keys::take`]).
-    #[inline]
-    fn id(&mut self, key: &K, hash: u64) -> Result<KeyId, StateError> {
-        let slots = &self.slots;
-        let entry = self.index.entry(
-            hash,
-            |&id| slots[id as usize].key == *key,
-            |&id| slots[id as usize].hash,
-        );
-        match entry {
-            hash_table::Entry::Occupied(e) => Ok(*e.get()),
-            hash_table::Entry::Vacant(v) => {
-                let slot = Slot {
-                    key: key.clone(),
-                    hash,
-                    panes: 0,
-                };
-                let id = match self.free.pop() {
-                    Some(id) => {
-                        self.slots[id as usize] = slot;
-                        id
-                    }
-                    None => {
-                        let id =
-                            KeyId::try_from(self.slots.len()).map_err(|_| StateError::Storage {
-                                operator: OPERATOR.into(),
-                                source: "a window subtask holds more than 4,294,967,295 keys"
-                                    .into(),
-                            })?;
-                        self.slots.push(slot);
-                        id
-                    }
-                };
-                v.insert(id);
-                self.idle += 1;
-                Ok(id)
-            }
-        }
-    }
-}
-
-impl<K> Keys<K> {
-    /// The key of `id`.
-    #[inline]
-    fn key(&self, id: KeyId) -> &K {
-        &self.slots[id as usize].key
-    }
-
-    /// The ids a key id can take: an array indexed by id needs this length.
-    #[inline]
-    fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// A pane took `id`.
-    #[inline]
-    fn take(&mut self, id: KeyId) {
-        let slot = &mut self.slots[id as usize];
-        if slot.panes == 0 {
-            self.idle -= 1;
-        }
-        slot.panes += 1;
-    }
-
-    /// A pane table is cleared or freed: its ids are released, and idle
-    /// ids freed once they outnumber those in use.
-    fn release<ACC>(&mut self, pane: &Pane<ACC>) {
-        for (id, _) in pane {
-            let slot = &mut self.slots[*id as usize];
-            slot.panes -= 1;
-            if slot.panes == 0 {
-                self.idle += 1;
-            }
-        }
-        if self.idle > KEEP_IDLE && self.idle * 2 > self.index.len() {
-            let (slots, free) = (&self.slots, &mut self.free);
-            self.index.retain(|id| {
-                let used = slots[*id as usize].panes > 0;
-                if !used {
-                    free.push(*id);
-                }
-                used
-            });
-            self.idle = 0;
-        }
-    }
-}
-
 /// Panes in memory, sorted by start, each a hash table from key id to
 /// accumulator: a record updates one table (the last record's pane is
 /// checked first, others found by binary search), a tumbling window's
@@ -272,117 +116,6 @@ impl<K, ACC> Default for HeapPanes<K, ACC> {
             running: None,
             retracts: true,
         }
-    }
-}
-
-/// A key's accumulator in a [`Running`] merge.
-#[derive(Clone)]
-struct Merged<ACC> {
-    acc: ACC,
-    /// How many of the merged panes hold the key.
-    panes: u32,
-    /// The key's place in [`Running::live`].
-    at: u32,
-}
-
-/// A window's accumulators merged from the panes starting in `from..to`,
-/// indexed by key id. Every change to such a pane (a record added, the
-/// pane dropped) is applied here too, so it stays the merge of its panes.
-struct Running<ACC> {
-    from: Timestamp,
-    to: Timestamp,
-    /// Per key id, its merged accumulator, if a merged pane holds the key.
-    accs: Vec<Option<Merged<ACC>>>,
-    /// The ids with an accumulator, in no order.
-    live: Vec<KeyId>,
-    /// Panes dropped while covered: still merged in, retracted at the next
-    /// move (and their ids released then).
-    dropped: Vec<Pane<ACC>>,
-}
-
-impl<ACC: Clone> Running<ACC> {
-    /// An empty merge of `from..to`, reusing `old`'s arrays.
-    fn new(from: Timestamp, to: Timestamp, old: Option<Running<ACC>>) -> Running<ACC> {
-        let (mut accs, mut live) = old.map(|r| (r.accs, r.live)).unwrap_or_default();
-        for id in live.drain(..) {
-            accs[id as usize] = None;
-        }
-        Running {
-            from,
-            to,
-            accs,
-            live,
-            dropped: Vec::new(),
-        }
-    }
-
-    #[inline]
-    fn covers(&self, pane: Timestamp) -> bool {
-        self.from <= pane && pane < self.to
-    }
-
-    /// Room for every id of `keys`.
-    #[inline]
-    fn fit<K>(&mut self, keys: &Keys<K>) {
-        if self.accs.len() < keys.len() {
-            self.accs.resize(keys.len(), None);
-        }
-    }
-
-    /// Adds `id`'s first accumulator.
-    #[inline]
-    fn insert(&mut self, id: KeyId, acc: ACC) {
-        // `live` never holds more ids than `accs` has room for.
-        let at = self.live.len() as u32;
-        self.accs[id as usize] = Some(Merged { acc, panes: 1, at });
-        self.live.push(id);
-    }
-
-    /// Merges a pane's accumulators in.
-    fn enter(&mut self, pane: &Pane<ACC>, merge: &impl Fn(ACC, ACC) -> ACC) {
-        for (id, acc) in pane {
-            match &mut self.accs[*id as usize] {
-                Some(m) => {
-                    let prev = std::mem::replace(&mut m.acc, acc.clone());
-                    m.acc = merge(prev, acc.clone());
-                    m.panes += 1;
-                }
-                None => self.insert(*id, acc.clone()),
-            }
-        }
-    }
-
-    /// Takes a pane's accumulators back out; false when the aggregate
-    /// refuses one (the merge is then no merge of anything).
-    fn leave(&mut self, pane: &Pane<ACC>, retract: &impl Fn(&mut ACC, &ACC) -> bool) -> bool {
-        for (id, acc) in pane {
-            let Some(Some(m)) = self.accs.get_mut(*id as usize) else {
-                return false;
-            };
-            if m.panes == 1 {
-                let at = m.at;
-                self.accs[*id as usize] = None;
-                self.live.swap_remove(at as usize);
-                if let Some(&moved) = self.live.get(at as usize)
-                    && let Some(Some(m)) = self.accs.get_mut(moved as usize)
-                {
-                    m.at = at;
-                }
-            } else if retract(&mut m.acc, acc) {
-                m.panes -= 1;
-            } else {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// The merged accumulators, with their key ids.
-    fn iter(&self) -> impl Iterator<Item = (KeyId, &ACC)> {
-        self.live.iter().filter_map(|&id| {
-            let m = self.accs[id as usize].as_ref()?;
-            Some((id, &m.acc))
-        })
     }
 }
 
@@ -600,31 +333,6 @@ impl<K: StateKey, ACC: StateValue> PaneStore<K, ACC> for HeapPanes<K, ACC> {
     }
 }
 
-/// A record added to `id`'s accumulator of a pane that `r` covers: added
-/// to `r`'s too (a key new to the pane counts one more pane).
-#[cold]
-fn add_running<K, ACC: Clone>(
-    r: &mut Running<ACC>,
-    keys: &Keys<K>,
-    id: KeyId,
-    new_key: bool,
-    init: impl Fn() -> ACC,
-    add: impl Fn(&mut ACC),
-) {
-    r.fit(keys);
-    match &mut r.accs[id as usize] {
-        Some(m) => {
-            add(&mut m.acc);
-            m.panes += u32::from(new_key);
-        }
-        None => {
-            let mut acc = init();
-            add(&mut acc);
-            r.insert(id, acc);
-        }
-    }
-}
-
 impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
     /// Keeps a pane's table, emptied, for the next new pane (its ids
     /// released).
@@ -708,7 +416,7 @@ impl<K: StateKey, ACC: StateValue> HeapPanes<K, ACC> {
                 r
             }
         };
-        self.merged_len = running.live.len();
+        self.merged_len = running.len();
         self.running = Some(running);
     }
 }
@@ -784,6 +492,7 @@ impl<K: StateKey, W: StateValue, ACC: StateValue> WindowStore<K, W, ACC>
 
 #[cfg(test)]
 mod tests {
+    use super::super::ids::KEEP_IDLE;
     use super::*;
     use std::collections::BTreeMap;
 
@@ -866,10 +575,10 @@ mod tests {
         // Four panes (three open, one dropped but still merged) of 14 keys,
         // and as many idle ones at most.
         assert!(
-            store.keys.slots.len() <= 2 * 4 * 14 + KEEP_IDLE + 1,
+            store.keys.len() <= 2 * 4 * 14 + KEEP_IDLE + 1,
             "{} key ids",
-            store.keys.slots.len()
+            store.keys.len()
         );
-        assert!(store.keys.index.len() <= store.keys.slots.len());
+        assert!(store.keys.index.len() <= store.keys.len());
     }
 }

@@ -31,6 +31,7 @@
 //! [`StateError::SchemaMismatch`] naming the state.
 
 mod heap;
+mod ids;
 mod redb;
 
 pub use heap::{HeapPanes, HeapWindows};
