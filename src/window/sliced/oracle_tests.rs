@@ -10,7 +10,7 @@
 //! restored into two operators splitting the key groups (a rescale), each
 //! then fed its keys' records. Every step's output must be the oracle's.
 
-use super::tests::{Model, Step as ModelStep};
+use super::tests::{Model, Step as ModelStep, resume_all, sorted};
 use super::*;
 use crate::operators::RestoredState;
 use crate::state::RedbStateBackend;
@@ -257,15 +257,9 @@ where
             }
         }
         for op in &mut ops {
-            while op.has_pending() {
-                op.resume(&mut out).expect("resumed");
-            }
+            resume_all(op.as_mut(), &mut out);
         }
-        let mut fired: Vec<Fired> = records
-            .into_iter()
-            .map(|r| (r.value, r.timestamp))
-            .collect();
-        fired.sort();
+        let fired: Vec<Fired> = sorted(records);
         got.push(fired);
     }
     got

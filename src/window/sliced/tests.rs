@@ -41,6 +41,26 @@ fn window_fn() -> WindowFunction<u8, i64, (u8, i64, i64, i64)> {
     Arc::new(|k: &u8, w: &TimeWindow, r: i64, out: &mut Vec<_>| out.push((*k, w.start, w.end, r)))
 }
 
+/// Resumes `op` until it holds nothing pending.
+pub(super) fn resume_all<IN, OUT, O: Operator<IN, OUT> + ?Sized>(
+    op: &mut O,
+    out: &mut Output<'_, OUT>,
+) {
+    while op.has_pending() {
+        op.resume(out).expect("resumed");
+    }
+}
+
+/// The records' values and timestamps, sorted.
+pub(super) fn sorted<V: Ord>(records: Vec<Record<V>>) -> Vec<(V, Option<Timestamp>)> {
+    let mut got: Vec<_> = records
+        .into_iter()
+        .map(|r| (r.value, r.timestamp))
+        .collect();
+    got.sort();
+    got
+}
+
 /// Runs `steps`; the sorted output of each step. With `resume`, pending
 /// firings are resumed after each step as the runtime does; without, the
 /// next step must emit them first (and the last step resumes).
@@ -69,12 +89,7 @@ fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(
             while (resume || i + 1 == steps.len()) && op.has_pending() {
                 op.resume(&mut out).expect("resumed");
             }
-            let mut got: Vec<Fired> = records
-                .into_iter()
-                .map(|r| (r.value, r.timestamp))
-                .collect();
-            got.sort();
-            got
+            sorted(records)
         })
         .collect()
 }
@@ -106,16 +121,12 @@ fn drive_interleaved<O: Operator<Ev, (u8, i64, i64, i64)>>(
                 {
                     admitted += 1;
                 } else {
-                    while op.has_pending() {
-                        op.resume(&mut out).expect("resumed");
-                    }
+                    resume_all(op, &mut out);
                 }
                 op.process_batch(batch, &mut out).expect("record processed");
             }
             Step::Watermark(wm) => {
-                while op.has_pending() {
-                    op.resume(&mut out).expect("resumed");
-                }
+                resume_all(op, &mut out);
                 op.on_watermark(wm, &mut out).expect("watermark");
             }
         }
@@ -123,15 +134,8 @@ fn drive_interleaved<O: Operator<Ev, (u8, i64, i64, i64)>>(
             op.resume(&mut out).expect("resumed");
         }
     }
-    while op.has_pending() {
-        op.resume(&mut out).expect("resumed");
-    }
-    let mut got: Vec<Fired> = records
-        .into_iter()
-        .map(|r| (r.value, r.timestamp))
-        .collect();
-    got.sort();
-    (got, admitted)
+    resume_all(op, &mut out);
+    (sorted(records), admitted)
 }
 
 /// The sum model's result.
