@@ -38,9 +38,9 @@ pub trait ChainInput<T>: 'static {
     /// subtask then [`resume`](Self::resume)s it, while its outputs have
     /// room, before it takes any new input element (records, watermarks,
     /// barriers), so elements keep their order and a snapshot never cuts
-    /// through a record; the one exception is records a chain that
-    /// [takes input while pending](Self::takes_input_while_pending) lets
-    /// in. Elements that forward must override this.
+    /// through a record; the one exception is a batch of records the chain
+    /// [admits while pending](Self::admits_while_pending). Elements that
+    /// forward must override this.
     fn has_pending(&self) -> bool {
         false
     }
@@ -51,13 +51,12 @@ pub trait ChainInput<T>: 'static {
         Ok(())
     }
     /// Whether, while it [has pending](Self::has_pending) output, the chain
-    /// may take input records between its `resume`s: only when its head
-    /// alone holds the pending output and says its input cannot change it
-    /// (a window firing a part at a time; see the operators'
-    /// `takes_input_while_pending`). Records are the only input let in
-    /// so; the chain itself decides, batch by batch, whether one waits for
-    /// the pending output after all. Default: no.
-    fn takes_input_while_pending(&self) -> bool {
+    /// may take `batch` between its `resume`s, ahead of that output: only
+    /// when its head alone holds the pending output and says the batch
+    /// emits nothing and changes none of it (a window firing a part at a
+    /// time; see the operators' `admits_while_pending`). Batches of records
+    /// are the only input let in so. Default: no.
+    fn admits_while_pending(&self, _batch: &Batch<T>) -> bool {
         false
     }
     /// Checkpoint `barrier`: capture this element's state into `out`, pass the
@@ -125,8 +124,8 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
         (**self).resume()
     }
     #[inline]
-    fn takes_input_while_pending(&self) -> bool {
-        (**self).takes_input_while_pending()
+    fn admits_while_pending(&self, batch: &Batch<T>) -> bool {
+        (**self).admits_while_pending(batch)
     }
 }
 

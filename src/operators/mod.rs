@@ -41,18 +41,12 @@ pub trait Operator<IN, OUT>: Send + 'static {
         Ok(())
     }
 
-    /// Whether the operator may take input while it has pending output
-    /// ([`admits_while_pending`](Self::admits_while_pending) then says which
-    /// batches): the subtask lets such input in between the `resume`
-    /// calls, so a long firing does not stop its input channels (and, by
-    /// their credits, every upstream subtask). Default: no.
-    fn takes_input_while_pending(&self) -> bool {
-        false
-    }
-
-    /// Whether `batch` may be processed before the pending output is
-    /// emitted: it must emit nothing and change none of that output. Any
-    /// other batch waits for the last `resume`. Default: none may.
+    /// Whether `batch` may be processed while the operator has pending
+    /// output, before that output is emitted: it must emit nothing and
+    /// change none of that output. The subtask lets such batches in between
+    /// the `resume` calls, so a long firing does not stop its input
+    /// channels (and, by their credits, every upstream subtask); any other
+    /// input waits for the last `resume`. Default: none may.
     fn admits_while_pending(&self, _batch: &Batch<IN>) -> bool {
         false
     }

@@ -322,8 +322,7 @@ where
     fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
         // A batch the operator admits goes in ahead of its pending output
         // (which nothing it emits precedes); any other waits for all of it.
-        let admitted = self.takes_input_while_pending() && self.op.admits_while_pending(&batch);
-        if !admitted {
+        if !self.admits_while_pending(&batch) {
             self.finish_pending()?;
         }
         let n = batch.len();
@@ -347,8 +346,8 @@ where
         self.op.has_pending() || self.next.has_pending()
     }
 
-    fn takes_input_while_pending(&self) -> bool {
-        self.op.has_pending() && !self.next.has_pending() && self.op.takes_input_while_pending()
+    fn admits_while_pending(&self, batch: &Batch<IN>) -> bool {
+        self.op.has_pending() && !self.next.has_pending() && self.op.admits_while_pending(batch)
     }
 
     fn resume(&mut self) -> floe_actors::Result<()> {

@@ -522,11 +522,6 @@ where
         self.firing_pending()
     }
 
-    /// Records may come in while windows fire: see `admits_while_pending`.
-    fn takes_input_while_pending(&self) -> bool {
-        true
-    }
-
     /// A batch of records all past the watermark: each lands in panes past
     /// every window the watermark passed (a window's end is a pane's
     /// start, at most the watermark + 1), and so past the last fired

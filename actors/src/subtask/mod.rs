@@ -415,12 +415,14 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     if let Some(Head::Inputs(chain)) = self.head.as_mut()
                         && chain.has_pending()
                     {
-                        // A chain that takes input while pending gets a
-                        // ready batch of records after each part of its
-                        // pending output: its input channels keep
-                        // returning credit through a long firing.
-                        if self.resumed && chain.takes_input_while_pending() {
-                            records_turn = self.gate.next_ready_records();
+                        // A ready batch of records the chain admits while
+                        // pending goes in after each part of its pending
+                        // output: its input channels keep returning credit
+                        // through a long firing.
+                        if self.resumed {
+                            records_turn = self
+                                .gate
+                                .next_ready_records(|b| chain.admits_while_pending(b));
                         }
                         if records_turn.is_none() {
                             chain.resume()?;

@@ -115,10 +115,7 @@ fn drive_interleaved<O: Operator<Ev, (u8, i64, i64, i64)>>(
         match *step {
             Step::Record { key, ts, value } => {
                 let batch = vec![Record::with_timestamp((key, value), ts)];
-                if op.has_pending()
-                    && op.takes_input_while_pending()
-                    && op.admits_while_pending(&batch)
-                {
+                if op.has_pending() && op.admits_while_pending(&batch) {
                     admitted += 1;
                 } else {
                     resume_all(op, &mut out);
