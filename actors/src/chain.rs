@@ -59,6 +59,13 @@ pub trait ChainInput<T>: 'static {
     fn admits_while_pending(&self, _batch: &Batch<T>) -> bool {
         false
     }
+    /// Whether, while it [has pending](Self::has_pending) output, the chain
+    /// may take a watermark between its `resume`s: its head alone holds
+    /// the pending output and goes on with it under the new watermark,
+    /// forwarding only the newest after its last part. Default: no.
+    fn admits_watermark_while_pending(&self) -> bool {
+        false
+    }
     /// Checkpoint `barrier`: capture this element's state into `out`, pass the
     /// call on, and (record writers) emit the barrier on every channel before
     /// any later record; `unaligned` lets it overtake queued output, which is
@@ -126,6 +133,9 @@ impl<T: 'static> ChainInput<T> for Box<dyn ChainInput<T>> {
     #[inline]
     fn admits_while_pending(&self, batch: &Batch<T>) -> bool {
         (**self).admits_while_pending(batch)
+    }
+    fn admits_watermark_while_pending(&self) -> bool {
+        (**self).admits_watermark_while_pending()
     }
 }
 

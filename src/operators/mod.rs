@@ -51,6 +51,15 @@ pub trait Operator<IN, OUT>: Send + 'static {
         false
     }
 
+    /// Whether a watermark may come in while the operator has pending
+    /// output: `on_watermark` then goes on with that output under the new
+    /// watermark (keeping its order), and the node forwards only the newest
+    /// watermark, after the last `resume`. Default: no (the pending output
+    /// is emitted first).
+    fn admits_watermark_while_pending(&self) -> bool {
+        false
+    }
+
     /// Event time advanced; the watermark itself is forwarded after this
     /// returns, or, when the operator then [has pending](Self::has_pending)
     /// output (windows firing a part at a time), after its last `resume`.

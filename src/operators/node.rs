@@ -360,15 +360,25 @@ where
     }
 
     fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
-        self.finish_pending()?;
+        if !self.admits_watermark_while_pending() {
+            self.finish_pending()?;
+        }
         self.run(|op, out| op.on_watermark(watermark, out))?;
         if self.op.has_pending() {
             // The operator fires the rest by `resume`, a bounded part at a
-            // time; the watermark follows its last output.
+            // time; the watermark (the newest, if one was held) follows its
+            // last output.
             self.held_watermark = Some(watermark);
             return Ok(());
         }
+        self.held_watermark = None;
         self.forward_watermark(watermark)
+    }
+
+    fn admits_watermark_while_pending(&self) -> bool {
+        self.op.has_pending()
+            && !self.next.has_pending()
+            && self.op.admits_watermark_while_pending()
     }
 
     fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {

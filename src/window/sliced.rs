@@ -511,9 +511,8 @@ where
         if watermark <= self.watermark {
             return Ok(());
         }
-        if self.firing_pending() {
-            self.advance(usize::MAX, out)?;
-        }
+        // Windows fire in order of their end: a firing still pending goes
+        // on under the new watermark, a part at a time.
         self.watermark = watermark;
         self.advance(self.fire_chunk, out)
     }
@@ -527,6 +526,12 @@ where
     /// start, at most the watermark + 1), and so past the last fired
     /// window's kept merge too, and emits nothing. A late record waits
     /// for the windows to fire: it is late, or fires late, against them.
+    /// A watermark while windows fire: the firing goes on under it (see
+    /// `on_watermark`).
+    fn admits_watermark_while_pending(&self) -> bool {
+        true
+    }
+
     fn admits_while_pending(&self, batch: &Batch<T>) -> bool {
         let watermark = self.watermark;
         batch

@@ -288,13 +288,21 @@ impl<T: 'static> InputGate<T> {
     }
 
     /// Like [`next_ready`](Self::next_ready), among the channels whose
-    /// queue a batch of records that `admits` heads (not a watermark,
-    /// barrier or end).
-    pub fn next_ready_records(&mut self, admits: impl Fn(&Batch<T>) -> bool) -> Option<usize> {
+    /// queue a batch of records that `admits` heads, or a watermark when
+    /// `watermarks` (not a barrier, a status or the end).
+    pub fn next_ready_admitted(
+        &mut self,
+        admits: impl Fn(&Batch<T>) -> bool,
+        watermarks: bool,
+    ) -> Option<usize> {
         let n = self.channels.len();
         let c = (0..n).map(|i| (self.next_channel + i) % n).find(|&c| {
             self.is_ready(c)
-                && matches!(self.front(c), Some(StreamElement::Records(b)) if admits(b))
+                && match self.front(c) {
+                    Some(StreamElement::Records(b)) => admits(b),
+                    Some(StreamElement::Watermark(_)) => watermarks,
+                    _ => false,
+                }
         })?;
         self.next_channel = (c + 1) % n;
         Some(c)

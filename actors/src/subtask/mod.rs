@@ -411,20 +411,21 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             Some(Head::Inputs(_)) => {
                 let mut actions = std::mem::take(&mut self.actions);
                 while budget > 0 && !self.backpressured() {
-                    let mut records_turn = None;
+                    let mut admitted = None;
                     if let Some(Head::Inputs(chain)) = self.head.as_mut()
                         && chain.has_pending()
                     {
-                        // A ready batch of records the chain admits while
-                        // pending goes in after each part of its pending
-                        // output: its input channels keep returning credit
-                        // through a long firing.
+                        // A ready batch of records (or a watermark) the
+                        // chain admits while pending goes in after each part
+                        // of its pending output: its input channels keep
+                        // returning credit through a long firing.
                         if self.resumed {
-                            records_turn = self
+                            let watermarks = chain.admits_watermark_while_pending();
+                            admitted = self
                                 .gate
-                                .next_ready_records(|b| chain.admits_while_pending(b));
+                                .next_ready_admitted(|b| chain.admits_while_pending(b), watermarks);
                         }
-                        if records_turn.is_none() {
+                        if admitted.is_none() {
                             chain.resume()?;
                             self.resumed = true;
                             budget -= 1;
@@ -432,7 +433,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                         }
                     }
                     self.resumed = false;
-                    let Some(c) = records_turn.or_else(|| self.gate.next_ready()) else {
+                    let Some(c) = admitted.or_else(|| self.gate.next_ready()) else {
                         break;
                     };
                     if let Some(t) = self.throttle.as_mut()
