@@ -38,9 +38,11 @@ pub trait ChainInput<T>: 'static {
     /// subtask then [`resume`](Self::resume)s it, while its outputs have
     /// room, before it takes any new input element (records, watermarks,
     /// barriers), so elements keep their order and a snapshot never cuts
-    /// through a record; the one exception is a batch of records the chain
-    /// [admits while pending](Self::admits_while_pending). Elements that
-    /// forward must override this.
+    /// through a record; the exceptions are a batch of records or a
+    /// watermark the chain admits while pending
+    /// ([`admits_while_pending`](Self::admits_while_pending),
+    /// [`admits_watermark_while_pending`](Self::admits_watermark_while_pending)).
+    /// Elements that forward must override this.
     fn has_pending(&self) -> bool {
         false
     }
@@ -54,8 +56,7 @@ pub trait ChainInput<T>: 'static {
     /// may take `batch` between its `resume`s, ahead of that output: only
     /// when its head alone holds the pending output and says the batch
     /// emits nothing and changes none of it (a window firing a part at a
-    /// time; see the operators' `admits_while_pending`). Batches of records
-    /// are the only input let in so. Default: no.
+    /// time; see the operators' `admits_while_pending`). Default: no.
     fn admits_while_pending(&self, _batch: &Batch<T>) -> bool {
         false
     }

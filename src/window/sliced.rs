@@ -521,17 +521,17 @@ where
         self.firing_pending()
     }
 
-    /// A batch of records all past the watermark: each lands in panes past
-    /// every window the watermark passed (a window's end is a pane's
-    /// start, at most the watermark + 1), and so past the last fired
-    /// window's kept merge too, and emits nothing. A late record waits
-    /// for the windows to fire: it is late, or fires late, against them.
     /// A watermark while windows fire: the firing goes on under it (see
     /// `on_watermark`).
     fn admits_watermark_while_pending(&self) -> bool {
         true
     }
 
+    /// A batch of records all past the watermark: each lands in panes past
+    /// every window the watermark passed (a window's end is a pane's
+    /// start, at most the watermark + 1), and so past the last fired
+    /// window's kept merge too, and emits nothing. A late record waits
+    /// for the windows to fire: it is late, or fires late, against them.
     fn admits_while_pending(&self, batch: &Batch<T>) -> bool {
         let watermark = self.watermark;
         batch

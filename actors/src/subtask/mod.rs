@@ -157,9 +157,9 @@ pub struct SubtaskActor<IN: Send + 'static> {
     throttle: Option<Throttle>,
     /// A throttled step waits for a timer; no other step runs meanwhile.
     throttled: bool,
-    /// The last unit of work of the chain's was a `resume`: with a chain
-    /// that takes input while pending, the next is an input batch if one
-    /// is ready, so pending output and input take turns.
+    /// The last unit of work was the chain's `resume`: the next is an
+    /// input element the chain admits while pending, if one heads a ready
+    /// channel, so pending output and input take turns.
     resumed: bool,
     /// A source paused after the barrier of the checkpoint the job stops
     /// with, until that checkpoint completes (finish) or is aborted.
