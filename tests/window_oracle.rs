@@ -672,6 +672,59 @@ fn periodic_watermarks_in_order() {
     run_cases(&cases, &["--watermarks", "periodic"]);
 }
 
+/// With periodic watermarks (`--watermark-interval 50`) on an input long
+/// enough that watermarks come while it is read, each passing many sliding
+/// windows: their firings go a
+/// part at a time, with records past the watermark and newer watermarks
+/// let in between the parts. The input is in order, so no record is late
+/// and every window's sum is the sum of its records, computed here per key
+/// and window start in a `HashMap`.
+#[test]
+fn periodic_sliding_windows_fire_in_parts_while_records_come() {
+    let (size, slide) = (10_000i64, 1_000i64);
+    // About 10 ms of event time per record: a watermark every 50 ms of
+    // reading passes hundreds of windows of some 400 keys per subtask, tens
+    // of thousands of results, fired in parts of 4,096.
+    let recs = generate(35, &GenParams::in_order(200_000, 2000, 0, 20));
+    let mut sums: HashMap<(&str, i64), i64> = HashMap::new();
+    for r in &recs {
+        let last = r.ts.div_euclid(slide) * slide;
+        for k in 0..size / slide {
+            *sums.entry((r.key.as_str(), last - k * slide)).or_insert(0) += r.value;
+        }
+    }
+    let mut want: Vec<String> = sums
+        .iter()
+        .map(|((key, start), sum)| format!("{key},{start},{},{sum}", start + size))
+        .collect();
+    want.sort();
+    let job = Job {
+        window: "sliding:10000,1000",
+        spec: Spec::sliding(size, slide),
+        agg: Agg::Sum,
+        ooo: 500,
+        lateness: 0,
+        parallelism: 2,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let got = run_cli(
+        dir.path(),
+        &input_text(&recs),
+        &job,
+        &["--watermarks", "periodic", "--watermark-interval", "50"],
+    );
+    assert_eq!(got.summary["records"], recs.len().to_string());
+    assert_eq!(got.summary["late"], "0");
+    assert_eq!(got.summary["windows_fired"], want.len().to_string());
+    assert!(got.late.is_empty());
+    assert!(
+        got.output == want,
+        "{} lines written, {} expected",
+        got.output.len(),
+        want.len()
+    );
+}
+
 /// With periodic watermarks, records out of order by at most the bound are
 /// never late, and a tumbling or sliding window only fires once no record can
 /// join it any more: the result does not depend on when watermarks come.

@@ -99,6 +99,10 @@ pub struct WindowArgs {
     /// Watermark emission: periodic (default) or per-record (deterministic).
     #[arg(long, value_enum, default_value = "periodic")]
     pub watermarks: window::Watermarks,
+    /// Interval of periodic watermarks (ms), like Flink's
+    /// `pipeline.auto-watermark-interval`; 0: after every batch.
+    #[arg(long, default_value_t = 200)]
+    pub watermark_interval: u64,
     /// Parallelism of the windowing.
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,

@@ -518,8 +518,11 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     let mut strategy =
         WatermarkStrategy::<Event<L>>::bounded_out_of_orderness(args.out_of_orderness)
             .with_timestamp_assigner(|e, _| e.ts);
+    let interval = std::time::Duration::from_millis(args.watermark_interval);
     if args.watermarks == Watermarks::PerRecord {
         strategy = strategy.per_record();
+    } else {
+        strategy = strategy.periodic(interval);
     }
     let late_tag = OutputTag::<Event<L>>::new("late");
     let agg = args.agg;
@@ -551,7 +554,9 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
                     .uid("timestamps")
                     .set_parallelism(1)
             } else {
-                let source = source.with_watermarks(args.out_of_orderness);
+                let source = source
+                    .with_watermarks(args.out_of_orderness)
+                    .watermark_interval(interval);
                 env.add_source(SOURCE, move |ctx| Ok(source.reader(ctx)))
                     .uid("lines")
             }
