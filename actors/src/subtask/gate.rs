@@ -276,15 +276,7 @@ impl<T: 'static> InputGate<T> {
 
     /// The next channel to dequeue from, round-robin, or `None`.
     pub fn next_ready(&mut self) -> Option<usize> {
-        let n = self.channels.len();
-        for i in 0..n {
-            let c = (self.next_channel + i) % n;
-            if self.is_ready(c) {
-                self.next_channel = (c + 1) % n;
-                return Some(c);
-            }
-        }
-        None
+        self.next_where(|_| true)
     }
 
     /// Like [`next_ready`](Self::next_ready), among the channels whose
@@ -295,15 +287,20 @@ impl<T: 'static> InputGate<T> {
         admits: impl Fn(&Batch<T>) -> bool,
         watermarks: bool,
     ) -> Option<usize> {
+        self.next_where(|front| match front {
+            Some(StreamElement::Records(b)) => admits(b),
+            Some(StreamElement::Watermark(_)) => watermarks,
+            _ => false,
+        })
+    }
+
+    /// The next ready channel, round-robin, whose queue's front `takes`;
+    /// the turn passes to the one after it.
+    fn next_where(&mut self, takes: impl Fn(Option<&StreamElement<T>>) -> bool) -> Option<usize> {
         let n = self.channels.len();
-        let c = (0..n).map(|i| (self.next_channel + i) % n).find(|&c| {
-            self.is_ready(c)
-                && match self.front(c) {
-                    Some(StreamElement::Records(b)) => admits(b),
-                    Some(StreamElement::Watermark(_)) => watermarks,
-                    _ => false,
-                }
-        })?;
+        let c = (0..n)
+            .map(|i| (self.next_channel + i) % n)
+            .find(|&c| self.is_ready(c) && takes(self.front(c)))?;
         self.next_channel = (c + 1) % n;
         Some(c)
     }

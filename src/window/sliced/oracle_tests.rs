@@ -10,7 +10,7 @@
 //! restored into two operators splitting the key groups (a rescale), each
 //! then fed its keys' records. Every step's output must be the oracle's.
 
-use super::tests::{Model, Step as ModelStep, resume_all, sorted};
+use super::tests::{Model, Step as ModelStep, emitted, resume_all, sorted};
 use super::*;
 use crate::operators::RestoredState;
 use crate::state::RedbStateBackend;
@@ -196,69 +196,64 @@ where
     let mut checkpoint = 0;
     let mut got = Vec::new();
     for step in steps {
-        let mut records = Vec::new();
-        let mut watermarks = Vec::new();
-        let mut out = Output {
-            records: &mut records,
-            sides: &mut [],
-            watermarks: &mut watermarks,
-        };
-        match *step {
-            Step::Record { key, ts, value } => {
-                // The operator owning the key's group.
-                let at = if ops.len() == 1 {
-                    0
-                } else {
-                    usize::from(key_group(&key, MAX_PARALLELISM) >= SPLIT)
-                };
-                ops[at]
-                    .process_batch(vec![Record::with_timestamp((key, value), ts)], &mut out)
-                    .expect("record processed");
-            }
-            Step::Watermark(wm) => {
-                watermark = watermark.max(wm);
-                for op in &mut ops {
-                    op.on_watermark(wm, &mut out).expect("watermark");
-                }
-            }
-            Step::Rescale => {
-                checkpoint += 1;
-                let mut groups = Vec::new();
-                for op in &mut ops {
-                    assert!(!op.has_pending(), "resumed before the snapshot");
-                    let ctx = SnapshotContext {
-                        checkpoint: CheckpointId(checkpoint),
-                        savepoint: true,
-                        max_parallelism: MAX_PARALLELISM,
-                        key_groups: 0..MAX_PARALLELISM,
+        let records = emitted(|out| {
+            match *step {
+                Step::Record { key, ts, value } => {
+                    // The operator owning the key's group.
+                    let at = if ops.len() == 1 {
+                        0
+                    } else {
+                        usize::from(key_group(&key, MAX_PARALLELISM) >= SPLIT)
                     };
-                    let capture = op.snapshot_state(&ctx).expect("snapshot");
-                    let keyed = capture.keyed.expect("keyed state");
-                    groups.extend(keyed().expect("serialized"));
+                    ops[at]
+                        .process_batch(vec![Record::with_timestamp((key, value), ts)], out)
+                        .expect("record processed");
                 }
-                ops = [0..SPLIT, SPLIT..MAX_PARALLELISM]
-                    .into_iter()
-                    .map(|range| {
-                        let mut op = operator(spec, &agg, result, store, range.clone());
-                        let keyed = groups
-                            .iter()
-                            .filter(|g| range.contains(&g.key_group))
-                            .cloned()
-                            .collect();
-                        op.restore_state(RestoredState {
-                            keyed,
-                            ..Default::default()
+                Step::Watermark(wm) => {
+                    watermark = watermark.max(wm);
+                    for op in &mut ops {
+                        op.on_watermark(wm, out).expect("watermark");
+                    }
+                }
+                Step::Rescale => {
+                    checkpoint += 1;
+                    let mut groups = Vec::new();
+                    for op in &mut ops {
+                        assert!(!op.has_pending(), "resumed before the snapshot");
+                        let ctx = SnapshotContext {
+                            checkpoint: CheckpointId(checkpoint),
+                            savepoint: true,
+                            max_parallelism: MAX_PARALLELISM,
+                            key_groups: 0..MAX_PARALLELISM,
+                        };
+                        let capture = op.snapshot_state(&ctx).expect("snapshot");
+                        let keyed = capture.keyed.expect("keyed state");
+                        groups.extend(keyed().expect("serialized"));
+                    }
+                    ops = [0..SPLIT, SPLIT..MAX_PARALLELISM]
+                        .into_iter()
+                        .map(|range| {
+                            let mut op = operator(spec, &agg, result, store, range.clone());
+                            let keyed = groups
+                                .iter()
+                                .filter(|g| range.contains(&g.key_group))
+                                .cloned()
+                                .collect();
+                            op.restore_state(RestoredState {
+                                keyed,
+                                ..Default::default()
+                            })
+                            .expect("restored");
+                            op.restore_watermark(watermark).expect("watermark restored");
+                            op
                         })
-                        .expect("restored");
-                        op.restore_watermark(watermark).expect("watermark restored");
-                        op
-                    })
-                    .collect();
+                        .collect();
+                }
             }
-        }
-        for op in &mut ops {
-            resume_all(op.as_mut(), &mut out);
-        }
+            for op in &mut ops {
+                resume_all(op.as_mut(), out);
+            }
+        });
         let fired: Vec<Fired> = sorted(records);
         got.push(fired);
     }

@@ -51,6 +51,18 @@ pub(super) fn resume_all<IN, OUT, O: Operator<IN, OUT> + ?Sized>(
     }
 }
 
+/// The records `f` emits into an output of its own.
+pub(super) fn emitted<OUT>(f: impl FnOnce(&mut Output<'_, OUT>)) -> Vec<Record<OUT>> {
+    let mut records = Vec::new();
+    let mut watermarks = Vec::new();
+    f(&mut Output {
+        records: &mut records,
+        sides: &mut [],
+        watermarks: &mut watermarks,
+    });
+    records
+}
+
 /// The records' values and timestamps, sorted.
 pub(super) fn sorted<V: Ord>(records: Vec<Record<V>>) -> Vec<(V, Option<Timestamp>)> {
     let mut got: Vec<_> = records
@@ -73,23 +85,17 @@ fn drive<O: Operator<Ev, (u8, i64, i64, i64)>>(
         .iter()
         .enumerate()
         .map(|(i, step)| {
-            let mut records = Vec::new();
-            let mut watermarks = Vec::new();
-            let mut out = Output {
-                records: &mut records,
-                sides: &mut [],
-                watermarks: &mut watermarks,
-            };
-            match *step {
-                Step::Record { key, ts, value } => op
-                    .process_batch(vec![Record::with_timestamp((key, value), ts)], &mut out)
-                    .expect("record processed"),
-                Step::Watermark(wm) => op.on_watermark(wm, &mut out).expect("watermark"),
-            }
-            while (resume || i + 1 == steps.len()) && op.has_pending() {
-                op.resume(&mut out).expect("resumed");
-            }
-            sorted(records)
+            sorted(emitted(|out| {
+                match *step {
+                    Step::Record { key, ts, value } => op
+                        .process_batch(vec![Record::with_timestamp((key, value), ts)], out)
+                        .expect("record processed"),
+                    Step::Watermark(wm) => op.on_watermark(wm, out).expect("watermark"),
+                }
+                if resume || i + 1 == steps.len() {
+                    resume_all(op, out);
+                }
+            }))
         })
         .collect()
 }
@@ -103,40 +109,43 @@ fn drive_interleaved<O: Operator<Ev, (u8, i64, i64, i64)>>(
     op: &mut O,
     steps: &[Step],
 ) -> (Vec<Fired>, usize) {
-    let mut records = Vec::new();
-    let mut watermarks = Vec::new();
-    let mut out = Output {
-        records: &mut records,
-        sides: &mut [],
-        watermarks: &mut watermarks,
-    };
     let mut admitted = 0;
+    let records = emitted(|out| drive_steps(op, steps, out, &mut admitted));
+    (sorted(records), admitted)
+}
+
+/// [`drive_interleaved`]'s steps, into `out`.
+fn drive_steps<O: Operator<Ev, (u8, i64, i64, i64)>>(
+    op: &mut O,
+    steps: &[Step],
+    out: &mut Output<'_, (u8, i64, i64, i64)>,
+    admitted: &mut usize,
+) {
     for step in steps {
         match *step {
             Step::Record { key, ts, value } => {
                 let batch = vec![Record::with_timestamp((key, value), ts)];
                 if op.has_pending() && op.admits_while_pending(&batch) {
-                    admitted += 1;
+                    *admitted += 1;
                 } else {
-                    resume_all(op, &mut out);
+                    resume_all(op, out);
                 }
-                op.process_batch(batch, &mut out).expect("record processed");
+                op.process_batch(batch, out).expect("record processed");
             }
             Step::Watermark(wm) => {
-                if !(op.has_pending() && op.admits_watermark_while_pending()) {
-                    resume_all(op, &mut out);
+                if op.has_pending() && op.admits_watermark_while_pending() {
+                    *admitted += 1;
                 } else {
-                    admitted += 1;
+                    resume_all(op, out);
                 }
-                op.on_watermark(wm, &mut out).expect("watermark");
+                op.on_watermark(wm, out).expect("watermark");
             }
         }
         if op.has_pending() {
-            op.resume(&mut out).expect("resumed");
+            op.resume(out).expect("resumed");
         }
     }
-    resume_all(op, &mut out);
-    (sorted(records), admitted)
+    resume_all(op, out);
 }
 
 /// The sum model's result.
