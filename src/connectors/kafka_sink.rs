@@ -305,15 +305,18 @@ impl<T> KafkaSink<T> {
         Ok((producer, deliveries))
     }
 
-    /// Sends every record of `batch` through `producer`.
+    /// Sends every record of `batch` through `producer`. While the client's
+    /// queue is full the send waits for deliveries, saying so once, and
+    /// fails after `timeout` (a broker that takes nothing).
     fn send(
         producer: &Client,
         topic: &str,
         serialize: &RecordSerializer<T>,
-        key: &mut Vec<u8>,
-        value: &mut Vec<u8>,
+        (key, value): (&mut Vec<u8>, &mut Vec<u8>),
         batch: Batch<T>,
+        timeout: Duration,
     ) -> Result<()> {
+        let mut full_since: Option<std::time::Instant> = None;
         for r in batch {
             key.clear();
             value.clear();
@@ -330,6 +333,24 @@ impl<T> KafkaSink<T> {
                     Ok(()) => break,
                     // The client's queue is full: let it deliver, then retry.
                     Err((ClientError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        let since = *full_since.get_or_insert_with(|| {
+                            tracing::warn!(
+                                target: crate::RECOVERY_LOG_TARGET,
+                                topic,
+                                "Kafka sink: the client's queue is full; retrying as it delivers"
+                            );
+                            std::time::Instant::now()
+                        });
+                        if since.elapsed() >= timeout {
+                            return Err(KafkaError::Undelivered {
+                                topic: topic.to_string(),
+                                reason: format!(
+                                    "the client's queue stayed full for {} ms (no broker takes the records)",
+                                    timeout.as_millis()
+                                ),
+                            }
+                            .into());
+                        }
                         producer.poll(Duration::from_millis(10));
                     }
                     Err((e, _)) => return Err(KafkaError::client("send")(e).into()),
@@ -377,9 +398,9 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
             producer,
             &self.topic,
             &self.serialize,
-            &mut self.key,
-            &mut self.value,
+            (&mut self.key, &mut self.value),
             batch,
+            self.timeout,
         )
     }
 
@@ -635,9 +656,9 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             producer,
             &sink.topic,
             &sink.serialize,
-            &mut sink.key,
-            &mut sink.value,
+            (&mut sink.key, &mut sink.value),
             batch,
+            sink.timeout,
         )
     }
 
@@ -723,6 +744,33 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With no broker to deliver to and a queue of one record, the second
+    /// record finds the queue full: the send retries, then fails after its
+    /// timeout with an error naming the topic, instead of looping.
+    #[test]
+    fn a_queue_that_stays_full_fails_the_send_after_its_timeout() {
+        let sink = KafkaSink::<String>::lines("127.0.0.1:1", "t")
+            .property("queue.buffering.max.messages", "1")
+            .request_timeout(Duration::from_millis(200));
+        let (producer, _) = sink.producer(None).expect("a producer needs no broker");
+        let batch = vec![Record::new("a".to_string()), Record::new("b".to_string())];
+        let (mut key, mut value) = (Vec::new(), Vec::new());
+        let err = KafkaSink::send(
+            &producer,
+            &sink.topic,
+            &sink.serialize,
+            (&mut key, &mut value),
+            batch,
+            sink.timeout,
+        )
+        .expect_err("a full queue with no broker cannot take the second record");
+        let text = err.to_string();
+        assert!(
+            text.contains("'t'") && text.contains("queue stayed full"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_transaction_round_trips_with_its_producer() {
