@@ -30,6 +30,7 @@
 //!   aborted by the fencing, with a warning.
 
 use super::kafka::KafkaError;
+use super::kafka::close::{CLOSE_DEADLINE, close_in_background};
 use super::kafka::txn_recovery::{self, CoordinatorClient, Ended, ProducerIdentity};
 use super::two_phase::TwoPhaseCommitSink;
 use crate::Result;
@@ -423,6 +424,27 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
     }
 }
 
+impl<T> Drop for KafkaSink<T> {
+    /// Hands the producers to threads of their own (see
+    /// `kafka::close`): a producer's destroy waits for its broker threads,
+    /// which must not hold the subtask's arbiter when a broker is away. An
+    /// open transaction's producer goes without its transaction ending:
+    /// the next attempt's initialisation of its id, or the broker's
+    /// transaction timeout, aborts it.
+    fn drop(&mut self) {
+        if let Some(producer) = self.producer.take() {
+            close_in_background("Kafka sink's producer", producer, CLOSE_DEADLINE);
+        }
+        for (_, producer) in self.open.drain() {
+            close_in_background(
+                "Kafka sink's transactional producer",
+                producer,
+                CLOSE_DEADLINE,
+            );
+        }
+    }
+}
+
 /// The exactly-once Kafka sink (see the module documentation).
 pub struct KafkaTransactionalSink<T> {
     sink: KafkaSink<T>,
@@ -627,7 +649,11 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         // are aborted, its producers can no longer write.
         for n in 0..ID_POOL {
             let id = self.id(self.sink.subtask, n);
-            drop(self.init(&id)?);
+            close_in_background(
+                "Kafka sink's fencing producer",
+                self.init(&id)?,
+                CLOSE_DEADLINE,
+            );
         }
         Ok(())
     }
@@ -729,7 +755,11 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             self.end_restored(&id, producer)?;
         }
         for id in plan.fence {
-            drop(self.init(&id)?);
+            close_in_background(
+                "Kafka sink's fencing producer",
+                self.init(&id)?,
+                CLOSE_DEADLINE,
+            );
         }
         Ok(())
     }
