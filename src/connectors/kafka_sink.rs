@@ -255,7 +255,8 @@ impl<T> KafkaSink<T> {
     /// the group `PREFIX-probe` (no record in the topic). The offset makes
     /// the commit reach the broker (`AddOffsetsToTxn`, `TxnOffsetCommit`,
     /// `EndTxn`): librdkafka commits an empty transaction without asking
-    /// it, so a broker without `EndTxn` (tansu 0.6) would pass unnoticed.
+    /// it, so a broker without `EndTxn` (some Kafka-protocol brokers lack
+    /// it) would pass unnoticed.
     pub fn check_transactions(&self) -> Result<()> {
         let id = format!("{}-probe", self.prefix);
         let (producer, _) = self.producer(Some(&id))?;
@@ -618,9 +619,9 @@ impl<T> KafkaTransactionalSink<T> {
 
 /// A transaction step's error, named as the broker's missing support when
 /// that is what it is. A broker that refuses every transactional id
-/// (nisshi 0.8.1 answers `InitProducerId` so on purpose; on Apache Kafka
-/// it is a missing ACL, which the reason names) cannot run the sink
-/// either.
+/// (some Kafka-protocol brokers answer `InitProducerId` so on purpose; on
+/// Apache Kafka it is a missing ACL, which the reason names) cannot run
+/// the sink either.
 fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
     let text = e.to_string();
     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
