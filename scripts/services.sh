@@ -220,7 +220,9 @@ start_kafka() {
     echo "$cport" >"$dir/controller.port"
     echo "$port" >"$STATE/kafka.port"
   fi
-  since=$(($(wc -l <"$dir/kafka.log" 2>/dev/null || echo 0) + 1))
+  # This start's lines of the log (it is appended to).
+  since=1
+  [ -f "$dir/kafka.log" ] && since=$(($(wc -l <"$dir/kafka.log") + 1))
   # A session of its own: the broker outlives the shell that started it.
   (cd "$dir" && exec setsid nohup java -Xms128m -Xmx512m -XX:+UseSerialGC \
     -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.yaml" \
