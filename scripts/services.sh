@@ -1,37 +1,32 @@
 #!/usr/bin/env bash
-# Real servers for the connector and dashboard tests: PostgreSQL, a
-# Kafka-protocol broker (noida-db; nisshi or tansu on request) and
-# chromedriver (headless Chromium over WebDriver), each on a free loopback
-# port, private to this checkout.
+# Real servers for the connector and dashboard tests: PostgreSQL, Apache
+# Kafka and chromedriver (headless Chromium over WebDriver), each on a free
+# loopback port, private to this checkout.
 #
 #   scripts/services.sh start [postgres] [kafka] [webdriver]   install what is missing, start, wait
 #   scripts/services.sh stop                                   stop them
-#   scripts/services.sh kill kafka                 SIGKILL the broker, keep its port and storage
+#   scripts/services.sh kill kafka                 SIGKILL the broker, keep its ports and storage
 #                                                  (`start kafka` then restarts it on both)
 #   scripts/services.sh env                        print the env file (source it)
 #
 # `start` writes target/services.env with
 #   FLOE_TEST_POSTGRES_URL=postgres://floe:floe@127.0.0.1:PORT/floe
 #   FLOE_TEST_KAFKA=127.0.0.1:PORT
-#   FLOE_TEST_KAFKA_BROKER=noida|nisshi|tansu   (which broker; the tests adapt to its gaps)
+#   FLOE_TEST_KAFKA_CLASSPATH='~/.cache/floe/kafka-4.4.0/lib/*'   (Kafka's tools, for the tests)
 #   FLOE_TEST_WEBDRIVER=http://127.0.0.1:PORT
 # which the tests read (they fail with a pointer here when it is missing,
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
-# the broker (below), chromium and chromium-driver (dashboard tests).
-# The broker: noida-db 0.2.3 by default, from PyPI (a 5 MB wheel carrying
-# one prebuilt binary: installed in seconds into a virtualenv, nothing to
-# compile), which commits Kafka transactions (EndTxn, read_committed); it
-# snapshots its topics into its data directory every second or so (a
-# `kill -9` loses what came since; open transactions do not survive any
-# restart: docs/kafka.md). With
-# FLOE_KAFKA_BROKER=nisshi|tansu: nisshi 0.8.1 (storage in a SQLite file
-# under target/services/kafka-data; its dependencies need rustc 1.96) or
-# tansu 0.6 (memory storage), both built by `cargo install` and kept in
-# ~/.cargo/bin; neither commits Kafka transactions. The tests use the
-# librdkafka 2.12 that rdkafka-sys vendors (Debian's 2.0.2 misreads the
-# tagged fields of the brokers' ApiVersions v3 answer and reconnects
-# forever); docs/kafka.md says what each broker lacks and what the tests
-# do about it.
+# Apache Kafka (below), chromium and chromium-driver (dashboard tests).
+# Apache Kafka 4.4.0 in KRaft mode, one node that is both broker and
+# controller: its jars come from Maven Central (scripts/kafka/pom.xml,
+# `mvn dependency:copy-dependencies`, about 55 MB) into
+# ~/.cache/floe/kafka-4.4.0/lib, kept outside target/ so `cargo clean`
+# keeps them; a JDK 17+ and Maven are installed from Debian's packages when
+# missing. Its log directory is target/services/kafka/data, formatted once
+# (`kafka.tools.StorageTool format`): a `kill -9` and a start keep the
+# records it acknowledged and its open transactions. The tests use the
+# librdkafka 2.12 that rdkafka-sys vendors; docs/kafka.md says how the
+# broker is configured for them.
 # PostgreSQL runs as the `postgres` user (initdb refuses root), with
 # max_prepared_transactions=64 for two-phase commit, its data and socket in
 # a private directory under $TMPDIR.
@@ -90,65 +85,33 @@ install_postgres() {
   pg_bin >/dev/null || die "PostgreSQL did not install"
 }
 
-# noida-db's virtualenv (outside target/, so `cargo clean` keeps it).
-NOIDA_VERSION=0.2.3
-NOIDA_VENV="${FLOE_NOIDA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floe/noida-db-$NOIDA_VERSION}"
+# Apache Kafka's classpath (outside target/, so `cargo clean` keeps it).
+KAFKA_VERSION=4.4.0
+KAFKA_HOME="${FLOE_KAFKA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/floe/kafka-$KAFKA_VERSION}"
 
-# The path of broker $1 (noida, nisshi or tansu), if installed.
-broker_path() {
-  if [ "$1" = noida ]; then
-    # The wheel's binary itself, not its Python wrapper (which runs it as a
-    # child): `kill kafka` must reach the broker.
-    local bin
-    bin="$(ls "$NOIDA_VENV"/lib/python3*/site-packages/noida_db/noida-db 2>/dev/null | head -1)"
-    [ -n "$bin" ] && [ -x "$bin" ] && { echo "$bin"; return 0; }
-    return 1
-  fi
-  if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
-  [ -x "$HOME/.cargo/bin/$1" ] && { echo "$HOME/.cargo/bin/$1"; return 0; }
-  return 1
+install_kafka() {
+  [ -f "$KAFKA_HOME/lib/kafka_2.13-$KAFKA_VERSION.jar" ] && return 0
+  command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+  command -v mvn >/dev/null 2>&1 || apt_install maven
+  log "installing Apache Kafka $KAFKA_VERSION (Maven Central, into $KAFKA_HOME)"
+  rm -rf "$KAFKA_HOME/lib.partial"
+  mkdir -p "$KAFKA_HOME"
+  mvn -q -B -f "$ROOT/scripts/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+    dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$KAFKA_HOME/lib.partial" >"$KAFKA_HOME/mvn.log" 2>&1 \
+    || { cat "$KAFKA_HOME/mvn.log" >&2; die "mvn could not fetch Apache Kafka $KAFKA_VERSION (scripts/kafka/pom.xml)"; }
+  mv "$KAFKA_HOME/lib.partial" "$KAFKA_HOME/lib"
 }
 
-# Whether the default toolchain can build nisshi 0.8.1 (rustc >= 1.96).
-nisshi_buildable() {
-  local v
-  v="$(rustc --version 2>/dev/null | awk '{print $2}')" || return 1
-  [ -n "$v" ] && [ "$(printf '%s\n1.96.0\n' "${v%%-*}" | sort -V | head -1)" = 1.96.0 ]
+# A new cluster id: 16 random bytes, base64url without padding (what
+# `kafka-storage random-uuid` prints, without starting a JVM for it).
+cluster_id() {
+  python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))'
 }
 
-# Which broker `start kafka` runs (see the header).
-broker_kind() {
-  if [ -n "${FLOE_KAFKA_BROKER:-}" ]; then
-    case "$FLOE_KAFKA_BROKER" in
-      noida | nisshi | tansu) echo "$FLOE_KAFKA_BROKER"; return 0 ;;
-      *) die "FLOE_KAFKA_BROKER=$FLOE_KAFKA_BROKER: expected noida, nisshi or tansu" ;;
-    esac
-  fi
-  echo noida
-}
-
-install_broker() {
-  local kind=$1
-  broker_path "$kind" >/dev/null && return 0
-  case "$kind" in
-    noida)
-      log "installing noida-db $NOIDA_VERSION (pip, into $NOIDA_VENV)"
-      rm -rf "$NOIDA_VENV"
-      python3 -m venv "$NOIDA_VENV" >&2 || die "python3 -m venv $NOIDA_VENV failed"
-      "$NOIDA_VENV/bin/pip" install -q --disable-pip-version-check "noida-db==$NOIDA_VERSION" >&2 \
-        || die "pip install noida-db==$NOIDA_VERSION failed"
-      ;;
-    nisshi)
-      nisshi_buildable || log "nisshi needs rustc >= 1.96; this one is $(rustc --version)"
-      log "installing nisshi (cargo install, 15 minutes or more on 2 cores)"
-      cargo install nisshi@0.8.1 --locked >&2 || die "cargo install nisshi failed"
-      ;;
-    tansu)
-      log "installing tansu (cargo install, about 10 minutes)"
-      cargo install tansu --locked --features dynostore >&2 || die "cargo install tansu failed"
-      ;;
-  esac
-  broker_path "$kind" >/dev/null || die "$kind is not on PATH nor in ~/.cargo/bin"
+# Runs a class of the Kafka classpath (a tool: small heap).
+kafka_java() {
+  java -Xmx256m -cp "$KAFKA_HOME/lib/*" "$@"
 }
 
 install_chromium() {
@@ -202,55 +165,81 @@ stop_postgres() {
   rm -rf "$dir" "$STATE/pg.dir" "$STATE/pg.port"
 }
 
-start_kafka() {
-  local kind bin port
-  if alive "$STATE/kafka.pid"; then
-    log "$(cat "$STATE/kafka.kind") already runs"
-    return 0
-  fi
-  # A restart after `kill kafka` keeps the broker, its port and storage.
-  if [ -f "$STATE/kafka.kind" ] && [ -f "$STATE/kafka.port" ]; then
-    kind="$(cat "$STATE/kafka.kind")"
-    port="$(cat "$STATE/kafka.port")"
-  else
-    kind="$(broker_kind)"
-    port="$(free_port)"
-  fi
-  install_broker "$kind"
-  bin="$(broker_path "$kind")"
-  echo "$kind" >"$STATE/kafka.kind"
-  echo "$port" >"$STATE/kafka.port"
-  mkdir -p "$STATE/kafka-data"
-  # The broker's command line, and where it keeps its topics.
-  local args storage
-  case "$kind" in
-    # Only its Kafka service. It snapshots its topics into the data
-    # directory every second or so: a restart keeps what was snapshotted,
-    # not open transactions (docs/kafka.md). Each start warns that Debian
-    # 12's glibc lacks the weak symbol version GLIBC_2.39; it runs (the
-    # wheel is built for manylinux 2.17).
-    noida)
-      storage="$STATE/kafka-data/noida"
-      args=(start --only kafka --host 127.0.0.1 --kafka-port "$port" --data-dir "$storage")
-      ;;
-    # A SQLite file (the URL is relative to the working directory): the
-    # topics outlive a restart of the broker.
-    nisshi) storage="sqlite://kafka.db" ;;
-    # Memory: every topic is gone at a restart (the tests create their own
-    # uniquely named topics).
-    tansu) storage="memory://tansu/" ;;
-  esac
-  if [ "$kind" != noida ]; then
-    args=(broker --listener-url "tcp://127.0.0.1:$port"
-      --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine "$storage")
-  fi
-  (cd "$STATE/kafka-data" && exec nohup "$bin" "${args[@]}" >>"$STATE/kafka.log" 2>&1) &
-  echo $! >"$STATE/kafka.pid"
-  wait_port "$port" 60 || { cat "$STATE/kafka.log" >&2; die "$kind does not accept connections on $port"; }
-  log "$kind on 127.0.0.1:$port (storage $storage)"
+# The broker's configuration: one node, broker and controller, on
+# 127.0.0.1:$1 (clients) and :$2 (controller), its log in $3. Transaction
+# timeouts are small so that an abandoned transaction (a killed producer's)
+# is aborted within seconds, not after Kafka's default minute.
+kafka_config() {
+  cat <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$2
+listeners=PLAINTEXT://127.0.0.1:$1,CONTROLLER://127.0.0.1:$2
+advertised.listeners=PLAINTEXT://127.0.0.1:$1
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$3
+num.partitions=1
+num.network.threads=2
+num.io.threads=4
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+transaction.remove.expired.transaction.cleanup.interval.ms=60000
+log.retention.ms=-1
+EOF
 }
 
-# SIGKILL the broker, keeping its port and storage for the next start.
+start_kafka() {
+  local dir="$STATE/kafka" port cport since
+  if alive "$STATE/kafka.pid"; then
+    log "Apache Kafka already runs"
+    return 0
+  fi
+  install_kafka
+  mkdir -p "$dir"
+  # A restart after `kill kafka` keeps the ports and the storage.
+  if [ -f "$STATE/kafka.port" ] && [ -f "$dir/controller.port" ] && [ -f "$dir/data/meta.properties" ]; then
+    port="$(cat "$STATE/kafka.port")"
+    cport="$(cat "$dir/controller.port")"
+  else
+    rm -rf "$dir/data"
+    port="$(free_port)"
+    cport="$(free_port)"
+    kafka_config "$port" "$cport" "$dir/data" >"$dir/server.properties"
+    kafka_java kafka.tools.StorageTool format -t "$(cluster_id)" \
+      -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
+      || { cat "$dir/format.log" >&2; die "kafka-storage format failed"; }
+    echo "$cport" >"$dir/controller.port"
+    echo "$port" >"$STATE/kafka.port"
+  fi
+  # This start's lines of the log (it is appended to).
+  since=1
+  [ -f "$dir/kafka.log" ] && since=$(($(wc -l <"$dir/kafka.log") + 1))
+  # A session of its own: the broker outlives the shell that started it.
+  (cd "$dir" && exec setsid nohup java -Xms128m -Xmx512m -XX:+UseSerialGC \
+    -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.yaml" \
+    -cp "$KAFKA_HOME/lib/*" kafka.Kafka server.properties >>"$dir/kafka.log" 2>&1) &
+  echo $! >"$STATE/kafka.pid"
+  # Started once it says so (the port opens a little before it serves).
+  local i=0
+  until tail -n +"$since" "$dir/kafka.log" 2>/dev/null | grep -q 'Kafka Server started'; do
+    alive "$STATE/kafka.pid" || { tail -n +"$since" "$dir/kafka.log" >&2; die "Apache Kafka exited"; }
+    i=$((i + 1))
+    [ "$i" -le 1200 ] || { tail -n +"$since" "$dir/kafka.log" >&2; die "Apache Kafka did not start in 120 s"; }
+    sleep 0.1
+  done
+  log "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$port (storage $dir/data)"
+}
+
+# SIGKILL the broker, keeping its ports and storage for the next start.
 kill_kafka() {
   if alive "$STATE/kafka.pid"; then
     kill -9 "$(cat "$STATE/kafka.pid")" 2>/dev/null || true
@@ -289,12 +278,7 @@ stop_webdriver() {
 
 stop_kafka() {
   kill_kafka
-  # Brokers started before the kafka.* state files (tansu.pid).
-  if alive "$STATE/tansu.pid"; then
-    kill "$(cat "$STATE/tansu.pid")" 2>/dev/null || true
-  fi
-  rm -rf "$STATE/kafka-data" "$STATE/kafka.kind" "$STATE/kafka.port" \
-    "$STATE/tansu.pid" "$STATE/tansu.port"
+  rm -rf "$STATE/kafka" "$STATE/kafka.port"
 }
 
 write_env() {
@@ -304,7 +288,7 @@ write_env() {
     fi
     if [ -f "$STATE/kafka.port" ]; then
       echo "export FLOE_TEST_KAFKA=127.0.0.1:$(cat "$STATE/kafka.port")"
-      echo "export FLOE_TEST_KAFKA_BROKER=$(cat "$STATE/kafka.kind")"
+      echo "export FLOE_TEST_KAFKA_CLASSPATH='$KAFKA_HOME/lib/*'"
     fi
     if [ -f "$STATE/chromedriver.port" ]; then
       echo "export FLOE_TEST_WEBDRIVER=http://127.0.0.1:$(cat "$STATE/chromedriver.port")"
@@ -330,6 +314,7 @@ fi
 case "$cmd" in
   start)
     [ -n "$want_pg" ] && install_postgres
+    [ -n "$want_kafka" ] && install_kafka
     [ -n "$want_web" ] && install_chromium
     [ -n "$want_pg" ] && start_postgres
     [ -n "$want_kafka" ] && start_kafka

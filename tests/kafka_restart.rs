@@ -1,19 +1,20 @@
-//! The broker killed (`SIGKILL`, `scripts/services.sh kill kafka`) while a
-//! checkpointed `floe run wordcount` reads from it:
-//! - started again on the same port with the same storage (noida-db once
-//!   its snapshot holds the input, or nisshi), the job restarts from its
-//!   last checkpoint — loudly, `restart attempt=` lines on stderr — reads
-//!   its restored offsets and the input produced after the restart from
-//!   the restarted broker, and its output equals the HashMap oracle
-//!   exactly once. The output is PostgreSQL's two-phase-commit sink: a
-//!   Kafka output's pre-committed transactions would not survive the
-//!   restart on noida-db, which forgets open transactions at any restart
-//!   (docs/kafka.md). Skipped on tansu, which loses its topics at a
-//!   restart;
+//! The broker killed (`SIGKILL`, `scripts/services.sh kill kafka`) while
+//! floe reads from it and writes to it:
+//! - started again on the same port with the same storage, the job
+//!   restarts from its last checkpoint — loudly, `restart attempt=` lines
+//!   on stderr — reads its restored offsets and the input produced after
+//!   the restart from the restarted broker, and its output equals the
+//!   HashMap oracle exactly once: into PostgreSQL's two-phase-commit sink,
+//!   and into Kafka's transactional sink, whose transactions pre-committed
+//!   before the kill survive it and are committed after the recovery (a
+//!   `read_committed` reader sees every update once);
 //! - left down, the job gives up after its bounded restarts: non-zero exit,
-//!   `restart` lines, then one `error:` line.
+//!   `restart` lines, then one `error:` line;
+//! - a source reader whose broker is gone, dropped before it noticed,
+//!   returns at once (its client closes on a thread of its own): a
+//!   subtask's teardown never waits for a broker.
 //!
-//! Both jobs give their Kafka clients a short request timeout (`timeout=`
+//! The jobs give their Kafka clients a short request timeout (`timeout=`
 //! in the URLs), so a lost broker fails a subtask within seconds, and an
 //! explicit `--restart` strategy: the tests wait for the job's own events
 //! (a checkpoint, a `restart` line, the broker back, the job's end), and
@@ -202,36 +203,6 @@ fn committed_words(url: &str, table: &str) -> u64 {
     }
 }
 
-/// Returns once what the broker acknowledged so far survives its `kill
-/// -9`. nisshi writes each record to SQLite before it answers. noida-db
-/// keeps its topics in one JSON snapshot, `kafka.json` in its data
-/// directory, written to a temporary file and renamed (whole, when
-/// something changed) about once a second, so a kill loses what it
-/// acknowledged since (docs/kafka.md, "The brokers"): this waits for a
-/// snapshot begun after now — the one written after a snapshot that ended
-/// after now — producing a record to a topic of its own in between, so
-/// the broker has a change to write.
-fn wait_until_kept(broker: &str) {
-    if broker_kind().as_deref() != Some("noida") {
-        return;
-    }
-    let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/services/kafka-data/noida/kafka.json");
-    let written_after = |t: std::time::SystemTime| {
-        wait_until("a noida-db snapshot", || {
-            std::fs::metadata(&snapshot)
-                .and_then(|m| m.modified())
-                .is_ok_and(|m| m > t)
-        })
-    };
-    written_after(std::time::SystemTime::now());
-    let after_a_write = std::time::SystemTime::now();
-    let topic = unique("kept");
-    create_topic(broker, &topic, 1);
-    produce(broker, &topic, 1, &["kept".to_string()]);
-    written_after(after_a_write);
-}
-
 /// An unbounded job reads a topic Kafka → PostgreSQL; the broker is
 /// killed (`kill -9`) once the job has checkpointed. The source fails
 /// when its client has had no broker for its timeout, so the job
@@ -248,17 +219,12 @@ fn a_broker_restart_while_the_job_runs_is_retried_and_stays_exact() {
     let (Some(b), Some(pg)) = (broker(), postgres_url()) else {
         return;
     };
-    if !restartable_or_skip("a_broker_restart_while_the_job_runs_is_retried_and_stays_exact") {
-        return;
-    }
     let table = format!("wc_restart_{}", std::process::id());
     query(&pg, &format!("DROP TABLE IF EXISTS {table}"));
     let input = unique("restart-in");
     create_topic(&b, &input, 4);
     let (before, after) = (corpus(31, 10_000, 300), corpus(32, 10_000, 300));
     produce(&b, &input, 4, &before);
-    // The input outlives the broker's kill: the oracle is what it holds.
-    wait_until_kept(&b);
     let dir = tempfile::tempdir().expect("temp dir");
     // Restarts every 100 ms, as many as it takes: the job retries until
     // the broker is back, however long its start takes.
@@ -361,4 +327,100 @@ fn a_broker_that_stays_down_fails_the_job_after_bounded_restarts() {
         1,
         "one error line:\n{text}"
     );
+}
+
+/// A bounded Kafka → Kafka word count through the exactly-once Kafka sink;
+/// the broker is killed (`kill -9`) once the job has completed two
+/// checkpoints, and started again once the job says it restarts. The
+/// transactions pre-committed before the kill survive it in the broker's
+/// log; the restored sink commits those of its checkpoint and fences the
+/// rest, the job reads the rest of its input from the restarted broker and
+/// ends by itself, and a `read_committed` reader of the output sees every
+/// update of the HashMap oracle exactly once.
+#[test]
+fn the_exactly_once_kafka_sink_survives_a_broker_restart() {
+    let _one = one_at_a_time();
+    let Some(b) = broker() else { return };
+    let output = unique("eo-restart-out");
+    create_topic(&b, &output, 2);
+    let (list, oracle, _dir) = job(
+        &b,
+        "eo-restart",
+        10_000,
+        &format!("kafka://{b}/{output}?timeout={CLIENT_TIMEOUT_MS}"),
+        "fixed:1000000,100",
+    );
+    let mut running = Job::start(&list);
+    running.wait_line("2 completed checkpoints", checkpoints_at_least(2));
+    let restart = Restart;
+    services(&["kill", "kafka"]);
+    running.wait_line("restart line", |l| l.starts_with("restart attempt="));
+    drop(restart);
+    let (status, stderr) = running.wait(WATCHDOG);
+    assert!(
+        status.success(),
+        "the job ends by itself once the broker is back:\n{}",
+        stderr.join("\n")
+    );
+    check_changelog(&read_all(&b, &output), &oracle, true);
+    for partition in 0..2 {
+        let (stable, end) = stable_and_end(&b, &output, partition);
+        assert_eq!(
+            stable, end,
+            "no transaction left open in partition {partition}"
+        );
+    }
+}
+
+/// A source reader whose broker was killed, dropped before it noticed (it
+/// polled nothing since): its drop returns at once. Its consumer had
+/// committed offsets to its group, so librdkafka's close waits for the
+/// group coordinator, without a deadline — on the subtask's thread that
+/// froze the job's teardown, and with it the job's restart and its error
+/// line. The close now runs on a thread of its own.
+#[test]
+fn dropping_a_reader_whose_broker_is_gone_returns_at_once() {
+    use floe::CheckpointId;
+    use floe::connectors::kafka::KafkaSource;
+    use floe::connectors::{SourceContext, SourceFunction, SourcePoll};
+    let _one = one_at_a_time();
+    let Some(b) = broker() else { return };
+    let topic = unique("drop-gone");
+    create_topic(&b, &topic, 2);
+    let lines: Vec<String> = (0..100).map(|i| format!("r{i}")).collect();
+    produce(&b, &topic, 2, &lines);
+    let mut reader = KafkaSource::lines(&b, &[&topic])
+        .group_id(&unique("drop-gone"))
+        .request_timeout(Duration::from_millis(CLIENT_TIMEOUT_MS))
+        .reader(&SourceContext {
+            subtask: floe_actors::ids::SubtaskIndex(0),
+            parallelism: 1,
+            seed: 0,
+        })
+        .expect("reader");
+    let mut read = 0;
+    while read < lines.len() {
+        let mut batch = Vec::new();
+        match reader.poll_batch(64, &mut batch).expect("polls") {
+            SourcePoll::Wait(d) => std::thread::sleep(d),
+            _ => read += batch.len(),
+        }
+    }
+    reader
+        .snapshot_union_state(CheckpointId(1))
+        .expect("snapshot");
+    reader
+        .notify_checkpoint_complete(CheckpointId(1))
+        .expect("commits to the group");
+    let _restart = Restart;
+    services(&["kill", "kafka"]);
+    let (dropped_tx, dropped) = channel();
+    std::thread::spawn(move || {
+        drop(reader);
+        let _ = dropped_tx.send(());
+    });
+    // The bound only turns a hang into a failure.
+    dropped
+        .recv_timeout(WATCHDOG)
+        .expect("the reader's drop returned");
 }

@@ -1,8 +1,6 @@
-//! The Kafka sink against a real Kafka-protocol broker (`FLOE_TEST_KAFKA`):
-//! the at-least-once sink flushes at a checkpoint, and the exactly-once
-//! sink either runs its transactions or, on a broker without them, says so
-//! before the job starts. With transactions (neither tansu 0.6 nor nisshi
-//! 0.8.1 commits them: there these say on stderr that they are skipped):
+//! The Kafka sink against Apache Kafka (`FLOE_TEST_KAFKA`): the
+//! at-least-once sink flushes at a checkpoint; the exactly-once sink's
+//! transactions:
 //! - a restarted subtask fences the previous attempt's transactional ids:
 //!   that attempt's open transaction is aborted and can no longer commit;
 //! - a failure between pre-commit and commit (the sink's checkpoint 3
@@ -14,8 +12,8 @@
 //!   subtask that owns its id opens before subtask 0 recovers.
 //!
 //! The recovery's own client (`ApiVersions`, `FindCoordinator`, `EndTxn`)
-//! is tested against every broker: its `EndTxn` on a broker without
-//! transactions ends in one typed error, within its timeout.
+//! is tested against the broker: an `EndTxn` for a transaction the broker
+//! never began ends in one typed error, within its timeout.
 
 #![cfg(feature = "kafka")]
 
@@ -66,39 +64,34 @@ fn the_at_least_once_sink_flushes_at_a_checkpoint() {
     assert_eq!(got, expected);
 }
 
+/// The exactly-once sink's check of the broker's transactions passes,
+/// and a transaction with a record then commits: a `read_committed`
+/// reader sees the record.
 #[test]
-fn the_exactly_once_sink_needs_transactions_and_says_so() {
+fn the_exactly_once_sinks_transaction_check_passes() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let Some(b) = broker() else { return };
     let topic = unique("sink-txn");
     create_topic(&b, &topic, 1);
-    let sink = KafkaSink::<String>::lines(&b, &topic);
-    match sink.check_transactions() {
-        // The check says the broker has transactions: one with a record
-        // then commits, and a read_committed reader sees the record.
-        Ok(()) => {
-            use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-            let producer: BaseProducer = rdkafka::config::ClientConfig::new()
-                .set("bootstrap.servers", &b)
-                .set("transactional.id", unique("txn-check"))
-                .create()
-                .expect("producer");
-            let t = std::time::Duration::from_secs(10);
-            producer.init_transactions(t).expect("init transactions");
-            producer.begin_transaction().expect("begin");
-            producer
-                .send(BaseRecord::<(), str>::to(&topic).payload("committed"))
-                .map_err(|(e, _)| e)
-                .expect("queued");
-            producer
-                .commit_transaction(t)
-                .expect("the check passed, so a transaction with a record commits");
-            assert_eq!(read_all(&b, &topic), vec!["committed".to_string()]);
-        }
-        Err(floe::Error::Kafka(KafkaError::NoTransactions { reason, .. })) => {
-            eprintln!("broker without transactions: {reason}");
-        }
-        Err(e) => panic!("unexpected error: {e}"),
-    }
+    KafkaSink::<String>::lines(&b, &topic)
+        .check_transactions()
+        .expect("Apache Kafka runs transactions");
+    let producer: BaseProducer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", &b)
+        .set("transactional.id", unique("txn-check"))
+        .create()
+        .expect("producer");
+    let t = std::time::Duration::from_secs(10);
+    producer.init_transactions(t).expect("init transactions");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(BaseRecord::<(), str>::to(&topic).payload("committed"))
+        .map_err(|(e, _)| e)
+        .expect("queued");
+    producer
+        .commit_transaction(t)
+        .expect("the check passed, so a transaction with a record commits");
+    assert_eq!(read_all(&b, &topic), vec!["committed".to_string()]);
 }
 
 /// The previous attempt of subtask 0 wrote and pre-committed (flushed) a
@@ -110,9 +103,6 @@ fn the_exactly_once_sink_needs_transactions_and_says_so() {
 fn a_restart_fences_the_previous_attempts_transactions() {
     use floe::connectors::two_phase::TwoPhaseCommitSink;
     let Some(b) = broker() else { return };
-    if !transactions_or_skip(&b, "a_restart_fences_the_previous_attempts_transactions") {
-        return;
-    }
     let topic = unique("sink-fence");
     create_topic(&b, &topic, 1);
     let prefix = unique("fence");
@@ -163,12 +153,6 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
     use floe::checkpoint::CheckpointConfig;
     use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
     let Some(b) = broker() else { return };
-    if !transactions_or_skip(
-        &b,
-        "a_failure_between_pre_commit_and_commit_leaves_each_record_once",
-    ) {
-        return;
-    }
     const RECORDS: u64 = 20_000;
     let topic = unique("sink-precommit");
     create_topic(&b, &topic, 2);
@@ -221,21 +205,13 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
 /// and lists what every Kafka broker serves (the other tests produce,
 /// fetch and ask for metadata through librdkafka), and an `EndTxn` for a
 /// transaction the broker never began is answered within the client's
-/// timeout — not a hang, not a retry loop — as the broker answers it:
-/// - tansu 0.6 lists no `EndTxn`: one typed error line (the API is not
-///   served) that no restart mends;
-/// - nisshi 0.8.1 lists `EndTxn` and answers it with `NONE` for any
-///   transaction (it has none: its `InitProducerId` refuses every
-///   transactional id, so the sink never gets to recover there);
-/// - noida-db 0.2.3 has transactions, yet answers `NONE` to an `EndTxn`
-///   for a producer id it never handed out (lenient where Apache Kafka
-///   answers 49; the recovery then logs nothing, as for a committed one);
-/// - a broker with transactions: `INVALID_PRODUCER_ID_MAPPING` (49), one
-///   typed error line that no restart mends.
+/// timeout — not a hang, not a retry loop — with
+/// `INVALID_PRODUCER_ID_MAPPING` (49): one typed error line that no
+/// restart mends.
 #[test]
 fn the_recovery_client_talks_to_the_broker() {
     use floe::connectors::kafka::txn_recovery::{
-        CoordinatorClient, Ended, ProducerIdentity, RecoveryError,
+        CoordinatorClient, ProducerIdentity, RecoveryError,
     };
     let Some(b) = broker() else { return };
     let client = CoordinatorClient::new(&b, Duration::from_secs(10));
@@ -245,50 +221,38 @@ fn the_recovery_client_talks_to_the_broker() {
         (1, "Fetch"),
         (3, "Metadata"),
         (18, "ApiVersions"),
+        (26, "EndTxn"),
     ] {
         assert!(
             versions.apis.iter().any(|r| r.api == api && r.min <= r.max),
             "{name} listed: {versions:?}"
         );
     }
-    let serves_end_txn = versions.apis.iter().any(|r| r.api == 26);
     let id = unique("recovery");
-    let answer = client.commit(
-        &id,
-        ProducerIdentity {
-            producer_id: 1,
-            epoch: 0,
-        },
-    );
-    match (broker_kind().as_deref(), answer) {
-        (Some(kind @ ("nisshi" | "noida")), Ok(ended)) => {
-            assert!(serves_end_txn);
-            assert_eq!(ended, Ended::Committed, "{kind}'s answer to any EndTxn");
+    let err = client
+        .commit(
+            &id,
+            ProducerIdentity {
+                producer_id: 1,
+                epoch: 0,
+            },
+        )
+        .expect_err("the broker never began that transaction");
+    match &err {
+        RecoveryError::Broker { code, .. } => {
+            assert_eq!(*code, 49, "INVALID_PRODUCER_ID_MAPPING: {err}");
         }
-        (kind, Err(err)) => {
-            match &err {
-                RecoveryError::Unsupported { api, .. } => {
-                    assert!(!serves_end_txn, "{kind:?}: {err}");
-                    assert_eq!(*api, "EndTxn");
-                }
-                RecoveryError::Broker { code, .. } => {
-                    assert!(serves_end_txn && kind != Some("tansu"), "{err}");
-                    assert_eq!(*code, 49, "INVALID_PRODUCER_ID_MAPPING: {err}");
-                }
-                other => panic!("{kind:?}: unexpected {other}"),
-            }
-            let sink_error = floe::Error::Kafka(KafkaError::Recovery {
-                transactional_id: id.clone(),
-                source: err,
-            });
-            let line = sink_error.to_string();
-            eprintln!("{line}");
-            assert!(!line.contains('\n'), "one line: {line}");
-            assert!(line.contains(&id), "names the transaction: {line}");
-            assert!(!sink_error.is_retriable(), "no restart mends it: {line}");
-        }
-        (kind, Ok(ended)) => panic!("{kind:?} committed a transaction it never began: {ended:?}"),
+        other => panic!("unexpected {other}"),
     }
+    let sink_error = floe::Error::Kafka(KafkaError::Recovery {
+        transactional_id: id.clone(),
+        source: err,
+    });
+    let line = sink_error.to_string();
+    eprintln!("{line}");
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(line.contains(&id), "names the transaction: {line}");
+    assert!(!sink_error.is_retriable(), "no restart mends it: {line}");
 }
 
 fn ctx_of(subtask: u32, parallelism: usize) -> SinkContext {
@@ -310,12 +274,6 @@ fn a_completed_checkpoints_transactions_are_committed_on_recovery() {
     use floe::connectors::two_phase::TwoPhaseCommitSinkOp;
     use floe::operators::{Operator, RestoredState};
     let Some(b) = broker() else { return };
-    if !transactions_or_skip(
-        &b,
-        "a_completed_checkpoints_transactions_are_committed_on_recovery",
-    ) {
-        return;
-    }
     let topic = unique("sink-recover");
     create_topic(&b, &topic, 2);
     let sink = KafkaSink::<String>::lines(&b, &topic)
@@ -368,98 +326,4 @@ fn a_completed_checkpoints_transactions_are_committed_on_recovery() {
         .collect();
     expected.sort();
     assert_eq!(got, expected, "checkpoint 1's records, once; no late ones");
-}
-
-/// On a broker that initialises transactional producers but serves no
-/// `EndTxn` (tansu 0.6): pre-commit checkpoints the transaction with the
-/// producer id and epoch librdkafka's statistics report, a second
-/// attempt's transaction on the same id has another (producer id, epoch)
-/// — so an `EndTxn` for the first can never end the second — and the
-/// restore that must commit the first fails with one line naming the
-/// missing `EndTxn`, not a hang and not a silent abort. Skipped where
-/// `InitProducerId` is refused (nisshi 0.8.1), and where `EndTxn` is
-/// served (the restore then commits: see the test above).
-#[test]
-fn a_restore_without_end_txn_on_the_broker_fails_in_one_line() {
-    use floe::connectors::kafka_sink::KafkaTxn;
-    use floe::connectors::two_phase::{TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
-    use floe::operators::{Operator, RestoredState};
-    let test = "a_restore_without_end_txn_on_the_broker_fails_in_one_line";
-    let Some(b) = broker() else { return };
-    let topic = unique("sink-no-endtxn");
-    create_topic(&b, &topic, 1);
-    let prefix = unique("no-endtxn");
-    let sink = KafkaSink::<String>::lines(&b, &topic)
-        .transactional_id_prefix(&prefix)
-        .request_timeout(Duration::from_secs(10))
-        .exactly_once();
-    let mut probe = sink.clone();
-    if let Err(e) = TwoPhaseCommitSink::<String>::open(&mut probe, &ctx()) {
-        eprintln!("{test} SKIPPED: the broker initialises no transactional producer ({e})");
-        return;
-    }
-    let client =
-        floe::connectors::kafka::txn_recovery::CoordinatorClient::new(&b, Duration::from_secs(10));
-    if client
-        .api_versions()
-        .expect("ApiVersions answers")
-        .apis
-        .iter()
-        .any(|r| r.api == 26)
-    {
-        eprintln!("{test} SKIPPED: the broker serves EndTxn");
-        return;
-    }
-    let snapshot = |n| SnapshotContext {
-        checkpoint: floe::CheckpointId(n),
-        savepoint: false,
-        max_parallelism: 128,
-        key_groups: 0..128,
-    };
-    let txn_of = |union_list: &[Vec<u8>]| -> KafkaTxn {
-        assert_eq!(union_list.len(), 1, "one pending transaction");
-        let (_, txn): (u64, KafkaTxn) = postcard::from_bytes(&union_list[0]).expect("decodes");
-        txn
-    };
-    let records: Vec<Record<String>> = (0..10).map(|i| Record::new(format!("r{i},{i}"))).collect();
-    let mut first = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
-    first.write_batch(records.clone()).expect("writes");
-    let first_txn = txn_of(
-        &first
-            .snapshot_state(&snapshot(1))
-            .expect("pre-commits")
-            .union_list,
-    );
-    let p1 = first_txn.producer.expect("pre-commit knows the producer");
-    assert!(p1.producer_id >= 0 && p1.epoch >= 0, "{p1:?}");
-    drop(first);
-    // A second attempt: its open re-initialises the ids, its first
-    // transaction uses the first one's id again.
-    let mut second = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
-    second.write_batch(records).expect("writes");
-    let state = second.snapshot_state(&snapshot(1)).expect("pre-commits");
-    let second_txn = txn_of(&state.union_list);
-    assert_eq!(second_txn.transactional_id, first_txn.transactional_id);
-    let p2 = second_txn.producer.expect("pre-commit knows the producer");
-    assert_ne!(
-        p1, p2,
-        "a re-initialised id has another producer id or epoch"
-    );
-    drop(second);
-
-    let mut restored = TwoPhaseCommitSinkOp::new(sink.clone(), ctx());
-    let err = restored
-        .restore_state(RestoredState {
-            union_list: state.union_list,
-            ..Default::default()
-        })
-        .expect_err("EndTxn is not served");
-    let line = err.to_string();
-    eprintln!("{line}");
-    assert!(!line.contains('\n'), "one line: {line}");
-    assert!(
-        line.contains(&second_txn.transactional_id) && line.contains("EndTxn"),
-        "{line}"
-    );
-    assert!(!err.is_retriable(), "no restart mends it: {line}");
 }

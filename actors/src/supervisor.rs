@@ -19,6 +19,10 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use teardown::Teardown;
+
+mod teardown;
+pub use teardown::TEARDOWN_DEADLINE;
 
 /// The states of a job, as in Flink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -154,6 +158,8 @@ pub struct JobSupervisor {
     /// Deterministic execution: regions are redeployed through the
     /// supervisor's own mailbox, not after a wall-clock delay.
     deterministic: bool,
+    /// How long the job's threads get to stop once it ended.
+    teardown_deadline: Duration,
 }
 
 impl JobSupervisor {
@@ -183,7 +189,15 @@ impl JobSupervisor {
             publish_interval: Duration::ZERO,
             name: String::from("job"),
             deterministic: false,
+            teardown_deadline: TEARDOWN_DEADLINE,
         }
+    }
+
+    /// How long the job's threads get to stop once it ended before its
+    /// result is reported without them (default [`TEARDOWN_DEADLINE`]).
+    pub fn with_teardown_deadline(mut self, deadline: Duration) -> Self {
+        self.teardown_deadline = deadline;
+        self
     }
 
     /// Publishes the job's counters into the `metrics` facade every `interval`
@@ -266,24 +280,20 @@ impl JobSupervisor {
         }
         // Every thread of the job ends before its result is reported: the
         // files and databases its subtasks held are released by then. The
-        // subtasks' threads go first (their last snapshot writes finish and
-        // reach the coordinator), then the coordinator's.
-        let arbiters: Vec<Arbiter> = self.arbiters.drain(..).collect();
-        for a in &arbiters {
-            a.stop();
-        }
-        for a in arbiters {
-            let _ = a.join();
-        }
-        if let Some(a) = self.joined.take() {
-            a.stop();
-            let _ = a.join();
-        }
-        let _ = done.send(outcome);
+        // joins run off this arbiter and within a deadline (see
+        // `teardown`), so a stuck subtask cannot freeze the job.
         ctx.stop();
-        if self.own_arbiter {
-            actix::Arbiter::current().stop();
+        Teardown {
+            job: self.name.clone(),
+            arbiters: self.arbiters.drain(..).collect(),
+            last: self.joined.take(),
+            deadline: self.teardown_deadline,
+            report: Box::new(move || {
+                let _ = done.send(outcome);
+            }),
+            own: self.own_arbiter.then(actix::Arbiter::current),
         }
+        .start();
     }
 
     fn cancel_all(&mut self) {
@@ -594,5 +604,53 @@ mod tests {
             done.await.expect("the supervisor reports")
         });
         assert!(outcome.is_ok(), "the job failed instead: {outcome:?}");
+    }
+
+    /// A subtask's thread whose teardown never ends (a client library
+    /// waiting for a server that is gone) does not freeze the job: once the
+    /// teardown deadline passed, the job's failure is reported all the same.
+    #[test]
+    fn a_stuck_teardown_still_reports_the_failure() {
+        let release = Arc::new(std::sync::Barrier::new(2));
+        let system = actix::System::new();
+        let stuck = Arbiter::new();
+        let blocked = release.clone();
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        // Blocks the arbiter's thread: it cannot take its stop.
+        assert!(stuck.spawn(async move {
+            let _ = entered_tx.send(());
+            blocked.wait();
+        }));
+        // Blocked before the job ends (a stop that came first would end
+        // the arbiter without running the future).
+        entered.recv().expect("the arbiter runs the future");
+        let key = (VertexId(0), SubtaskIndex(0));
+        let outcome = system.block_on(async move {
+            let (done_tx, done) = oneshot::channel();
+            let supervisor = JobSupervisor::new(
+                Arc::new(Mutex::new(JobStatus::Created)),
+                Arc::new(JobMetrics::new("stuck teardown")),
+                done_tx,
+            )
+            .with_teardown_deadline(Duration::ZERO)
+            .start();
+            supervisor.do_send(Supervise {
+                subtasks: vec![(key, Idle.start().recipient())],
+                arbiters: vec![stuck],
+                joined: None,
+                region: None,
+            });
+            supervisor.do_send(FailJob {
+                error: Error::Runtime("the broker is gone".into()),
+            });
+            done.await.expect("the supervisor reports")
+        });
+        assert_eq!(
+            outcome,
+            Err(Error::Runtime("the broker is gone".into())),
+            "the job's own failure is its result"
+        );
+        // The stuck thread ends now (its join helper was waiting for it).
+        release.wait();
     }
 }

@@ -30,6 +30,7 @@
 //!   aborted by the fencing, with a warning.
 
 use super::kafka::KafkaError;
+use super::kafka::close::{CLOSE_DEADLINE, close_in_background};
 use super::kafka::txn_recovery::{self, CoordinatorClient, Ended, ProducerIdentity};
 use super::two_phase::TwoPhaseCommitSink;
 use crate::Result;
@@ -254,7 +255,8 @@ impl<T> KafkaSink<T> {
     /// the group `PREFIX-probe` (no record in the topic). The offset makes
     /// the commit reach the broker (`AddOffsetsToTxn`, `TxnOffsetCommit`,
     /// `EndTxn`): librdkafka commits an empty transaction without asking
-    /// it, so a broker without `EndTxn` (tansu 0.6) would pass unnoticed.
+    /// it, so a broker without `EndTxn` (some Kafka-protocol brokers lack
+    /// it) would pass unnoticed.
     pub fn check_transactions(&self) -> Result<()> {
         let id = format!("{}-probe", self.prefix);
         let (producer, _) = self.producer(Some(&id))?;
@@ -420,6 +422,27 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
             self.flush(producer, deliveries)?;
         }
         Ok(Default::default())
+    }
+}
+
+impl<T> Drop for KafkaSink<T> {
+    /// Hands the producers to threads of their own (see
+    /// `kafka::close`): a producer's destroy waits for its broker threads,
+    /// which must not hold the subtask's arbiter when a broker is away. An
+    /// open transaction's producer goes without its transaction ending:
+    /// the next attempt's initialisation of its id, or the broker's
+    /// transaction timeout, aborts it.
+    fn drop(&mut self) {
+        if let Some(producer) = self.producer.take() {
+            close_in_background("Kafka sink's producer", producer, CLOSE_DEADLINE);
+        }
+        for (_, producer) in self.open.drain() {
+            close_in_background(
+                "Kafka sink's transactional producer",
+                producer,
+                CLOSE_DEADLINE,
+            );
+        }
     }
 }
 
@@ -596,9 +619,9 @@ impl<T> KafkaTransactionalSink<T> {
 
 /// A transaction step's error, named as the broker's missing support when
 /// that is what it is. A broker that refuses every transactional id
-/// (nisshi 0.8.1 answers `InitProducerId` so on purpose; on Apache Kafka
-/// it is a missing ACL, which the reason names) cannot run the sink
-/// either.
+/// (some Kafka-protocol brokers answer `InitProducerId` so on purpose; on
+/// Apache Kafka it is a missing ACL, which the reason names) cannot run
+/// the sink either.
 fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
     let text = e.to_string();
     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
@@ -627,7 +650,11 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         // are aborted, its producers can no longer write.
         for n in 0..ID_POOL {
             let id = self.id(self.sink.subtask, n);
-            drop(self.init(&id)?);
+            close_in_background(
+                "Kafka sink's fencing producer",
+                self.init(&id)?,
+                CLOSE_DEADLINE,
+            );
         }
         Ok(())
     }
@@ -729,7 +756,11 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             self.end_restored(&id, producer)?;
         }
         for id in plan.fence {
-            drop(self.init(&id)?);
+            close_in_background(
+                "Kafka sink's fencing producer",
+                self.init(&id)?,
+                CLOSE_DEADLINE,
+            );
         }
         Ok(())
     }

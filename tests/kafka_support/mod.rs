@@ -1,6 +1,7 @@
-//! Helpers of the tests against a real Kafka-protocol broker: its address
+//! Helpers of the tests against Apache Kafka: its address
 //! (`FLOE_TEST_KAFKA`, written by `scripts/services.sh start`), topics,
-//! a seeded corpus, a reader of a whole topic, the word count oracle.
+//! a seeded corpus, a reader of a whole topic, the word count oracle, and
+//! Kafka's own command-line tools from the classpath the script installed.
 
 #![allow(dead_code)]
 
@@ -67,70 +68,6 @@ fn service(var: &str) -> Option<String> {
     }
 }
 
-/// Which broker `scripts/services.sh` runs (`FLOE_TEST_KAFKA_BROKER`):
-/// `noida` (the default: Kafka transactions; topics snapshotted to disk), `nisshi`
-/// (persistent storage) or `tansu` (memory storage), or `None` for a
-/// broker started otherwise. Neither nisshi nor tansu commits Kafka
-/// transactions.
-pub fn broker_kind() -> Option<String> {
-    lookup("FLOE_TEST_KAFKA_BROKER")
-}
-
-/// Whether the broker commits Kafka transactions (the exactly-once sink's
-/// own check). noida-db, the services script's default, does. On a broker
-/// that cannot — neither tansu 0.6 (no `EndTxn`) nor nisshi 0.8.1
-/// (`InitProducerId` refuses every transactional id) can — `test` says on
-/// stderr that it is skipped and why: the check itself is what the
-/// exactly-once Kafka sink is tested up to there.
-pub fn transactions_or_skip(broker: &str, test: &str) -> bool {
-    match transactions_check(broker) {
-        Ok(()) => true,
-        Err(e) => {
-            skipped(&format!(
-                "{test} SKIPPED: the broker ({}) cannot commit Kafka transactions ({e}); \
-                 it needs a broker that does (noida-db, scripts/services.sh's default)",
-                broker_kind().unwrap_or_else(|| "unknown".into())
-            ));
-            false
-        }
-    }
-}
-
-/// The exactly-once sink's own check of the broker's transactions. It
-/// commits an offset of a fresh topic in a transaction: the topic exists,
-/// so only the transactions are tested.
-fn transactions_check(broker: &str) -> floe::Result<()> {
-    let topic = unique("probe");
-    create_topic(broker, &topic, 1);
-    floe::connectors::kafka_sink::KafkaSink::<String>::lines(broker, &topic)
-        .transactional_id_prefix(&unique("probe"))
-        .check_transactions()
-}
-
-/// Whether the broker can be killed (`kill -9`) and started again with
-/// what it acknowledged (`kafka_restart`'s `wait_until_kept`): nisshi (its
-/// SQLite storage) and noida-db (its snapshot, once written); otherwise
-/// `test` says on stderr that it is skipped. tansu keeps its topics in
-/// memory.
-pub fn restartable_or_skip(test: &str) -> bool {
-    if matches!(broker_kind().as_deref(), Some("nisshi" | "noida")) {
-        return true;
-    }
-    skipped(&format!(
-        "{test} SKIPPED: the broker ({}) loses its topics at a restart; \
-         it runs against noida-db or nisshi (scripts/services.sh start kafka)",
-        broker_kind().unwrap_or_else(|| "unknown".into())
-    ));
-    false
-}
-
-/// Says that a test is skipped on stderr itself, past the test harness's
-/// capture (which hides the output of passing tests), so a skip is seen.
-fn skipped(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
 /// Runs `scripts/services.sh ARGS` (e.g. `kill kafka`, `start kafka`).
 pub fn services(args: &[&str]) {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/services.sh");
@@ -160,25 +97,8 @@ pub fn unique(name: &str) -> String {
     )
 }
 
-/// Creates `topic` with `partitions` partitions: with the broker's own
-/// `topic create` when `scripts/services.sh` runs it (librdkafka's
-/// CreateTopics got no answer from tansu 0.6), else with the admin client.
+/// Creates `topic` with `partitions` partitions.
 pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
-    let cli = broker_kind().and_then(|kind| {
-        let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
-        Some(home.join(".cargo/bin").join(kind)).filter(|p| p.exists())
-    });
-    if let Some(cli) = cli {
-        let status = Command::new(&cli)
-            .args(["topic", "create", "--broker"])
-            .arg(format!("tcp://{broker}"))
-            .args(["--partitions", &partitions.to_string(), topic])
-            .stdout(Stdio::null())
-            .status()
-            .expect("the broker's topic command runs");
-        assert!(status.success(), "{cli:?} topic create {topic} failed");
-        return;
-    }
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .create()
@@ -186,8 +106,7 @@ pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
     let results = futures::executor::block_on(admin.create_topics(
         // Kept whatever their timestamps: tests stamp records in 1970
         // (1 000 ms and up), which time-based retention (seven days by
-        // default) deletes at the broker's next sweep — seen on noida-db as
-        // a partition whose start offset had moved to its end.
+        // default) would delete at the broker's next sweep.
         &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1")],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
     ))
@@ -213,33 +132,10 @@ pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
 }
 
 /// Writes `lines` to `topic`, line `i` to partition `i % partitions`.
-///
-/// One record per batch: tansu 0.6 answers a fetch from an offset inside a
-/// batch with the batches after it (the rest of that batch is skipped) and
-/// a ListOffsets `latest` with the last batch's base offset + 1, so only
-/// one-record batches give it exact offsets to resume from and end at.
 pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
-    produce_with(broker, topic, partitions, lines, true);
-}
-
-/// [`produce`], in one-record batches or with the client's normal batching
-/// (for the broker's own rate: no test reads such a topic at exact offsets
-/// on tansu).
-pub fn produce_with(
-    broker: &str,
-    topic: &str,
-    partitions: i32,
-    lines: &[String],
-    one_record_batches: bool,
-) {
-    let mut config = ClientConfig::new();
-    config
+    let producer: Checked = ClientConfig::new()
         .set("bootstrap.servers", broker)
-        .set("linger.ms", "5");
-    if one_record_batches {
-        config.set("batch.num.messages", "1");
-    }
-    let producer: Checked = config
+        .set("linger.ms", "5")
         .create_with_context(Deliveries::default())
         .expect("producer");
     for (i, line) in lines.iter().enumerate() {
@@ -305,25 +201,6 @@ impl Deliveries {
     }
 }
 
-/// The high watermark of `partition` as the last fetch answer gave it
-/// (librdkafka's cached value; rdkafka 0.33 does not wrap the call).
-fn fetched_high_watermark(consumer: &BaseConsumer, topic: &str, partition: i32) -> i64 {
-    let topic = std::ffi::CString::new(topic).expect("topic name without NUL");
-    let (mut low, mut high) = (-1i64, -1i64);
-    // SAFETY: the client pointer lives as long as `consumer`; the topic is
-    // a valid C string for the call; low/high are valid out-pointers.
-    unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            topic.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        );
-    }
-    high
-}
-
 /// Every record value of `topic` up to the end offsets it has now.
 pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
     let consumer: BaseConsumer = ClientConfig::new()
@@ -361,14 +238,11 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
         let idle = polled.is_none();
         if let Some(m) = polled {
             let m = m.expect("record");
-            // The end is the high watermark of the fetch answers (tansu 0.6's
-            // ListOffsets `latest` is short by all but one record of the last batch).
-            let fetched_end = fetched_high_watermark(&consumer, topic, m.partition());
-            if let Some(end) = ends.get_mut(&m.partition()) {
-                *end = (*end).max(fetched_end);
-                if m.offset() < *end {
-                    out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-                }
+            if ends
+                .get(&m.partition())
+                .is_some_and(|end| m.offset() < *end)
+            {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
             }
         }
         // Done with a partition once the reader's position passed its end:
@@ -530,4 +404,44 @@ pub fn kill_after_checkpoints(args: &[String], checkpoints: u64) -> bool {
         assert!(status.success(), "floe {args:?} failed:\n{seen}");
     }
     reached
+}
+
+/// The last stable offset of `partition` (what a `read_committed` reader
+/// can read up to: the first offset of the oldest open transaction, else
+/// the end) and its high watermark (the end).
+pub fn stable_and_end(broker: &str, topic: &str, partition: i32) -> (i64, i64) {
+    let ends = ["read_committed", "read_uncommitted"].map(|isolation| {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", broker)
+            .set("isolation.level", isolation)
+            .create()
+            .expect("consumer");
+        consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            .expect("watermarks")
+            .1
+    });
+    (ends[0], ends[1])
+}
+
+/// Runs one of Apache Kafka's command-line tools (`class`, e.g.
+/// `org.apache.kafka.tools.consumer.group.ConsumerGroupCommand`) from the
+/// classpath `scripts/services.sh` installed (`FLOE_TEST_KAFKA_CLASSPATH`);
+/// its standard output. Fails the test when the tool fails.
+pub fn kafka_tool(class: &str, args: &[&str]) -> String {
+    let classpath = lookup("FLOE_TEST_KAFKA_CLASSPATH")
+        .expect("FLOE_TEST_KAFKA_CLASSPATH is set by scripts/services.sh start");
+    let out = Command::new("java")
+        .args(["-Xmx256m", "-cp", classpath.trim_matches('\'')])
+        .arg(class)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("java runs");
+    assert!(
+        out.status.success(),
+        "{class} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

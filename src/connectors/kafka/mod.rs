@@ -50,6 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod assign;
+pub(crate) mod close;
 mod source;
 pub mod txn_recovery;
 mod url;

@@ -338,24 +338,17 @@ impl<T> KafkaSourceReader<T> {
 }
 
 impl<T> Drop for KafkaSourceReader<T> {
-    /// Closes the client, on a thread of its own when it has lost its
-    /// brokers: librdkafka's consumer close waits for the group
-    /// coordinator without a deadline, so a close inline would block the
-    /// subtask's teardown — and the job's failure, its restart and its
-    /// error line — for as long as the broker stays away.
+    /// Closes the client on a thread of its own (see [`super::close`]):
+    /// librdkafka's consumer close waits for the group coordinator without
+    /// a deadline, and whether the broker is still there is not known here
+    /// (the reader may not have noticed it gone).
     fn drop(&mut self) {
-        let Some(consumer) = self.consumer.0.take() else {
-            return;
-        };
-        if self.lost_since.is_none() && !consumer.context().take_lost_brokers() {
-            return;
-        }
-        let closing = std::thread::Builder::new()
-            .name("kafka-close".into())
-            .spawn(move || drop(consumer));
-        if let Err(e) = closing {
-            // The closure, and the client with it, was dropped inline.
-            tracing::warn!(error = %e, "Kafka source: no thread to close the client on");
+        if let Some(consumer) = self.consumer.0.take() {
+            super::close::close_in_background(
+                "Kafka source's consumer",
+                consumer,
+                super::close::CLOSE_DEADLINE,
+            );
         }
     }
 }
