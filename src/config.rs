@@ -4,6 +4,45 @@ use floe_actors::RuntimeConfig;
 use floe_actors::keygroup::DEFAULT_MAX_PARALLELISM;
 use std::time::Duration;
 
+/// Open files one arbiter counts for: the four its thread's event loop
+/// holds (measured: `ls /proc/PID/fd` of `floe run wordcount --arbiters N`
+/// grows by 4 per arbiter) and one for what its subtasks open.
+pub const FILES_PER_ARBITER: u64 = 5;
+
+/// Open files kept for the rest of the process (standard streams, the
+/// checkpoint store, input and output files, sockets).
+const RESERVED_FILES: u64 = 64;
+
+/// The process's limit of open files (the soft `RLIMIT_NOFILE`), if any.
+pub fn open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `getrlimit` writes the limit into `limit`, which lives
+        // for the call.
+        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        // `rlim_t` is `u64` here, narrower on some platforms.
+        #[allow(clippy::unnecessary_cast)]
+        let current = limit.rlim_cur as u64;
+        (ok && limit.rlim_cur != libc::RLIM_INFINITY).then_some(current)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// The most arbiters (threads) a job may start under the open-files limit:
+/// each holds [`FILES_PER_ARBITER`], and some are kept for the rest of the
+/// process. `None`: no limit.
+pub fn max_arbiters() -> Option<usize> {
+    let limit = open_files_limit()?;
+    Some((limit.saturating_sub(RESERVED_FILES) / FILES_PER_ARBITER).max(1) as usize)
+}
+
 /// What a job does when [`Config::restore_from`] names nothing to restore.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -86,6 +125,22 @@ impl Config {
             return Err(crate::Error::Config(
                 "max parallelism must be between 1 and 32768".into(),
             ));
+        }
+        if self.parallelism > self.max_parallelism as usize {
+            return Err(crate::Error::Config(format!(
+                "parallelism {} is above the max parallelism {} (the number of key groups)",
+                self.parallelism, self.max_parallelism
+            )));
+        }
+        if let Some(max) = max_arbiters()
+            && self.runtime.arbiters > max
+            && !self.runtime.deterministic
+        {
+            return Err(crate::Error::Config(format!(
+                "{} arbiters need more open files than the limit allows (at most {max} with `ulimit -n` {})",
+                self.runtime.arbiters,
+                open_files_limit().unwrap_or(0)
+            )));
         }
         self.checkpoint.validate()?;
         if let Some(mode) = self.deterministic() {
@@ -195,5 +250,46 @@ impl Config {
     pub fn with_buffer_timeout(mut self, timeout: Duration) -> Self {
         self.runtime.buffer_timeout = timeout;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A parallelism above the max parallelism, and more arbiters than the
+    /// open-files limit allows, are typed errors before anything starts.
+    #[test]
+    fn parallelism_and_arbiters_are_bounded() {
+        let config = Config {
+            parallelism: 129,
+            max_parallelism: 128,
+            ..Config::default()
+        };
+        let e = config.validate().unwrap_err();
+        assert!(matches!(e, crate::Error::Config(_)), "{e:?}");
+        assert!(e.to_string().contains("parallelism 129"), "{e}");
+        let ok = Config {
+            parallelism: 128,
+            ..config
+        };
+        assert!(ok.validate().is_ok());
+
+        // Without a finite limit (`ulimit -n unlimited`) nothing is bounded.
+        let (Some(max), Some(limit)) = (max_arbiters(), open_files_limit()) else {
+            return;
+        };
+        assert_eq!(
+            max as u64,
+            (limit - RESERVED_FILES) / FILES_PER_ARBITER,
+            "the bound follows RLIMIT_NOFILE"
+        );
+        let mut config = Config::default();
+        config.runtime.arbiters = max + 1;
+        let e = config.validate().unwrap_err();
+        assert!(matches!(e, crate::Error::Config(_)), "{e:?}");
+        assert!(e.to_string().contains("open files"), "{e}");
+        config.runtime.arbiters = max;
+        assert!(config.validate().is_ok());
     }
 }

@@ -98,6 +98,20 @@ pub enum Error {
         /// Why the aggregate failed.
         reason: crate::window::AggregateError,
     },
+    /// A keyed `sum` left the range of its field's type for one key (as a
+    /// window sum does, [`Error::Aggregate`]). The same input fails the
+    /// same way again, so restarting the job cannot help.
+    #[error("key {key}: the sum {sum} + {add} overflows {field_type}")]
+    SumOverflow {
+        /// The key, rendered as JSON (`"k1"`, `42`, `["a",1]`).
+        key: String,
+        /// The summed field's type.
+        field_type: &'static str,
+        /// The key's sum so far.
+        sum: String,
+        /// The value that does not fit on top of it.
+        add: String,
+    },
     /// A record's timestamp has a window that does not fit in the timestamp
     /// range: it would start at or before `i64::MIN` (Flink's "no timestamp"
     /// marker) or end after `i64::MAX` (the final watermark). Flink fails the
@@ -168,6 +182,7 @@ impl Error {
             | Error::Aggregate { .. }
             | Error::TimestampOutOfRange { .. }
             | Error::TooManyWindows { .. }
+            | Error::SumOverflow { .. }
             | Error::Internal(_) => false,
             Error::Io { source, .. } => !matches!(
                 source.kind(),
@@ -180,7 +195,11 @@ impl Error {
                     | K::InvalidData
             ),
             Error::Checkpoint(
-                C::Corrupt { .. } | C::Version { .. } | C::Incompatible { .. } | C::NotFound { .. },
+                C::Corrupt { .. }
+                | C::Version { .. }
+                | C::Incompatible { .. }
+                | C::UnknownOperator { .. }
+                | C::NotFound { .. },
             ) => false,
             Error::State(_) | Error::Checkpoint(_) | Error::User(_) | Error::TimedOut { .. } => {
                 true
@@ -219,6 +238,21 @@ impl Error {
             key: describe_key(key),
             window,
             reason,
+        }
+    }
+
+    /// The overflow of `key`'s keyed sum: `sum + add` leaves `field_type`.
+    pub fn sum_overflow<K: serde::Serialize>(
+        key: &K,
+        field_type: &'static str,
+        sum: String,
+        add: String,
+    ) -> Self {
+        Error::SumOverflow {
+            key: describe_key(key),
+            field_type,
+            sum,
+            add,
         }
     }
 

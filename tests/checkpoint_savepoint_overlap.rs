@@ -151,7 +151,7 @@ fn cli_savepoint_at_records_completes_under_unaligned_checkpoints_every_millisec
             "--unaligned",
             "--checkpoint-dir",
             &s(&ck),
-            "--sink-rate",
+            "--count-rate",
             "20000",
             "--savepoint-at-records",
             "8000",

@@ -290,3 +290,110 @@ fn a_byte_order_mark_is_not_part_of_the_first_line() {
     assert!(ok, "{stderr}");
     assert_eq!(sorted(&stdout), ["x1,1", "y,1"]);
 }
+
+/// A negative number for a numeric flag says the flag needs a
+/// non-negative number (clap alone took `-5` for an unknown flag).
+#[test]
+fn negative_numbers_name_the_flag() {
+    for args in [
+        &["run", "wordcount", "--records", "-5"][..],
+        &["run", "pipelines", "--parallelism=-3"],
+        &["run", "wordcount", "--records", "10", "--sink-rate", "-2.5"],
+    ] {
+        let line = fails_with_one_line(args);
+        let (flag, value) = match args.last().expect("a value").split_once('=') {
+            Some((flag, value)) => (flag, value),
+            None => (args[args.len() - 2], args[args.len() - 1]),
+        };
+        assert!(
+            line.contains(flag) && line.contains(value) && line.contains("non-negative number"),
+            "{args:?}: {line}"
+        );
+    }
+}
+
+/// A parallelism above the max parallelism (the number of key groups,
+/// which bounds every operator) is refused before the job starts, on
+/// every job; it used to start 100,000 pipelines and grow to 2 GB.
+#[test]
+fn parallelism_above_the_max_parallelism() {
+    let max = floe::Config::default().max_parallelism as usize;
+    for job in ["wordcount", "pipelines", "window"] {
+        let above = (max + 1).to_string();
+        let mut args = vec!["run", job, "--parallelism", above.as_str()];
+        if job == "window" {
+            args.extend_from_slice(&["--input", "/dev/null", "--window", "tumbling:10"]);
+            args.extend_from_slice(&["--agg", "sum"]);
+        }
+        let line = fails_with_one_line(&args);
+        assert!(
+            line.contains(&format!("--parallelism {above}"))
+                && line.contains(&format!("max parallelism {max}")),
+            "{job}: {line}"
+        );
+    }
+}
+
+/// More arbiters than the open-files limit allows (each holds a few
+/// files) is one line before anything starts; it used to panic with "Too
+/// many open files".
+#[test]
+fn arbiters_above_the_open_files_limit() {
+    let Some(max) = floe::config::max_arbiters() else {
+        // No finite limit (`ulimit -n unlimited`): nothing to exceed.
+        return;
+    };
+    let above = (max + 1).to_string();
+    let line = fails_with_one_line(&["run", "wordcount", "--records", "10", "--arbiters", &above]);
+    assert!(
+        line.contains(&format!("--arbiters {above}")) && line.contains("open files"),
+        "{line}"
+    );
+}
+
+/// A checkpoint of one job restored into another (here the word count's
+/// built-in sum into its `--state heap` process function) names the
+/// operator it cannot place and says what a CLI user can do; `.uid(..)`
+/// is for programs.
+#[test]
+fn a_restore_into_another_job_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = dir.path().join("sp");
+    let out = dir.path().join("out.txt");
+    // A savepoint mid-input: the sum holds the counts so far.
+    let (ok, _, stderr) = run(&[
+        "run",
+        "wordcount",
+        "--records",
+        "2000",
+        "--checkpoint-interval",
+        "1000",
+        "--savepoint-at-records",
+        "1000",
+        "--savepoint-dir",
+        sp.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let savepoint = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint="))
+        .unwrap_or_else(|| panic!("no savepoint line:\n{stderr}"));
+    let line = fails_with_one_line(&[
+        "run",
+        "wordcount",
+        "--records",
+        "2000",
+        "--state",
+        "heap",
+        "--from-checkpoint",
+        savepoint,
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        line.contains("Keyed Sum") && line.contains("--from-checkpoint") && !line.contains(".uid"),
+        "{line}"
+    );
+}

@@ -1,6 +1,6 @@
 //! SIGTERM and SIGINT stop `floe run` cleanly, with the real binary.
 //!
-//! A throttled word count (`--sink-rate`) checkpoints; once its status line
+//! A throttled word count (`--count-rate`) checkpoints; once its status line
 //! reports a completed checkpoint (the job made progress), the test signals
 //! the process. It must exit 143 (SIGTERM) or 130 (SIGINT) after printing
 //! its summary, having stopped early (fewer records than the input), with
@@ -82,7 +82,7 @@ fn stop_with(signal: &str, code: i32, output: &Path, checkpoints: &Path, extra: 
         .args(wordcount_args(
             output,
             checkpoints,
-            &[&["--sink-rate", "10000", "--status-interval", "20"], extra].concat(),
+            &[&["--count-rate", "10000", "--status-interval", "20"], extra].concat(),
         ))
         .env_remove("FLOE_LOG")
         .env_remove("RUST_LOG")
@@ -91,7 +91,7 @@ fn stop_with(signal: &str, code: i32, output: &Path, checkpoints: &Path, extra: 
         .spawn()
         .expect("floe starts");
     // The event: a status line reports a completed checkpoint. The
-    // throttled sink keeps the job running for seconds after it.
+    // throttled count keeps the job running for seconds after it.
     let (progressed, seen) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
@@ -181,7 +181,7 @@ fn a_second_signal_exits_at_once() {
         .args(wordcount_args(
             &out,
             &ck,
-            &["--sink-rate", "200", "--status-interval", "20"],
+            &["--count-rate", "200", "--status-interval", "20"],
         ))
         .env_remove("FLOE_LOG")
         .env_remove("RUST_LOG")

@@ -34,12 +34,18 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 temp path")
 }
 
-/// Runs `args` + [`UNALIGNED`] + `--sink-rate rate`; asserts the checkpoint
+/// Runs `args` + [`UNALIGNED`] + a throttle of `rate` (the word count's
+/// `--count-rate`, the other jobs' `--sink-rate`); asserts the checkpoint
 /// facts of the summary line and returns stderr.
 fn run_unaligned(args: &[&str], rate: &str) -> String {
     let mut all = args.to_vec();
     all.extend_from_slice(UNALIGNED);
-    all.extend_from_slice(&["--sink-rate", rate]);
+    let throttle = if args.get(1) == Some(&"wordcount") {
+        "--count-rate"
+    } else {
+        "--sink-rate"
+    };
+    all.extend_from_slice(&[throttle, rate]);
     let stderr = run_ok(&all);
     assert!(
         summary_field(&stderr, "checkpoints") >= 2,

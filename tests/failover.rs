@@ -259,7 +259,7 @@ fn wordcount_at_least_once_with_failures_loses_nothing() {
                 "64",
                 "--credits",
                 "1",
-                "--sink-rate",
+                "--count-rate",
                 "40000",
                 "--checkpoint-interval",
                 "20",
@@ -288,7 +288,7 @@ fn wordcount_at_least_once_with_failures_loses_nothing() {
 
 /// Without barrier alignment a checkpoint's state can include records that
 /// come after the barrier on one channel; on restore those are replayed and
-/// counted twice. Small batches, one credit and a throttled sink keep data
+/// counted twice. Small batches, one credit and a throttled count keep data
 /// in flight so that misalignment has something to mix in.
 #[test]
 fn disabled_alignment_breaks_exactly_once_under_failures() {
@@ -309,7 +309,7 @@ fn disabled_alignment_breaks_exactly_once_under_failures() {
                 "64",
                 "--credits",
                 "1",
-                "--sink-rate",
+                "--count-rate",
                 "40000",
                 "--checkpoint-interval",
                 "20",

@@ -262,7 +262,7 @@ fn an_input_shorter_than_the_restored_offset_fails_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.txt");
     let mut rng = SplitMix(9);
-    // Far more lines than the channels hold (the sink takes 3,000 a
+    // Far more lines than the channels hold (the count takes 3,000 a
     // second): the source is still mid-file when the run is killed, so its
     // position is an offset, not "finished".
     let text: String = (0..300_000)
@@ -270,7 +270,7 @@ fn an_input_shorter_than_the_restored_offset_fails_at_once() {
         .collect();
     std::fs::write(&input, &text).unwrap();
     let ck = dir.path().join("ck");
-    // A throttled sink holds the source back, so checkpoints complete
+    // A throttled count holds the source back, so checkpoints complete
     // while it is mid-file.
     // The run is killed mid-file (a finished run's final checkpoint
     // records its sources as finished, past any offset check), after two
@@ -286,7 +286,7 @@ fn an_input_shorter_than_the_restored_offset_fails_at_once() {
             "64",
             "--credits",
             "1",
-            "--sink-rate",
+            "--count-rate",
             "3000",
             "--checkpoint-interval",
             "20",
@@ -507,7 +507,7 @@ fn a_restore_that_skips_a_damaged_newest_checkpoint_says_so() {
             "--checkpoint-interval",
             "20",
             "--unaligned",
-            "--sink-rate",
+            "--count-rate",
             "2000",
             "--credits",
             "1",

@@ -326,3 +326,27 @@ fn a_restore_at_another_parallelism_reads_every_line_once() {
         );
     }
 }
+
+/// A file that shrinks after the job cut it into splits, in a first run,
+/// fails naming the file and saying it shrank; it used to say "cannot
+/// restore input file", though nothing was restored.
+#[test]
+fn a_file_that_shrinks_in_a_first_run_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("lines.txt");
+    let text: String = (0..1000).map(|i| format!("line-{i}\n")).collect();
+    std::fs::write(&input, &text).unwrap();
+    let source = FileSource::new(&input, Utf8Lines).unwrap().split_size(100);
+    // Shorter than the first split: every split was cut past its end.
+    std::fs::write(&input, "line-0\n").unwrap();
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    let _lines = env
+        .add_source("File Source", move |ctx| Ok(source.reader(ctx)))
+        .collect();
+    let e = env.execute().expect_err("a shrunk input fails").to_string();
+    assert!(
+        e.contains(s(&input)) && e.contains("shrank") && !e.contains("restore"),
+        "{e}"
+    );
+}

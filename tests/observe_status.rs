@@ -155,7 +155,7 @@ fn checkpoint_history_matches_the_store_and_the_summary() {
         // However fast the run, it completes a checkpoint.
         "--finish-after-checkpoints",
         "1",
-        "--sink-rate",
+        "--count-rate",
         "1000000",
         "--checkpoint-dir",
         cp.to_str().unwrap(),

@@ -13,7 +13,7 @@
 //!
 //! Then the `floe` binary runs the word count at parallelism 16 with a budget
 //! that leaves each channel one credit and batches of a few dozen records,
-//! under a throttled sink (data stays in flight; nothing is timed), with
+//! under a throttled count (data stays in flight; nothing is timed), with
 //! aligned and with unaligned checkpoints and an injected failure: the
 //! checkpoints complete (no channel without credit holds a barrier back) and
 //! the counts equal a HashMap's.
@@ -175,7 +175,7 @@ fn wordcount_with_tiny_budget(checkpointing: &[&str]) {
         "200",
         "--inject-failures",
         "1",
-        "--sink-rate",
+        "--count-rate",
         "10000",
         "--output",
         output.to_str().expect("UTF-8 temp path"),

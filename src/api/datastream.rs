@@ -407,9 +407,10 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     }
 
     /// Limits the operator that produced this stream to consuming
-    /// `records_per_second` records per second over all its subtasks (and
-    /// the operators chained with it): a throttled sink. It waits on timers,
-    /// never blocking a thread, and its inputs feel the backpressure.
+    /// `records_per_second` records per second over all its subtasks: a
+    /// throttled sink. The operator is not chained to its input, so the
+    /// rate counts the records it receives. It waits on timers, never
+    /// blocking a thread, and its inputs feel the backpressure.
     pub fn set_input_rate(self, records_per_second: f64) -> Self {
         self.with_node(|n| n.input_rate = Some(records_per_second))
     }

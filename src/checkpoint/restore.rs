@@ -66,10 +66,11 @@ impl RestorePlan {
             .collect();
         for op in &meta.operators {
             if !uids.contains_key(&op.uid) {
-                return Err(incompatible(format!(
-                    "operator '{}' ({}) is not in the job; give operators stable ids with .uid(..)",
-                    op.uid, op.name
-                ))
+                return Err(CheckpointError::UnknownOperator {
+                    checkpoint: name.clone(),
+                    uid: op.uid.clone(),
+                    name: op.name.clone(),
+                }
                 .into());
             }
         }

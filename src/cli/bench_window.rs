@@ -188,7 +188,7 @@ impl floe::window::AggregateFunction<(u64, i64, i64), i64, i64> for SumValues {
 }
 
 pub fn window(args: &WindowBenchArgs) -> floe::Result<()> {
-    super::check_parallelism(args.parallelism)?;
+    super::check_parallelism(args.parallelism, None)?;
     if args.records == 0 || args.batch_size == 0 {
         return Err(floe::Error::Config(
             "--records and --batch-size must be at least 1".into(),

@@ -55,15 +55,37 @@ pub fn input(path: &Path) -> floe::Result<Input<'_>> {
 }
 
 fn unsupported(flag: &str, path: &Path) -> floe::Error {
+    floe::Error::Config(unsupported_message(
+        flag,
+        path,
+        cfg!(feature = "kafka"),
+        cfg!(feature = "postgres"),
+    ))
+}
+
+/// Why `flag` cannot take the URL `path` in a build with (or without) the
+/// `kafka` and `postgres` features, and what to do about it.
+fn unsupported_message(flag: &str, path: &Path, kafka: bool, postgres: bool) -> String {
+    let url = path.display();
+    let rebuild = |feature: &str| {
+        format!(
+            "{flag} '{url}': this floe was built without the `{feature}` feature; \
+             build it with `cargo install --path . --features {feature}`"
+        )
+    };
+    let supported = match (kafka, postgres && flag != "--input") {
+        (true, true) => "kafka:// and postgres:// are supported",
+        (true, false) => "kafka:// is supported",
+        (false, true) => "postgres:// is supported",
+        (false, false) => "this build reads and writes files only",
+    };
     match scheme(path) {
-        "kafka" => floe::Error::Config(format!(
-            "{flag} '{}': this floe was built without the `kafka` feature",
-            path.display()
-        )),
-        other => floe::Error::Config(format!(
-            "{flag} '{}': unknown URL scheme '{other}' (kafka:// is supported)",
-            path.display()
-        )),
+        "kafka" if !kafka => rebuild("kafka"),
+        "postgres" | "postgresql" if flag == "--input" => {
+            format!("{flag} '{url}': PostgreSQL is an output only ({supported})")
+        }
+        "postgres" | "postgresql" if !postgres => rebuild("postgres"),
+        other => format!("{flag} '{url}': unknown URL scheme '{other}' ({supported})"),
     }
 }
 
@@ -315,4 +337,46 @@ pub fn postgres_output(path: &Path) -> Option<floe::Result<PostgresOutput>> {
         })?;
         Ok(out)
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsupported_message;
+    use std::path::Path;
+
+    /// A connector URL on a build without its feature names the feature
+    /// and the command that builds it, whichever features the build has.
+    #[test]
+    fn a_url_of_a_missing_feature_says_which_feature_to_build_with() {
+        let pg = Path::new("postgres://u:p@localhost:5432/db?table=t");
+        let kafka = Path::new("kafka://localhost:9092/words");
+        for kafka_built in [false, true] {
+            let line = unsupported_message("--output", pg, kafka_built, false);
+            assert!(
+                line.contains("`postgres` feature")
+                    && line.contains("cargo install --path . --features postgres")
+                    && !line.contains("unknown"),
+                "{line}"
+            );
+        }
+        for postgres_built in [false, true] {
+            let line = unsupported_message("--input", kafka, false, postgres_built);
+            assert!(
+                line.contains("`kafka` feature") && line.contains("--features kafka"),
+                "{line}"
+            );
+        }
+        // PostgreSQL is never an input: no feature helps.
+        let line = unsupported_message("--input", pg, true, true);
+        assert!(
+            line.contains("output only") && !line.contains("feature"),
+            "{line}"
+        );
+        let line = unsupported_message("--output", Path::new("s3://b/k"), true, true);
+        assert!(
+            line.contains("unknown URL scheme 's3'")
+                && line.contains("kafka:// and postgres:// are supported"),
+            "{line}"
+        );
+    }
 }

@@ -213,6 +213,11 @@ pub struct WordcountArgs {
     /// Arbiters (threads); default: the number of cores.
     #[arg(long)]
     pub arbiters: Option<usize>,
+    /// Throttle the count to this many words per second (the records it
+    /// receives): the whole job runs at that pace, backpressure reaching
+    /// the source (demos, tests).
+    #[arg(long, value_name = "WORDS_PER_S")]
+    pub count_rate: Option<f64>,
     /// Write `word,count` lines here instead of stdout (or to
     /// `kafka://HOST:PORT/TOPIC`: every updated count as it happens).
     #[arg(long)]
@@ -264,6 +269,11 @@ pub fn main() -> i32 {
                 let _ = e.print();
                 return 0;
             }
+            let args: Vec<String> = std::env::args().collect();
+            if let Some(line) = negative_number(&args) {
+                eprintln!("error: {line}");
+                return 2;
+            }
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("error: invalid arguments");
             eprintln!("{first}");
@@ -298,13 +308,59 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             output::close_all();
-            let msg = e.to_string().replace('\n', " ");
+            let msg = message(&e).replace('\n', " ");
             eprintln!("error: {msg}");
             1
         }
     };
     // Stopped by SIGINT / SIGTERM: 130 / 143, as a shell expects.
     signal::exit_code().unwrap_or(code)
+}
+
+/// The line of a failed command: the error's own, in a CLI user's terms
+/// where the library speaks to programs.
+fn message(e: &floe::Error) -> String {
+    use floe::checkpoint::CheckpointError;
+    match e {
+        floe::Error::Checkpoint(CheckpointError::UnknownOperator {
+            checkpoint,
+            uid,
+            name,
+        }) => format!(
+            "cannot restore from checkpoint {checkpoint}: its operator '{uid}' ({name}) is not in \
+             this job; it was taken by another job or with other flags (such as --state): \
+             restore it with the command that took it, or start without --from-checkpoint"
+        ),
+        e => e.to_string(),
+    }
+}
+
+/// What is wrong when the arguments clap refused give a flag a negative
+/// number (`--records -5`, `--records=-5`): clap reads `-5` as an unknown
+/// flag, or fails to parse it as an unsigned number, and says so in its
+/// own terms. Every numeric flag of the CLI counts something or is a
+/// duration, so none takes a negative number.
+fn negative_number(args: &[String]) -> Option<String> {
+    let negative = |v: &str| {
+        v.strip_prefix('-')
+            .is_some_and(|n| !n.is_empty() && n.parse::<f64>().is_ok_and(|n| n > 0.0))
+    };
+    let mut previous: Option<&str> = None;
+    for arg in args.iter().skip(1) {
+        if let Some((flag, value)) = arg.split_once('=')
+            && flag.starts_with("--")
+            && negative(value)
+        {
+            return Some(format!("{flag} needs a non-negative number, not {value}"));
+        }
+        if let Some(flag) = previous
+            && negative(arg)
+        {
+            return Some(format!("{flag} needs a non-negative number, not {arg}"));
+        }
+        previous = (arg.starts_with("--") && !arg.contains('=')).then_some(arg.as_str());
+    }
+    None
 }
 
 /// The log filter without `FLOE_LOG` / `RUST_LOG`: errors, and the line of
@@ -325,8 +381,14 @@ fn init_tracing() {
         .try_init();
 }
 
-/// Checks that an input file can be opened before a job starts.
-pub fn check_readable(path: &std::path::Path) -> floe::Result<()> {
+/// Checks that an input file can be opened before a job starts. A pipe
+/// (a FIFO) is read as a stream and cannot be read again, so it takes no
+/// checkpoint, savepoint or restore flag; it is not opened here (opening
+/// one waits for its writer).
+pub fn check_readable(
+    path: &std::path::Path,
+    checkpoints: &checkpointing::CheckpointArgs,
+) -> floe::Result<()> {
     let meta =
         std::fs::metadata(path).map_err(|e| floe::Error::io("cannot open input file", path, e))?;
     if meta.is_dir() {
@@ -336,18 +398,50 @@ pub fn check_readable(path: &std::path::Path) -> floe::Result<()> {
             std::io::Error::other("is a directory"),
         ));
     }
+    if !meta.is_file() {
+        if checkpoints.enabled()
+            || checkpoints.from_checkpoint.is_some()
+            || checkpoints.savepoint_dir.is_some()
+        {
+            return Err(floe::Error::Config(format!(
+                "--input '{}' is a pipe, read as a stream that cannot be read again: \
+                 it takes no --checkpoint-interval, --from-checkpoint or --savepoint-dir",
+                path.display()
+            )));
+        }
+        return Ok(());
+    }
     std::fs::File::open(path).map_err(|e| floe::Error::io("cannot open input file", path, e))?;
     Ok(())
 }
 
-/// Rejects a zero parallelism with a readable message.
-pub fn check_parallelism(p: usize) -> floe::Result<()> {
+/// Rejects a parallelism of 0 or above the max parallelism (the number of
+/// key groups, which bounds every operator), and more arbiters than the
+/// open-files limit allows, with a readable message before anything starts.
+pub fn check_parallelism(p: usize, arbiters: Option<usize>) -> floe::Result<()> {
     if p == 0 {
         return Err(floe::Error::Config(
             "--parallelism must be at least 1".into(),
         ));
     }
-    Ok(())
+    let max = floe::Config::default().max_parallelism as usize;
+    if p > max {
+        return Err(floe::Error::Config(format!(
+            "--parallelism {p} is above the max parallelism {max} (the number of key groups)"
+        )));
+    }
+    match arbiters {
+        Some(0) => Err(floe::Error::Config("--arbiters must be at least 1".into())),
+        Some(a) => match floe::config::max_arbiters() {
+            Some(max) if a > max => Err(floe::Error::Config(format!(
+                "--arbiters {a} needs more open files than the limit allows: at most {max} \
+                 with `ulimit -n` {}",
+                floe::config::open_files_limit().unwrap_or(0)
+            ))),
+            _ => Ok(()),
+        },
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

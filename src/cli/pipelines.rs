@@ -98,7 +98,7 @@ fn salts(parallelism: u32, max_parallelism: u32) -> Vec<Vec<u64>> {
 }
 
 pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
-    super::check_parallelism(args.parallelism)?;
+    super::check_parallelism(args.parallelism, args.arbiters)?;
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(args.parallelism);
     if let Some(a) = args.arbiters {

@@ -478,7 +478,7 @@ pub fn run(args: &WindowArgs) -> floe::Result<()> {
 
 /// The job, its events keeping `L` of their lines.
 fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
-    super::check_parallelism(args.parallelism)?;
+    super::check_parallelism(args.parallelism, args.arbiters)?;
     let input = super::connectors::input(&args.input)?;
     match &input {
         super::connectors::Input::File(path) if args.bounded => {
@@ -487,7 +487,7 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
                 path.display()
             )));
         }
-        super::connectors::Input::File(path) => super::check_readable(path)?,
+        super::connectors::Input::File(path) => super::check_readable(path, &args.checkpoints)?,
         #[cfg(feature = "kafka")]
         super::connectors::Input::Kafka(_) => {}
     }

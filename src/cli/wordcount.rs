@@ -90,14 +90,14 @@ impl KeyedProcessFunction<Word, (Word, u64), (Word, u64)> for StateCount {
 }
 
 pub fn run(args: &WordcountArgs) -> floe::Result<()> {
-    super::check_parallelism(args.parallelism)?;
+    super::check_parallelism(args.parallelism, args.arbiters)?;
     let input = args
         .input
         .as_deref()
         .map(super::connectors::input)
         .transpose()?;
     if let Some(super::connectors::Input::File(path)) = &input {
-        super::check_readable(path)?;
+        super::check_readable(path, &args.checkpoints)?;
     }
     if args.bounded && matches!(input, None | Some(super::connectors::Input::File(_))) {
         return Err(floe::Error::Config(
@@ -107,6 +107,13 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     if args.batch_size == 0 {
         return Err(floe::Error::Config(
             "--batch-size must be at least 1".into(),
+        ));
+    }
+    if let Some(r) = args.count_rate
+        && !(r > 0.0 && r.is_finite())
+    {
+        return Err(floe::Error::Config(
+            "--count-rate must be a positive number of words per second".into(),
         ));
     }
     if args.input.is_none() && args.vocabulary == 0 {
@@ -210,6 +217,10 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             };
             (keyed.process_with_backend(function, kind), "Keyed Process")
         }
+    };
+    let counts = match args.count_rate {
+        Some(rate) => counts.set_input_rate(rate),
+        None => counts,
     };
     // The final counts as output lines, straight from the counting
     // operator at end of input (no state of their own).

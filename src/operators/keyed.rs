@@ -34,7 +34,10 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 mod accumulators;
+mod numeric;
 use accumulators::Accumulators;
+pub use numeric::Numeric;
+use numeric::sum_overflow;
 
 /// Extracts a record's key, by value or by reference.
 pub enum KeyFn<T, K> {
@@ -63,13 +66,6 @@ impl<T, K> KeyFn<T, K> {
         }
     }
 }
-
-/// Something that can be summed and compared: the field type of aggregations.
-pub trait Numeric:
-    Copy + PartialOrd + std::ops::Add<Output = Self> + Send + Sync + 'static
-{
-}
-impl<N> Numeric for N where N: Copy + PartialOrd + std::ops::Add<Output = N> + Send + Sync + 'static {}
 
 /// A field accessor used by `sum`, `min`, `max`, `min_by`, `max_by`.
 pub type Field<T, N> = Arc<dyn Fn(&mut T) -> &mut N + Send + Sync>;
@@ -147,7 +143,7 @@ impl<T, K: Hash + Eq + Clone, N> RollingOp<T, K, N> {
 impl<T, K, N> RollingOp<T, K, N>
 where
     T: Clone,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + serde::Serialize,
     N: Numeric,
 {
     /// On the first record: a `sum`, `min` or `max` whose field overlaps
@@ -176,7 +172,7 @@ where
     }
 
     #[inline]
-    fn update(&mut self, mut value: T) -> T {
+    fn update(&mut self, mut value: T) -> Result<T> {
         if !self.checked {
             self.check_field(&mut value);
         }
@@ -186,47 +182,50 @@ where
             Some(acc) => acc,
             None => {
                 self.state.insert_new(&self.key, value.clone());
-                return value;
+                return Ok(value);
             }
         };
         match kind {
             Rolling::Reduce(f) => {
                 let next = f(acc.clone(), value);
                 *acc = next.clone();
-                next
+                Ok(next)
             }
             Rolling::Sum(field) => {
                 let add = *field(&mut value);
-                let sum = *field(acc) + add;
+                let Some(sum) = (*field(acc)).checked_sum(add) else {
+                    let sum = *field(acc);
+                    return Err(sum_overflow(&self.key, &value, sum, add));
+                };
                 *field(acc) = sum;
                 *field(&mut value) = sum;
-                value
+                Ok(value)
             }
             Rolling::Min(field) => {
                 let v = *field(&mut value);
                 if v < *field(acc) {
                     *field(acc) = v;
                 }
-                acc.clone()
+                Ok(acc.clone())
             }
             Rolling::Max(field) => {
                 let v = *field(&mut value);
                 if v > *field(acc) {
                     *field(acc) = v;
                 }
-                acc.clone()
+                Ok(acc.clone())
             }
             Rolling::MinBy(field) => {
                 if *field(&mut value) < *field(acc) {
                     *acc = value;
                 }
-                acc.clone()
+                Ok(acc.clone())
             }
             Rolling::MaxBy(field) => {
                 if *field(&mut value) > *field(acc) {
                     *acc = value;
                 }
-                acc.clone()
+                Ok(acc.clone())
             }
         }
     }
@@ -235,14 +234,14 @@ where
 impl<T, K, N> RollingOp<T, K, N>
 where
     T: Clone,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + serde::Serialize,
     N: Numeric,
 {
     /// Folds `value` into its key's accumulator without producing an
     /// update (for [`at_end_of_input`](Self::at_end_of_input)): a new key
     /// keeps the record itself, an existing one is combined in place.
     #[inline]
-    fn accumulate(&mut self, mut value: T) {
+    fn accumulate(&mut self, mut value: T) -> Result<()> {
         if !self.checked {
             self.check_field(&mut value);
         }
@@ -250,7 +249,7 @@ where
             Some(acc) => acc,
             None => {
                 self.state.insert_new(&self.key, value);
-                return;
+                return Ok(());
             }
         };
         match &self.kind {
@@ -260,7 +259,10 @@ where
             }
             Rolling::Sum(field) => {
                 let add = *field(&mut value);
-                let sum = *field(acc) + add;
+                let Some(sum) = (*field(acc)).checked_sum(add) else {
+                    let sum = *field(acc);
+                    return Err(sum_overflow(&self.key, &value, sum, add));
+                };
                 *field(acc) = sum;
             }
             Rolling::Min(field) => {
@@ -286,6 +288,7 @@ where
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -299,15 +302,22 @@ where
     fn process_batch(&mut self, batch: Batch<T>, out: &mut Output<'_, T>) -> Result<()> {
         if self.at_end {
             for r in batch {
-                self.accumulate(r.value);
+                self.accumulate(r.value)?;
             }
             return Ok(());
         }
-        out.extend_or_reuse(batch.into_iter().map(|r| Record {
-            value: self.update(r.value),
-            timestamp: r.timestamp,
+        let mut failed = None;
+        out.extend_or_reuse(batch.into_iter().map_while(|r| match self.update(r.value) {
+            Ok(value) => Some(Record {
+                value,
+                timestamp: r.timestamp,
+            }),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
         }));
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     fn on_end_of_input(&mut self, out: &mut Output<'_, T>) -> Result<()> {

@@ -67,6 +67,9 @@ pub(crate) struct NodeShape {
     pub parallelism: usize,
     /// False once `disable_chaining` was called on this operator.
     pub chainable: bool,
+    /// Never chained into its input's chain (a throttled operator), though
+    /// the operators after it may chain into its own.
+    pub head: bool,
     /// May suspend in the middle of a record under backpressure
     /// (`flat_map`): never chained into a source's chain, whose position is
     /// taken between steps.
@@ -122,6 +125,17 @@ pub enum PlanError {
         "keyed operator '{operator}' has parallelism {parallelism} above the max parallelism {max}"
     )]
     KeyedAboveMax {
+        /// The operator's name.
+        operator: String,
+        /// Its parallelism.
+        parallelism: usize,
+        /// The job's max parallelism.
+        max: u32,
+    },
+    /// An operator has more subtasks than the job has key groups (the max
+    /// parallelism bounds every operator, as in Flink).
+    #[error("operator '{operator}' has parallelism {parallelism} above the max parallelism {max}")]
+    AboveMax {
         /// The operator's name.
         operator: String,
         /// Its parallelism.
@@ -190,6 +204,17 @@ impl Plan {
                     operator: nodes[id].name.clone(),
                 });
             }
+            let keyed = nodes[id]
+                .inputs
+                .iter()
+                .any(|e| e.kind == PartitionKind::Hash);
+            if !keyed && p > options.max_parallelism as usize {
+                return Err(PlanError::AboveMax {
+                    operator: nodes[id].name.clone(),
+                    parallelism: p,
+                    max: options.max_parallelism,
+                });
+            }
             for k in 0..nodes[id].inputs.len() {
                 let e = &nodes[id].inputs[k];
                 if e.from >= id {
@@ -238,6 +263,7 @@ impl Plan {
                 && node.inputs.len() == 1
                 && !node.inputs[0].explicit
                 && node.chainable
+                && !node.head
                 && nodes[node.inputs[0].from].chainable
                 && nodes[node.inputs[0].from].parallelism == node.parallelism
                 && !(node.suspends && nodes[heads[vertex_of[node.inputs[0].from]]].source);

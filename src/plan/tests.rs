@@ -15,6 +15,7 @@ fn source(name: &str, p: usize) -> NodeShape {
         uid: None,
         parallelism: p,
         chainable: true,
+        head: false,
         suspends: false,
         source: true,
         transactional: false,
@@ -75,6 +76,21 @@ fn validation_errors_name_the_operator() {
             max: 128
         }
     );
+    // Any operator, keyed or not, has at most max parallelism subtasks.
+    let above = Plan::new(
+        vec![source("src", 129), op("map", 1, vec![default_edge(0)])],
+        OPTIONS,
+    )
+    .unwrap_err();
+    assert_eq!(
+        above,
+        PlanError::AboveMax {
+            operator: "src".into(),
+            parallelism: 129,
+            max: 128
+        }
+    );
+    assert!(Plan::new(vec![source("src", 128)], OPTIONS).is_ok());
     let forward = Plan::new(
         vec![
             source("src", 1),
@@ -272,4 +288,26 @@ fn uids_are_the_users_or_derived_from_position() {
     let plan = Plan::new(vec![named, op("map", 1, vec![default_edge(0)])], OPTIONS).unwrap();
     assert_eq!(plan.uid(0), "my-source");
     assert_eq!(plan.uid(1), "1:map");
+}
+
+/// A throttled operator heads its chain (its rate counts the records it
+/// receives); the operators after it still chain into it.
+#[test]
+fn a_throttled_operator_heads_its_chain() {
+    let throttled = NodeShape {
+        head: true,
+        ..op("sink", 2, vec![default_edge(1)])
+    };
+    let plan = Plan::new(
+        vec![
+            source("src", 2),
+            op("map", 2, vec![default_edge(0)]),
+            throttled,
+            op("after", 2, vec![default_edge(2)]),
+        ],
+        OPTIONS,
+    )
+    .unwrap();
+    assert_eq!(plan.chained, vec![false, true, false, true]);
+    assert_eq!(plan.heads, vec![0, 2]);
 }

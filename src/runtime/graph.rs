@@ -176,6 +176,9 @@ impl Node {
             uid: self.uid.clone(),
             parallelism: self.parallelism,
             chainable: self.chainable,
+            // A throttled operator heads a chain: its rate counts the
+            // records it receives, not those of operators before it.
+            head: self.input_rate.is_some(),
             suspends: self.suspends,
             source: matches!(self.kind, NodeKind::Source(_)),
             transactional: self.transactional,

@@ -72,6 +72,20 @@ pub enum CheckpointError {
         /// Why.
         message: String,
     },
+    /// The snapshot holds the state of an operator the job does not have:
+    /// it was taken by another job, or the job's operators changed their
+    /// ids.
+    #[error(
+        "cannot restore from checkpoint {checkpoint}: its operator '{uid}' ({name}) is not in the job; give operators stable ids with .uid(..)"
+    )]
+    UnknownOperator {
+        /// The checkpoint: its id or its path.
+        checkpoint: String,
+        /// The operator's uid in the checkpoint.
+        uid: String,
+        /// The operator's name in the checkpoint.
+        name: String,
+    },
     /// A checkpoint was declined, expired or could not be completed.
     #[error("checkpoint {} failed: {message}", .checkpoint.0)]
     Failed {

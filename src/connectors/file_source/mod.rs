@@ -23,11 +23,16 @@
 //!   the minimum over its started, unfinished splits, emitted every
 //!   auto-watermark interval (periodic, as Flink's). Finished splits no
 //!   longer hold it back.
+//! - **Pipes** ([`pipe`]): an input that is a pipe (a FIFO) is read as a
+//!   stream, by subtask 0 alone, until its writer closes it; a checkpoint
+//!   taken while it is read part-way cannot be restored.
 
 pub mod split;
 
+mod pipe;
 mod reader;
 
+use self::pipe::{Next, PipeReader};
 use self::reader::SplitReader;
 use self::split::{FileSplit, SplitState};
 use super::{SourceContext, SourceFunction, SourcePoll};
@@ -127,6 +132,8 @@ impl LineDecoder for ByteLines {
 /// ```
 #[derive(Clone)]
 pub struct FileSource<D> {
+    /// The input when it is a pipe: one split, read as a stream.
+    pipe: Option<Arc<Path>>,
     files: Arc<[(PathBuf, u64)]>,
     splits: Arc<[FileSplit]>,
     decoder: D,
@@ -139,16 +146,32 @@ impl<D: LineDecoder> FileSource<D> {
     /// The files `input` names (a file, a directory's files, or a glob
     /// pattern's matches, in path order), cut into splits of
     /// [`DEFAULT_SPLIT_SIZE`].
+    ///
+    /// An input that is not a regular file (a FIFO, a pipe as
+    /// `/dev/stdin`) is read as a stream: see [`is_pipe`](Self::is_pipe).
     pub fn new(input: &Path, decoder: D) -> Result<Self> {
         let mut files = Vec::new();
+        let mut pipe = None;
         for path in split::list_files(input)? {
-            let len = std::fs::metadata(&path)
-                .map_err(|e| Error::io("cannot open input file", &path, e))?
-                .len();
-            files.push((path, len));
+            let meta = std::fs::metadata(&path)
+                .map_err(|e| Error::io("cannot open input file", &path, e))?;
+            if !meta.is_file() {
+                pipe = Some(Arc::from(path.as_path()));
+            }
+            files.push((path, meta.len()));
         }
+        let splits = match &pipe {
+            Some(path) => vec![FileSplit {
+                id: 0,
+                path: PathBuf::from(&**path),
+                start: 0,
+                end: u64::MAX,
+            }],
+            None => split::cut(&files, DEFAULT_SPLIT_SIZE),
+        };
         Ok(FileSource {
-            splits: split::cut(&files, DEFAULT_SPLIT_SIZE).into(),
+            pipe,
+            splits: splits.into(),
             files: files.into(),
             decoder,
             skipped: None,
@@ -157,10 +180,22 @@ impl<D: LineDecoder> FileSource<D> {
         })
     }
 
-    /// Cuts the files into splits of `bytes` (at least 1) instead.
+    /// Cuts the files into splits of `bytes` (at least 1) instead (a pipe
+    /// stays one split).
     pub fn split_size(mut self, bytes: u64) -> Self {
-        self.splits = split::cut(&self.files, bytes).into();
+        if self.pipe.is_none() {
+            self.splits = split::cut(&self.files, bytes).into();
+        }
         self
+    }
+
+    /// Whether the input is a pipe (not a regular file): it is read as a
+    /// stream by subtask 0 alone, in order, until its writer closes it.
+    /// What was read from a pipe cannot be read again, so a checkpoint
+    /// taken while it is read part-way cannot be restored (the restore
+    /// fails saying so).
+    pub fn is_pipe(&self) -> bool {
+        self.pipe.is_some()
     }
 
     /// Skips bad lines, counting them in `counter`, instead of failing.
@@ -194,6 +229,12 @@ impl<D: LineDecoder> FileSource<D> {
     pub fn reader(&self, ctx: &SourceContext) -> FileSourceReader<D> {
         let subtask = ctx.subtask.0 as usize;
         FileSourceReader {
+            pipe: self
+                .pipe
+                .as_ref()
+                .filter(|_| split::assigned(0, subtask, ctx.parallelism))
+                .map(|path| PipeReader::new(path)),
+            pipe_path: self.pipe.clone(),
             splits: self
                 .splits
                 .iter()
@@ -215,6 +256,10 @@ impl<D: LineDecoder> FileSource<D> {
 
 /// One source subtask's reader of its splits.
 pub struct FileSourceReader<D> {
+    /// The reader of a pipe input, in the subtask that reads it.
+    pipe: Option<PipeReader>,
+    /// The input, when it is a pipe.
+    pipe_path: Option<Arc<Path>>,
     /// The assigned splits, in file order.
     splits: Vec<SplitState>,
     /// Index of the first split not finished.
@@ -234,6 +279,63 @@ impl<D: LineDecoder> FileSourceReader<D> {
     /// The assigned splits and how far each is read.
     pub fn splits(&self) -> &[SplitState] {
         &self.splits
+    }
+
+    /// [`poll_batch`](SourceFunction::poll_batch) of a pipe input: the
+    /// lines that are there, parking the subtask when none is.
+    fn poll_pipe(&mut self, max: usize, out: &mut Vec<Record<D::Out>>) -> Result<SourcePoll> {
+        let (Some(pipe), Some(state)) = (self.pipe.as_mut(), self.splits.first_mut()) else {
+            return Ok(SourcePoll::Finished);
+        };
+        if state.finished {
+            return Ok(SourcePoll::Finished);
+        }
+        let mut read = 0;
+        let mut poll = SourcePoll::Ready;
+        while read < max {
+            let (number, line) = match pipe.next_line()? {
+                Next::Line(number, line) => (number, line),
+                Next::Empty => {
+                    if read == 0 {
+                        poll = SourcePoll::Parked;
+                    }
+                    break;
+                }
+                Next::End => {
+                    state.finished = true;
+                    if read == 0 {
+                        poll = SourcePoll::Finished;
+                    }
+                    break;
+                }
+            };
+            read += 1;
+            match self.decoder.decode(line) {
+                Ok(value) => {
+                    let timestamp = if self.timestamps {
+                        let ts = self.decoder.timestamp(&value);
+                        if let Some(ts) = ts {
+                            state.max_timestamp = state.max_timestamp.max(ts);
+                        }
+                        ts
+                    } else {
+                        None
+                    };
+                    out.push(Record { value, timestamp });
+                }
+                Err(message) => match &self.skipped {
+                    Some(counter) => {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        self.skipped_since_poll += 1;
+                    }
+                    None => {
+                        return Err(self.decoder.error(Path::new(&state.path), number, message));
+                    }
+                },
+            }
+        }
+        state.next = Some(pipe.offset());
+        Ok(poll)
     }
 
     /// Opens the split at the cursor, skipping finished ones; `false` when
@@ -258,6 +360,9 @@ impl<D: LineDecoder> FileSourceReader<D> {
 
 impl<D: LineDecoder> SourceFunction<D::Out> for FileSourceReader<D> {
     fn poll_batch(&mut self, max: usize, out: &mut Vec<Record<D::Out>>) -> Result<SourcePoll> {
+        if self.pipe_path.is_some() {
+            return self.poll_pipe(max, out);
+        }
         let mut read = 0;
         while read < max {
             if self.current.is_none() && !self.open_next()? {
@@ -321,6 +426,19 @@ impl<D: LineDecoder> SourceFunction<D::Out> for FileSourceReader<D> {
             .iter()
             .map(|e| super::decode_entry::<SplitState>(e))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(path) = &self.pipe_path
+            && splits.iter().any(|s| !s.finished)
+        {
+            // Typed as invalid data: no restart can mend it.
+            return Err(Error::io(
+                "cannot restore input pipe",
+                &**path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "a pipe is read as a stream: what the job read from it cannot be read again",
+                ),
+            ));
+        }
         splits.sort_by_key(|s| s.id);
         self.splits = splits;
         self.cursor = 0;

@@ -47,19 +47,35 @@ impl SplitReader {
             .metadata()
             .map_err(|e| Error::io("cannot read input file", path, e))?
             .len();
-        if next.unwrap_or(start) > len {
-            // Typed as invalid data: no restart can mend it.
-            return Err(Error::io(
-                "cannot restore input file",
+        // Typed as invalid data: no restart can mend it.
+        let changed = |context: &'static str, message: String| {
+            Error::io(
+                context,
                 path,
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
+                std::io::Error::new(std::io::ErrorKind::InvalidData, message),
+            )
+        };
+        match next {
+            Some(at) if at > len => {
+                return Err(changed(
+                    "cannot restore input file",
                     format!(
-                        "checkpointed offset {} is past its end ({len} bytes); the file changed",
-                        next.unwrap_or(start)
+                        "checkpointed offset {at} is past its end ({len} bytes); the file changed"
                     ),
-                ),
-            ));
+                ));
+            }
+            // A split not begun: the file was longer when the job cut it
+            // into splits (in this run, or the run that took the
+            // checkpoint).
+            None if end > len => {
+                return Err(changed(
+                    "input file shrank while the job read it",
+                    format!(
+                        "it is {len} bytes now; its split of bytes {start}..{end} was cut when it was longer"
+                    ),
+                ));
+            }
+            _ => {}
         }
         let (offset, skip_partial) = match next {
             Some(at) => (at, false),
