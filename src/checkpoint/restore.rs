@@ -7,8 +7,13 @@
 //! subtask keeps its own entries at an unchanged parallelism), union list
 //! state goes whole to each. Watermarks and channel state are per subtask:
 //! at the same parallelism each subtask takes its own back; at another
-//! parallelism channel state cannot be mapped (the restore is refused) and
-//! every channel starts at the lowest old watermark.
+//! parallelism every channel starts at the lowest old watermark, and
+//! channel state cannot be mapped: its channels are numbered by both ends'
+//! old parallelism. So a restore is refused when any subtask holds channel
+//! state (input or output) on an edge one of whose ends changes
+//! parallelism — a source at the same parallelism feeding a rescaled
+//! keyed operator included, whose queued records would otherwise be sent
+//! to the subtasks of the old key-group ranges.
 
 use super::{CheckpointError, LoadedSnapshot};
 use crate::operators::RestoredState;
@@ -146,6 +151,9 @@ impl RestorePlan {
                 operators.insert((id, j), restored);
             }
         }
+        if let Some(message) = rescaled_channel_state(meta, plan) {
+            return Err(incompatible(message).into());
+        }
         let mut runtime = HashMap::new();
         for (v, &head) in plan.heads.iter().enumerate() {
             let head_uid = plan.uid(head);
@@ -159,16 +167,6 @@ impl RestorePlan {
             }
             let p = plan.nodes[head].parallelism;
             let same = entries.iter().all(|r| r.parallelism as usize == p);
-            let has_channel_state = entries
-                .iter()
-                .any(|r| r.input_channel_state.is_some() || r.output_channel_state.is_some());
-            if !same && has_channel_state {
-                return Err(incompatible(format!(
-                    "'{}' holds in-flight channel state (an unaligned checkpoint) and its parallelism changed from {} to {p}; restore from a savepoint or an aligned checkpoint to rescale",
-                    plan.nodes[head].name, entries[0].parallelism
-                ))
-                .into());
-            }
             let lowest = entries
                 .iter()
                 .filter(|r| !r.finished)
@@ -219,3 +217,69 @@ impl RestorePlan {
         })
     }
 }
+
+/// Why channel state of `meta` cannot be restored into `plan`: the first
+/// edge (in graph order) with channel state at either end whose upstream
+/// or downstream vertex changes parallelism; `None` if there is none.
+fn rescaled_channel_state(
+    meta: &floe_actors::checkpoint::CheckpointMetadata,
+    plan: &Plan,
+) -> Option<String> {
+    // Per vertex: its old parallelism (when the checkpoint knows it) and
+    // whether it holds input or output channel state.
+    let old: Vec<Option<usize>> = plan
+        .heads
+        .iter()
+        .map(|&head| {
+            let uid = plan.uid(head);
+            meta.runtime
+                .iter()
+                .find(|r| r.head_uid == uid)
+                .map(|r| r.parallelism as usize)
+        })
+        .collect();
+    let holds = |v: usize, output: bool| {
+        let uid = plan.uid(plan.heads[v]);
+        meta.runtime.iter().any(|r| {
+            r.head_uid == uid
+                && if output {
+                    r.output_channel_state.is_some()
+                } else {
+                    r.input_channel_state.is_some()
+                }
+        })
+    };
+    let new = |v: usize| plan.nodes[plan.heads[v]].parallelism;
+    let rescaled = |v: usize| old[v].is_some_and(|o| o != new(v));
+    for (down, &head) in plan.heads.iter().enumerate() {
+        for e in &plan.nodes[head].inputs {
+            let up = plan.vertex_of[e.from];
+            if !(rescaled(up) || rescaled(down)) {
+                continue;
+            }
+            let side = if holds(up, true) {
+                up
+            } else if holds(down, false) {
+                down
+            } else {
+                continue;
+            };
+            let change = |v: usize| match old[v] {
+                Some(o) if o != new(v) => format!("{o} -> {}", new(v)),
+                _ => format!("{} unchanged", new(v)),
+            };
+            return Some(format!(
+                "it holds in-flight records (channel state of an unaligned checkpoint) at '{}' on the edge '{}' -> '{}', whose parallelism changes ({}, {}); restore a savepoint or an aligned checkpoint to rescale",
+                plan.nodes[plan.heads[side]].name,
+                plan.nodes[e.from].name,
+                plan.nodes[head].name,
+                change(up),
+                change(down)
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;
