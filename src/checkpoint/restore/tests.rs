@@ -26,6 +26,7 @@ fn plan(source: usize, window: usize) -> Plan {
         uid: None,
         parallelism,
         chainable: true,
+        head: false,
         suspends: false,
         source: inputs.is_empty(),
         transactional: false,
