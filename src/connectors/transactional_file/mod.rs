@@ -32,7 +32,9 @@
 //!   dropped (the job ended) or the process dies (the kernel drops it, even on
 //!   `kill -9`); a sink on the same output in another process is refused with
 //!   [`Error::OutputInUse`], before it could reset the output or delete the
-//!   commit log and pending files the running job needs.
+//!   commit log and pending files the running job needs. The other writers
+//!   of a file (the CLI's direct output, [`FileSink`](super::file_sink::FileSink))
+//!   take the same lock ([`OutputLock`]).
 //! - A commit that fails (a full disk, an I/O error) cuts the output back to
 //!   its length before the commit and fsyncs it before returning the error,
 //!   so readers only ever see committed transactions.
@@ -63,7 +65,8 @@ mod commit;
 mod lock;
 
 use commit::{BudgetedWriter, LogLine};
-use lock::{OutputClaim, OutputState, claim_output, output_state};
+pub use lock::OutputLock;
+use lock::{OutputClaim, OutputState, claim_output, lock_paths, output_state};
 
 /// A transaction of [`TransactionalFileSink`]: names its pending file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -166,15 +169,16 @@ impl TransactionalFileSink {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("cannot inspect output file", &given, e)),
         }
-        let path = std::path::absolute(&given)
-            .map_err(|e| Error::io("cannot resolve output file", &given, e))?;
+        let (path, lock_path) = lock_paths(&given).map_err(|e| match e {
+            Error::Config(_) => not_regular(),
+            e => e,
+        })?;
         let file_name = path
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(not_regular)?
             .to_string();
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let lock_path = dir.join(format!(".{file_name}.floe-lock"));
         let claim = claim_output(&path, &lock_path)?;
         Ok(TransactionalFileSink {
             path,
