@@ -121,6 +121,18 @@ impl CheckpointArgs {
             .or_else(|| self.checkpoint_dir.as_ref().map(|d| d.join("savepoints")))
     }
 
+    /// Where SIGINT / SIGTERM stop with a savepoint rather than a final
+    /// checkpoint: `--savepoint-dir`; without it and without
+    /// `--checkpoint-dir` (the checkpoints are then temporary, removed when
+    /// the job ends, the final one too), `$TMPDIR/floe-savepoints`, so that
+    /// the stop leaves something to resume from.
+    pub fn stop_savepoint_dir(&self) -> Option<PathBuf> {
+        self.savepoint_dir.clone().or_else(|| {
+            (self.enabled() && self.checkpoint_dir.is_none())
+                .then(|| std::env::temp_dir().join("floe-savepoints"))
+        })
+    }
+
     /// Whether checkpointing (and so the transactional output) is on.
     pub fn enabled(&self) -> bool {
         self.checkpoint_interval.is_some()
