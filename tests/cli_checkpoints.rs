@@ -1088,7 +1088,9 @@ fn throttled_wordcount(
 /// Two jobs on one `--output`: the second used to reset the output and
 /// delete the first's commit log and pending files, and the first lost
 /// records. The second is now refused with one line while the first runs,
-/// and the first's output is the oracle's.
+/// and the first's output is the oracle's. So is a second job without
+/// checkpoints, which writes its output directly: it used to truncate the
+/// first's committed output (and the first then failed after its restarts).
 #[test]
 fn a_second_job_on_the_same_output_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -1111,6 +1113,12 @@ fn a_second_job_on_the_same_output_is_refused() {
     assert!(
         line.contains("in use by another job") && line.contains(s(&out)),
         "{line}"
+    );
+    let line =
+        fails_with_one_error_line(&["run", "wordcount", "--records", "1000", "--output", s(&out)]);
+    assert!(
+        line.contains("in use by another job") && line.contains(s(&out)),
+        "without checkpoints: {line}"
     );
     assert!(
         first.0.try_wait().unwrap().is_none(),

@@ -78,12 +78,22 @@ fn wordcount_args<'a>(output: &'a Path, checkpoints: &'a Path, extra: &[&'a str]
 /// Runs a throttled word count, signals it once a checkpoint completed,
 /// checks the exit and the summary; returns the stderr.
 fn stop_with(signal: &str, code: i32, output: &Path, checkpoints: &Path, extra: &[&str]) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(wordcount_args(
-            output,
-            checkpoints,
-            &[&["--count-rate", "10000", "--status-interval", "20"], extra].concat(),
-        ))
+    let args = wordcount_args(
+        output,
+        checkpoints,
+        &[&["--count-rate", "10000", "--status-interval", "20"], extra].concat(),
+    );
+    stop_run(signal, code, args, None)
+}
+
+/// [`stop_with`] on any arguments, with `TMPDIR` set to `tmp` if given.
+fn stop_run(signal: &str, code: i32, args: Vec<String>, tmp: Option<&Path>) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+    if let Some(tmp) = tmp {
+        command.env("TMPDIR", tmp);
+    }
+    let mut child = command
+        .args(args)
         .env_remove("FLOE_LOG")
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
@@ -224,4 +234,32 @@ fn a_second_signal_exits_at_once() {
         !stderr.lines().any(|l| l.starts_with("records=")),
         "aborted before the final checkpoint completed, without a summary; stderr:\n{stderr}"
     );
+}
+
+/// Without `--checkpoint-dir` the checkpoints are temporary, removed when
+/// the job ends: the final checkpoint of a stop used to go there and be
+/// removed with it, so there was nothing to resume from. The stop now takes
+/// a savepoint into `$TMPDIR/floe-savepoints`, kept and printed as
+/// `savepoint=PATH`, and resuming from it commits the oracle's counts.
+#[test]
+fn sigterm_without_a_checkpoint_directory_keeps_a_savepoint_to_resume_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, tmp) = (dir.path().join("counts.txt"), dir.path().join("tmp"));
+    std::fs::create_dir(&tmp).unwrap();
+    let mut args = wordcount_args(&out, &dir.path().join("unused"), &[]);
+    let at = args.iter().position(|a| a == "--checkpoint-dir").unwrap();
+    args.drain(at..at + 2);
+    args.extend(["--sink-rate", "10000", "--status-interval", "20"].map(String::from));
+    let stderr = stop_run("-TERM", 143, args, Some(&tmp));
+    let savepoint: PathBuf = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint="))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no savepoint= line; stderr:\n{stderr}"));
+    assert!(
+        savepoint.starts_with(tmp.join("floe-savepoints")) && savepoint.is_dir(),
+        "{}",
+        savepoint.display()
+    );
+    resume_and_check(&out, &dir.path().join("ck2"), &savepoint);
 }

@@ -57,6 +57,17 @@ fn recover(sink: &mut Sink, txns: Vec<FileTransaction>) -> floe::Result<()> {
     TwoPhaseCommitSink::<String>::recover(sink, txns)
 }
 
+/// Commits `txn` as pre-committed for checkpoint `n`.
+fn commit_for(sink: &mut Sink, n: u64, txn: FileTransaction) -> floe::Result<()> {
+    TwoPhaseCommitSink::<String>::commit_for(sink, CheckpointId(n), txn)
+}
+
+/// Recovers checkpoint `n`, `txns` pending at it.
+fn recover_to(sink: &mut Sink, n: u64, txns: Vec<FileTransaction>) {
+    let pending = txns.into_iter().map(|t| (CheckpointId(n), t)).collect();
+    TwoPhaseCommitSink::<String>::recover_to(sink, CheckpointId(n), pending).expect("recovers");
+}
+
 fn ctx(subtask: u32, parallelism: usize) -> SinkContext {
     SinkContext {
         subtask: SubtaskIndex(subtask),
@@ -370,10 +381,10 @@ fn abort_removes_the_pending_file() {
 
 #[test]
 fn recovery_drops_output_committed_after_the_checkpoint() {
-    // Two subtasks; checkpoint n had x0 (subtask 0) and y0 (subtask 1)
-    // pending. After n, subtask 0 committed x0 and then x1 (of a later
-    // checkpoint) before subtask 1 committed y0: restoring n must keep
-    // earlier output, x0 and y0, and drop x1.
+    // Two subtasks; checkpoint 2 had x0 (subtask 0) and y0 (subtask 1)
+    // pending. After 2, subtask 0 committed x0 and then x1 (of checkpoint
+    // 3) before subtask 1 committed y0: restoring 2 must keep earlier
+    // output, x0 and y0, and drop x1.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
     let template = Sink::new(&path).unwrap();
@@ -389,7 +400,7 @@ fn recovery_drops_output_committed_after_the_checkpoint() {
     let mut e = begin(&mut s1);
     write(&mut s1, &mut e, &early);
     pre_commit(&mut s1, &mut e);
-    commit(&mut s1, e).unwrap();
+    commit_for(&mut s1, 1, e).unwrap();
     let mut tx0 = begin(&mut s0);
     write(&mut s0, &mut tx0, &x0);
     pre_commit(&mut s0, &mut tx0);
@@ -399,21 +410,21 @@ fn recovery_drops_output_committed_after_the_checkpoint() {
     let mut tx1 = begin(&mut s0);
     write(&mut s0, &mut tx1, &x1);
     pre_commit(&mut s0, &mut tx1);
-    commit(&mut s0, tx0.clone()).unwrap();
-    commit(&mut s0, tx1).unwrap();
-    commit(&mut s1, ty0.clone()).unwrap();
+    commit_for(&mut s0, 2, tx0.clone()).unwrap();
+    commit_for(&mut s0, 3, tx1).unwrap();
+    commit_for(&mut s1, 2, ty0.clone()).unwrap();
     assert_eq!(read_lines(&path), concat(&[&early, &x0, &x1, &y0]));
     drop((s0, s1, template));
 
     let mut sink = Sink::new(&path).unwrap();
-    recover(&mut sink, vec![tx0.clone(), ty0.clone()]).unwrap();
+    recover_to(&mut sink, 2, vec![tx0.clone(), ty0.clone()]);
     assert_eq!(
         sorted(read_lines(&path)),
         sorted(concat(&[&early, &x0, &y0]))
     );
     // Idempotent, also across another recovery.
     let mut sink = Sink::new(&path).unwrap();
-    recover(&mut sink, vec![tx0, ty0]).unwrap();
+    recover_to(&mut sink, 2, vec![tx0, ty0]);
     assert_eq!(
         sorted(read_lines(&path)),
         sorted(concat(&[&early, &x0, &y0]))

@@ -147,6 +147,7 @@ impl RestorePlan {
                     union_list: union.clone(),
                     partial: false,
                     from_scratch: None,
+                    checkpoint: Some(meta.id),
                 };
                 operators.insert((id, j), restored);
             }

@@ -61,6 +61,11 @@ pub struct CheckpointArgs {
     /// checkpoint's directory or a savepoint.
     #[arg(long, value_name = "PATH")]
     pub from_checkpoint: Option<PathBuf>,
+    /// Start from the newest intact checkpoint in --checkpoint-dir if there
+    /// is one, else fresh (one stderr line says which): the same command
+    /// line restarts a job under systemd or Kubernetes.
+    #[arg(long)]
+    pub resume: bool,
     /// Throttle the sink to this many records per second (shows
     /// backpressure).
     #[arg(long, value_name = "RECORDS_PER_S")]
@@ -116,6 +121,18 @@ impl CheckpointArgs {
             .or_else(|| self.checkpoint_dir.as_ref().map(|d| d.join("savepoints")))
     }
 
+    /// Where SIGINT / SIGTERM stop with a savepoint rather than a final
+    /// checkpoint: `--savepoint-dir`; without it and without
+    /// `--checkpoint-dir` (the checkpoints are then temporary, removed when
+    /// the job ends, the final one too), `$TMPDIR/floe-savepoints`, so that
+    /// the stop leaves something to resume from.
+    pub fn stop_savepoint_dir(&self) -> Option<PathBuf> {
+        self.savepoint_dir.clone().or_else(|| {
+            (self.enabled() && self.checkpoint_dir.is_none())
+                .then(|| std::env::temp_dir().join("floe-savepoints"))
+        })
+    }
+
     /// Whether checkpointing (and so the transactional output) is on.
     pub fn enabled(&self) -> bool {
         self.checkpoint_interval.is_some()
@@ -132,7 +149,8 @@ impl CheckpointArgs {
                 || self.unaligned
                 || self.alignment_timeout.is_some()
                 || self.retain_checkpoints.is_some()
-                || self.finish_after_checkpoints.is_some())
+                || self.finish_after_checkpoints.is_some()
+                || self.resume)
         {
             return bad("checkpoint options need --checkpoint-interval");
         }
@@ -157,6 +175,12 @@ impl CheckpointArgs {
         }
         if self.network_buffers == Some(0) {
             return bad("--network-buffers must be at least 1");
+        }
+        if self.resume && self.checkpoint_dir.is_none() {
+            return bad("--resume needs --checkpoint-dir");
+        }
+        if self.resume && self.from_checkpoint.is_some() {
+            return bad("--resume starts from --checkpoint-dir; drop --from-checkpoint");
         }
         if let Some(path) = &self.from_checkpoint
             && !path.exists()
@@ -199,6 +223,16 @@ impl CheckpointArgs {
             env.restore_from(path);
         }
         let mut config = env.config();
+        if let (true, Some(dir)) = (self.resume, &self.checkpoint_dir) {
+            match newest_checkpoint(dir)? {
+                Some(id) => eprintln!(
+                    "resume: from the newest intact checkpoint in {} (newest: {id})",
+                    dir.display()
+                ),
+                None => eprintln!("resume: no checkpoint in {}; starting fresh", dir.display()),
+            }
+            config = config.resume_latest(dir);
+        }
         if let Some(spec) = &self.restart {
             config.restart = Some(floe::failover::RestartStrategy::parse(spec)?);
         }
@@ -263,6 +297,18 @@ impl CheckpointArgs {
             ))),
         }
     }
+}
+
+/// The id of the newest completed checkpoint in the checkpoint directory
+/// `dir`; `None` when it has none (or does not exist yet). A damaged
+/// store is an error, as for `--from-checkpoint`.
+fn newest_checkpoint(dir: &std::path::Path) -> floe::Result<Option<u64>> {
+    use floe::checkpoint::{CheckpointStore, store::DATABASE_FILE};
+    if !dir.join(DATABASE_FILE).is_file() {
+        return Ok(None);
+    }
+    let store = CheckpointStore::open_existing(dir)?;
+    Ok(store.list()?.iter().map(|m| m.id.0).max())
 }
 
 /// The summary fields of checkpointing and failover, when a checkpoint,

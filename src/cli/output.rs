@@ -20,12 +20,13 @@
 //! [`FiringLines`](super::window::FiringLines)) is written as it is, with
 //! one write of its own. Only the transactional
 //! sink is exactly-once: written directly, a restart that replays records
-//! writes their lines again. An output naming the same
+//! writes their lines again. Every writer of a regular file takes its
+//! lock ([`OutputLock`]), so no job truncates another running job's output. An output naming the same
 //! file as the input, or as another output, is refused before anything is
 //! created or written: writing it would destroy what the job reads.
 
 use super::checkpointing::CheckpointArgs;
-use floe::connectors::transactional_file::TransactionalFileSink;
+use floe::connectors::transactional_file::{OutputLock, TransactionalFileSink};
 use floe::operators::sink::SinkFunction;
 use floe::{DataStream, Record};
 use std::fmt::Display;
@@ -208,6 +209,9 @@ struct Shared {
     /// Stdout's reader went away (`floe run … | head`), or the job failed
     /// ([`close_all`]): the rest is dropped.
     closed: bool,
+    /// A file output's lock, released after the last flush (the fields
+    /// drop after [`Drop::drop`]).
+    _lock: Option<OutputLock>,
 }
 
 /// Writes one line per record (`Display`) to a shared writer, a batch at a
@@ -274,10 +278,16 @@ pub fn close_all() {
 }
 
 impl Lines {
-    fn new(writer: Box<dyn Write + Send>, name: String, stdout: bool) -> Lines {
+    fn new(
+        writer: Box<dyn Write + Send>,
+        name: String,
+        stdout: bool,
+        lock: Option<OutputLock>,
+    ) -> Lines {
         let shared = Arc::new(Mutex::new(Shared {
             writer: BufWriter::with_capacity(256 * 1024, writer),
             closed: false,
+            _lock: lock,
         }));
         OPEN.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -292,17 +302,31 @@ impl Lines {
 
     /// Lines to stdout.
     fn stdout() -> Lines {
-        Lines::new(Box::new(std::io::stdout()), "stdout".into(), true)
+        Lines::new(Box::new(std::io::stdout()), "stdout".into(), true, None)
     }
 
-    /// Lines to the file `path`, created or truncated now.
+    /// Lines to the file `path`, created or truncated now. A regular file
+    /// (or a new one) is claimed first, as the transactional sink claims
+    /// its output: while another process's job writes it, this is refused
+    /// ([`floe::Error::OutputInUse`]) before the file is truncated.
     fn create(path: &Path) -> floe::Result<Lines> {
+        let regular = match std::fs::metadata(path) {
+            Ok(m) => m.is_file(),
+            Err(e) if e.kind() == ErrorKind::NotFound => true,
+            Err(e) => return Err(floe::Error::io("cannot inspect output file", path, e)),
+        };
+        let lock = if regular {
+            Some(OutputLock::claim(path)?)
+        } else {
+            None
+        };
         let file = std::fs::File::create(path)
             .map_err(|e| floe::Error::io("cannot create output file", path, e))?;
         Ok(Lines::new(
             Box::new(file),
             path.display().to_string(),
             false,
+            lock,
         ))
     }
 

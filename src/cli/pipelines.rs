@@ -161,7 +161,7 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     let prometheus = args.observe.install(&env, "pipelines")?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
-    let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.savepoint_dir.clone())?;
+    let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.stop_savepoint_dir())?;
     let endpoint = args
         .observe
         .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;

@@ -2,7 +2,9 @@
 //! signal handlers; the library never does.
 //!
 //! The first signal asks the job to stop with a final checkpoint — a
-//! savepoint into `--savepoint-dir` when one is given
+//! savepoint into `--savepoint-dir` when one is given, or into
+//! `$TMPDIR/floe-savepoints` when checkpoints have no `--checkpoint-dir`
+//! (they are temporary, removed when the job ends)
 //! ([`floe::JobHandle::stop_with_checkpoint`]): the checkpoint completes,
 //! two-phase-commit sinks commit up to it, every subtask finishes, and the
 //! run command prints its summary as for a job that finished. The process

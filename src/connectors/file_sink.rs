@@ -4,10 +4,14 @@
 //! holding one file per subtask (`part-0`, `part-1`, ...), as Flink's
 //! `writeAsText` does.
 //!
+//! A regular target file is claimed ([`OutputLock`]) before it is
+//! truncated, so a job in another process writing it refuses this one.
+//!
 //! Batches are formatted into one buffer the sink keeps (no allocation per
 //! record) and written to the file with one write once it holds 256 KiB or
 //! more, and at the end: a write per batch at most, none per record.
 
+use super::transactional_file::OutputLock;
 use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, Timestamp};
@@ -27,6 +31,8 @@ pub struct FileSink {
     file: Option<File>,
     /// Formatted lines not written yet (reused).
     buf: Vec<u8>,
+    /// The claim on a regular target file (see [`OutputLock`]).
+    lock: Option<OutputLock>,
 }
 
 impl Clone for FileSink {
@@ -44,6 +50,7 @@ impl FileSink {
             path,
             file: None,
             buf: Vec::new(),
+            lock: None,
         }
     }
 
@@ -71,6 +78,14 @@ impl<T: Display + Send + 'static> SinkFunction<T> for FileSink {
         } else {
             self.path.clone()
         };
+        // Claimed before it is truncated: another process's job writing
+        // it refuses this one.
+        let regular = std::fs::metadata(&self.target)
+            .map(|m| m.is_file())
+            .unwrap_or(true);
+        if regular && self.lock.is_none() {
+            self.lock = Some(OutputLock::claim(&self.target)?);
+        }
         let f = File::create(&self.target)
             .map_err(|e| Error::io("cannot create output file", &self.target, e))?;
         self.file = Some(f);

@@ -18,8 +18,12 @@
 //!    checkpoint commits them (a later checkpoint subsumes an earlier one).
 //! 3. On restore from checkpoint n, the transactions pending at n — those of
 //!    every former subtask, kept in union list state — are handed to
-//!    [`TwoPhaseCommitSink::recover`] by subtask 0 only, before any record, so
-//!    that exactly one subtask commits them and cleans up what was begun after n.
+//!    [`TwoPhaseCommitSink::recover_to`] (with n and each one's checkpoint)
+//!    by subtask 0 only, before any record, so that exactly one subtask
+//!    commits them and cleans up what was begun after n. Every commit goes
+//!    through [`TwoPhaseCommitSink::commit_for`], naming its checkpoint:
+//!    sink subtasks commit in any order, so only the checkpoint tells a
+//!    commit covered by n from a later one.
 //! 4. At the end of a bounded input the last transaction is pre-committed.
 //!    With periodic checkpoints on, it is committed like every other one:
 //!    when a checkpoint taken after the end (the subtask's final checkpoint,
@@ -116,6 +120,29 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
         }
         Ok(())
     }
+
+    /// [`commit`](Self::commit) of a transaction pre-committed for
+    /// `checkpoint`. The operator commits through this method, so a sink
+    /// that must tell on a later restore which checkpoint each commit
+    /// belongs to records it here (the transactional file sink does).
+    /// Default: `commit`.
+    fn commit_for(&mut self, _checkpoint: CheckpointId, txn: Self::Txn) -> Result<()> {
+        self.commit(txn)
+    }
+
+    /// [`recover`](Self::recover) on a restore of checkpoint `restored`,
+    /// with the checkpoint each pending transaction was pre-committed for.
+    /// The operator recovers through this method, so a sink that rolls back
+    /// what was committed for checkpoints after `restored` tells those
+    /// commits by their checkpoint, not by their order (commits of
+    /// different subtasks interleave in any order). Default: `recover`.
+    fn recover_to(
+        &mut self,
+        _restored: CheckpointId,
+        pending: Vec<(CheckpointId, Self::Txn)>,
+    ) -> Result<()> {
+        self.recover(pending.into_iter().map(|(_, txn)| txn).collect())
+    }
 }
 
 /// The pending key of the transaction pre-committed at the end of input,
@@ -199,7 +226,7 @@ where
             let (checkpoint, txns) = entry.remove_entry();
             let mut txns = txns.into_iter();
             while let Some(txn) = txns.next() {
-                if let Err(e) = self.sink.commit(txn.clone()) {
+                if let Err(e) = self.sink.commit_for(checkpoint, txn.clone()) {
                     let mut rest = vec![txn.clone()];
                     rest.extend(txns);
                     self.pending.insert(checkpoint, rest);
@@ -264,8 +291,8 @@ where
             // rolled back; the checkpoint's pre-committed transactions are
             // committed (idempotently: owners may have done so already).
             entries.sort_by_key(|(checkpoint, _)| *checkpoint);
-            for (_, txn) in entries {
-                self.sink.commit(txn)?;
+            for (checkpoint, txn) in entries {
+                self.sink.commit_for(checkpoint, txn)?;
             }
             return Ok(());
         }
@@ -278,8 +305,13 @@ where
             // transactions twice, concurrently.
             return Ok(());
         }
-        self.sink
-            .recover(entries.into_iter().map(|(_, txn)| txn).collect())
+        // Without the restored checkpoint's id (an operator driven
+        // directly), the newest pending transaction's checkpoint stands in.
+        let restored = state
+            .checkpoint
+            .or_else(|| entries.iter().map(|(checkpoint, _)| *checkpoint).max())
+            .unwrap_or(AFTER_END);
+        self.sink.recover_to(restored, entries)
     }
 }
 

@@ -205,6 +205,10 @@ pub struct RestoredState {
     /// attempt committed will be produced again. Only transactional sinks
     /// are handed this state.
     pub from_scratch: Option<u64>,
+    /// The checkpoint or savepoint restored (`None` when unknown, e.g. an
+    /// operator driven directly): what a transactional sink rolls its
+    /// output back to.
+    pub checkpoint: Option<floe_actors::ids::CheckpointId>,
 }
 
 impl RestoredState {

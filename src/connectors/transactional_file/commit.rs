@@ -13,16 +13,20 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 impl TransactionalFileSink {
-    /// [`recover`](TwoPhaseCommitSink::recover) with the output's lock held.
+    /// [`recover_to`](crate::connectors::two_phase::TwoPhaseCommitSink::recover_to)
+    /// with the output's lock held: `pending` are the transactions pending
+    /// at checkpoint `restored`, with the checkpoint each was pre-committed
+    /// for.
     pub(super) fn recover_locked(
         &self,
         state: &mut OutputState,
-        committed: &[FileTransaction],
+        restored: u64,
+        pending: &[(u64, FileTransaction)],
     ) -> Result<()> {
         let log_path = self.commit_log_path();
-        if !committed.is_empty()
+        if !pending.is_empty()
             && !log_path.exists()
-            && committed.iter().all(|t| !self.pending_path(t).exists())
+            && pending.iter().all(|(_, t)| !self.pending_path(t).exists())
         {
             // This output never had a commit and holds none of the restored
             // transactions: they were another output's (a restore into a new
@@ -39,46 +43,77 @@ impl TransactionalFileSink {
         let log = state.log(&log_path, &self.path)?;
         // Cut a crashed commit's partial append first.
         drop(self.open_output(log.len)?);
-        let restored: HashSet<&str> = committed.iter().map(|t| t.name.as_str()).collect();
-        let done: Vec<&Committed> = log.txns.iter().filter(|t| t.end.is_some()).collect();
-        let first = done.iter().position(|t| restored.contains(t.name.as_str()));
-        // The restored transactions from the first one on, if later ones are
-        // mixed in.
-        let mut rewind: Vec<Committed> = Vec::new();
-        if let Some(first) = first {
-            let tail = &done[first..];
-            if tail.iter().any(|t| !restored.contains(t.name.as_str())) {
-                rewind = tail
-                    .iter()
-                    .filter(|t| restored.contains(t.name.as_str()))
-                    .map(|t| Committed::clone(t))
-                    .collect();
-            }
+        // An earlier recovery that cut the output and died before it
+        // appended the kept transactions again: append them now.
+        for (name, checkpoint) in state.log(&log_path, &self.path)?.requeued.clone() {
+            self.commit_locked(state, &FileTransaction { name }, checkpoint)?;
         }
-        if let Some(cut) = rewind.first().map(|t| t.offset) {
+        let log = state.log(&log_path, &self.path)?;
+        let names: HashSet<&str> = pending.iter().map(|(_, t)| t.name.as_str()).collect();
+        // Committed for a checkpoint after the restored one: the replay
+        // produces it again. Commits of a checkpoint up to the restored one
+        // stay, wherever they lie: subtasks commit in any order, so a
+        // transaction of an earlier checkpoint may follow a restored one.
+        let later = |t: &Committed| {
+            !names.contains(t.name.as_str()) && t.checkpoint.is_some_and(|c| c > restored)
+        };
+        let done: Vec<&Committed> = log.txns.iter().filter(|t| t.end.is_some()).collect();
+        if let Some(first) = done.iter().position(|t| later(t)) {
+            let cut = done[first].offset;
+            let kept: Vec<Committed> = done[first..]
+                .iter()
+                .filter(|t| !later(t))
+                .map(|t| Committed::clone(t))
+                .collect();
             let mut out = File::open(&self.path)
                 .map_err(|e| Error::io("cannot open output file", &self.path, e))?;
-            for t in rewind {
-                let end = t.end.expect("only committed ones are rewound");
-                let pending = self.pending_path(&FileTransaction { name: t.name });
+            for t in &kept {
+                let end = t.end.expect("only committed ones are kept");
+                let pending = self.pending_path(&FileTransaction {
+                    name: t.name.clone(),
+                });
                 out.seek(SeekFrom::Start(t.offset))
                     .map_err(|e| Error::io("cannot read output file", &self.path, e))?;
                 copy_synced(&mut (&mut out).take(end - t.offset), &pending)?;
             }
             sync_dir(&self.dir)?;
-            log.append(&format!("truncate {cut}"))?;
-            log.apply(LogLine::Truncate(cut));
+            let requeued: Vec<(String, Option<u64>)> =
+                kept.into_iter().map(|t| (t.name, t.checkpoint)).collect();
+            let mut line = format!("truncate {cut}");
+            for (name, checkpoint) in &requeued {
+                line.push_str(&format!(" {name}/{}", label(*checkpoint)));
+            }
+            // One line: the cut and what it requeues count together or not
+            // at all (a torn line does not count).
+            log.append(&line)?;
+            log.apply(LogLine::Truncate(cut, requeued.clone()));
             drop(self.open_output(cut)?);
+            for (name, checkpoint) in requeued {
+                self.commit_locked(state, &FileTransaction { name }, checkpoint)?;
+            }
         }
-        for txn in committed {
-            self.commit_locked(state, txn)?;
+        for (checkpoint, txn) in pending {
+            self.commit_locked(state, txn, Some(*checkpoint))?;
         }
         for name in self.pending_files()? {
-            if !restored.contains(name.as_str()) && !state.live.contains(nonce_of(&name)) {
+            if !names.contains(name.as_str()) && !state.live.contains(nonce_of(&name)) {
                 remove_if_present(&self.dir.join(format!("{}{name}", self.pending_prefix())))?;
             }
         }
         sync_dir(&self.dir)
+    }
+}
+
+/// A checkpoint as the log writes it (`-`: not known).
+fn label(checkpoint: Option<u64>) -> String {
+    checkpoint.map_or_else(|| "-".to_string(), |c| c.to_string())
+}
+
+fn parse_label(s: &str) -> Option<Option<u64>> {
+    if s == "-" {
+        Some(None)
+    } else {
+        s.parse().ok().map(Some)
     }
 }
 
@@ -118,12 +153,19 @@ struct Committed {
     name: String,
     offset: u64,
     end: Option<u64>,
+    /// The checkpoint it was pre-committed for (`None`: not known).
+    checkpoint: Option<u64>,
 }
 
+/// One line of the commit log (see the module documentation).
 pub(super) enum LogLine {
-    Begin(String, u64),
+    /// `begin <txn> <offset> [<checkpoint>|-]`.
+    Begin(String, u64, Option<u64>),
+    /// `done <txn> <end>`.
     Done(String, u64),
-    Truncate(u64),
+    /// `truncate <length> [<txn>/<checkpoint>]...`: the transactions to
+    /// append again after the cut.
+    Truncate(u64, Vec<(String, Option<u64>)>),
 }
 
 /// The commit log, parsed: the live transactions in log order and the output
@@ -135,6 +177,9 @@ pub(super) struct CommitLog {
     bytes: u64,
     txns: Vec<Committed>,
     done: HashSet<String>,
+    /// Transactions a recovery cut from the output and copied back to their
+    /// pending files, to append again (in this order), until they are done.
+    pub(super) requeued: Vec<(String, Option<u64>)>,
     pub(super) len: u64,
 }
 
@@ -148,6 +193,7 @@ impl CommitLog {
             bytes: 0,
             txns: Vec::new(),
             done: HashSet::new(),
+            requeued: Vec::new(),
             len: 0,
         };
         let bytes = match std::fs::read(path) {
@@ -193,23 +239,30 @@ impl CommitLog {
 
     pub(super) fn apply(&mut self, line: LogLine) {
         match line {
-            LogLine::Begin(name, offset) => {
+            LogLine::Begin(name, offset, checkpoint) => {
                 // An earlier begin without done was a crashed attempt.
                 self.txns.retain(|t| t.name != name || t.end.is_some());
                 self.txns.push(Committed {
                     name,
                     offset,
                     end: None,
+                    checkpoint,
                 });
             }
             LogLine::Done(name, end) => {
                 if let Some(t) = self.txns.iter_mut().rev().find(|t| t.name == name) {
                     t.end = Some(end);
+                    self.requeued.retain(|(r, _)| *r != name);
                     self.done.insert(name);
                     self.len = end;
                 }
             }
-            LogLine::Truncate(len) => {
+            LogLine::Truncate(len, requeued) => {
+                for r in requeued {
+                    if !self.requeued.iter().any(|(name, _)| *name == r.0) {
+                        self.requeued.push(r);
+                    }
+                }
                 self.txns.retain(|t| t.offset < len);
                 self.done = self
                     .txns
@@ -257,10 +310,22 @@ fn parse_line(line: &str) -> Option<LogLine> {
     let mut words = line.split(' ');
     let line = match (words.next()?, words.next(), words.next()) {
         ("begin", Some(name), Some(offset)) => {
-            LogLine::Begin(name.to_string(), offset.parse().ok()?)
+            // Logs written before commits named their checkpoint have none.
+            let checkpoint = match words.next() {
+                Some(c) => parse_label(c)?,
+                None => None,
+            };
+            LogLine::Begin(name.to_string(), offset.parse().ok()?, checkpoint)
         }
         ("done", Some(name), Some(end)) => LogLine::Done(name.to_string(), end.parse().ok()?),
-        ("truncate", Some(len), None) => LogLine::Truncate(len.parse().ok()?),
+        ("truncate", Some(len), requeued) => {
+            let mut list = Vec::new();
+            for word in requeued.into_iter().chain(words.by_ref()) {
+                let (name, checkpoint) = word.split_once('/')?;
+                list.push((name.to_string(), parse_label(checkpoint)?));
+            }
+            LogLine::Truncate(len.parse().ok()?, list)
+        }
         _ => return None,
     };
     words.next().is_none().then_some(line)

@@ -16,6 +16,43 @@ pub(super) struct OutputClaim {
     _lock: File,
 }
 
+/// A claim of this process on an output file, held while a value (or a
+/// clone) lives: every writer of an output takes it, the transactional file
+/// sink and the CLI's direct file output alike, so a job in another process
+/// on the same output is refused ([`Error::OutputInUse`]) before it
+/// truncates the file. Claims of one process on one output are shared.
+#[derive(Clone, Debug)]
+pub struct OutputLock {
+    _claim: Arc<OutputClaim>,
+}
+
+impl OutputLock {
+    /// Claims the output `path` (a regular file, or a path that does not
+    /// exist yet) for this process: an OS advisory lock on
+    /// `.<name>.floe-lock` next to it.
+    pub fn claim(path: &Path) -> Result<Self> {
+        let (path, lock_path) = lock_paths(path)?;
+        Ok(OutputLock {
+            _claim: claim_output(&path, &lock_path)?,
+        })
+    }
+}
+
+/// The absolute path of the output `given` and of its lock file.
+pub(super) fn lock_paths(given: &Path) -> Result<(PathBuf, PathBuf)> {
+    let path = std::path::absolute(given)
+        .map_err(|e| Error::io("cannot resolve output file", given, e))?;
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Error::Config(format!(
+            "'{}' is not a file name an output can have",
+            given.display()
+        ))
+    })?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let lock_path = dir.join(format!(".{name}.floe-lock"));
+    Ok((path, lock_path))
+}
+
 /// This process's claim on the output `path`, its lock file `lock_path`:
 /// the one already held if a sink value of this process holds it, else a new
 /// `flock` on the lock file (refused while another process holds it).

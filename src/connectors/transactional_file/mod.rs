@@ -7,10 +7,15 @@
 //! (`.<name>.floe-commits`) so that a commit done twice appends once:
 //!
 //! ```text
-//! begin <txn> <output length before>   fsynced before the data is appended
-//! done <txn> <output length after>     fsynced after the data is
-//! truncate <length>                    a recovery dropped what lies beyond
+//! begin <txn> <output length before> <checkpoint>   fsynced before the data is appended
+//! done <txn> <output length after>                  fsynced after the data is
+//! truncate <length> <txn>/<checkpoint>...           a recovery dropped what lies beyond
 //! ```
+//!
+//! `<checkpoint>` is the checkpoint the transaction was pre-committed for
+//! (`-`: not known); a `truncate` lists the transactions of checkpoints up
+//! to the restored one that lay beyond the cut, copied back to their pending
+//! files to be appended again.
 //!
 //! Invariants:
 //!
@@ -18,6 +23,8 @@
 //!   not dropped by a later `truncate`), each once, in log order; anything
 //!   beyond the last recorded length is the partial append of a crashed commit
 //!   and is cut before the next append.
+//! - A restore of checkpoint n drops exactly the commits of checkpoints
+//!   after n, whichever subtask made them and in whatever order.
 //! - Every subtask of a job appends to the same output; a process-wide lock per
 //!   output path serializes commits. One process writes an output at a time:
 //!   creating the sink takes an OS advisory lock (`flock`) on
@@ -25,7 +32,9 @@
 //!   dropped (the job ended) or the process dies (the kernel drops it, even on
 //!   `kill -9`); a sink on the same output in another process is refused with
 //!   [`Error::OutputInUse`], before it could reset the output or delete the
-//!   commit log and pending files the running job needs.
+//!   commit log and pending files the running job needs. The other writers
+//!   of a file (the CLI's direct output, [`FileSink`](super::file_sink::FileSink))
+//!   take the same lock ([`OutputLock`]).
 //! - A commit that fails (a full disk, an I/O error) cuts the output back to
 //!   its length before the commit and fsyncs it before returning the error,
 //!   so readers only ever see committed transactions.
@@ -42,6 +51,7 @@ use super::two_phase::TwoPhaseCommitSink;
 use crate::operators::sink::SinkContext;
 use crate::{Error, Result};
 use floe_actors::element::Batch;
+use floe_actors::ids::CheckpointId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -55,7 +65,8 @@ mod commit;
 mod lock;
 
 use commit::{BudgetedWriter, LogLine};
-use lock::{OutputClaim, OutputState, claim_output, output_state};
+pub use lock::OutputLock;
+use lock::{OutputClaim, OutputState, claim_output, lock_paths, output_state};
 
 /// A transaction of [`TransactionalFileSink`]: names its pending file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -158,15 +169,16 @@ impl TransactionalFileSink {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("cannot inspect output file", &given, e)),
         }
-        let path = std::path::absolute(&given)
-            .map_err(|e| Error::io("cannot resolve output file", &given, e))?;
+        let (path, lock_path) = lock_paths(&given).map_err(|e| match e {
+            Error::Config(_) => not_regular(),
+            e => e,
+        })?;
         let file_name = path
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(not_regular)?
             .to_string();
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let lock_path = dir.join(format!(".{file_name}.floe-lock"));
         let claim = claim_output(&path, &lock_path)?;
         Ok(TransactionalFileSink {
             path,
@@ -262,8 +274,14 @@ impl TransactionalFileSink {
         Ok(())
     }
 
-    /// Commits `txn` with the output's lock held.
-    fn commit_locked(&self, state: &mut OutputState, txn: &FileTransaction) -> Result<()> {
+    /// Commits `txn`, pre-committed for `checkpoint`, with the output's
+    /// lock held.
+    fn commit_locked(
+        &self,
+        state: &mut OutputState,
+        txn: &FileTransaction,
+        checkpoint: Option<u64>,
+    ) -> Result<()> {
         let log = state.log(&self.commit_log_path(), &self.path)?;
         let pending = self.pending_path(txn);
         if log.is_done(&txn.name) {
@@ -282,7 +300,8 @@ impl TransactionalFileSink {
         };
         let start = log.len;
         let mut out = self.open_output(start)?;
-        log.append(&format!("begin {} {start}", txn.name))?;
+        let label = checkpoint.map_or_else(|| "-".to_string(), |c| c.to_string());
+        log.append(&format!("begin {} {start} {label}", txn.name))?;
         let appended = if self.output_budget.load(Ordering::Relaxed) == u64::MAX {
             // File to file: the kernel copies (copy_file_range).
             std::io::copy(&mut data, &mut out)
@@ -305,7 +324,7 @@ impl TransactionalFileSink {
             // Not recorded as done: not committed, so not to be seen.
             return Err(self.roll_back(&out, start, e));
         }
-        log.apply(LogLine::Begin(txn.name.clone(), start));
+        log.apply(LogLine::Begin(txn.name.clone(), start, checkpoint));
         log.apply(LogLine::Done(txn.name.clone(), end));
         remove_if_present(&pending)
     }
@@ -443,16 +462,16 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
         sync_dir(&self.dir)
     }
 
+    /// Commits a transaction whose checkpoint is not known: a later
+    /// restore keeps it whatever checkpoint it restores.
     fn commit(&mut self, txn: FileTransaction) -> Result<()> {
-        self.writers.remove(&txn.name);
-        let state = output_state(&self.path);
-        let mut state = lock(&state);
-        let r = self.commit_locked(&mut state, &txn);
-        if r.is_err() {
-            // What reached the disk is unknown: re-read the log next time.
-            state.log = None;
-        }
-        r
+        self.commit_labelled(txn, None)
+    }
+
+    /// Commits `txn`, recording `checkpoint` with it in the commit log: a
+    /// restore of an earlier checkpoint drops it.
+    fn commit_for(&mut self, checkpoint: CheckpointId, txn: FileTransaction) -> Result<()> {
+        self.commit_labelled(txn, Some(checkpoint.0))
     }
 
     fn abort(&mut self, txn: FileTransaction) -> Result<()> {
@@ -460,31 +479,64 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
         remove_if_present(&self.pending_path(&txn))
     }
 
+    /// Commits `committed` as the transactions pending at a checkpoint not
+    /// known: nothing committed is dropped.
+    fn recover(&mut self, committed: Vec<FileTransaction>) -> Result<()> {
+        let pending = committed.into_iter().map(|t| (AFTER_ALL, t)).collect();
+        TwoPhaseCommitSink::<T>::recover_to(self, AFTER_ALL, pending)
+    }
+
     /// Restores the output to checkpoint n, given the transactions pending at n
-    /// (of every former subtask):
+    /// (of every former subtask) and the checkpoint of each:
     ///
-    /// 1. Output committed after n is dropped, because the replay produces it
-    ///    again. Every subtask running at n has a transaction pending at n and
-    ///    commits its later ones after it, so in the log everything before the
-    ///    first restored transaction belongs to n or earlier, and what follows
-    ///    is restored transactions mixed with later ones. If later ones are
-    ///    there, the restored ones among them are copied back into their
-    ///    pending files, a `truncate` to the first restored transaction is
-    ///    logged and the output is cut there.
-    /// 2. The restored transactions are committed, idempotently.
-    /// 3. Leftover pending files of this output (transactions begun after n,
+    /// 1. Transactions an earlier recovery cut and requeued (it died before
+    ///    it appended them again) are appended.
+    /// 2. Output committed for a checkpoint after n is dropped, because the
+    ///    replay produces it again. Every commit is logged with its
+    ///    checkpoint, so this is exact whatever order the subtasks committed
+    ///    in: from the first such commit on, the output is cut; the commits
+    ///    after that point of checkpoints up to n are first copied back into
+    ///    their pending files and listed in the `truncate` line, then
+    ///    appended again. Commits whose checkpoint is not known (logs of
+    ///    earlier versions, direct [`commit`](TwoPhaseCommitSink::commit)
+    ///    calls) are kept.
+    /// 3. The restored transactions are committed, idempotently.
+    /// 4. Leftover pending files of this output (transactions begun after n,
     ///    or aborted by a crash) are deleted, except those of sink instances
     ///    alive in this process.
     ///
     /// A restored run keeps appending to the same output.
-    fn recover(&mut self, committed: Vec<FileTransaction>) -> Result<()> {
+    fn recover_to(
+        &mut self,
+        restored: CheckpointId,
+        pending: Vec<(CheckpointId, FileTransaction)>,
+    ) -> Result<()> {
         *lock(&self.initialized) = true;
         let state = output_state(&self.path);
         let mut state = lock(&state);
         // Re-read: the log may have been written by the process that failed.
         state.log = None;
-        let r = self.recover_locked(&mut state, &committed);
+        let pending: Vec<(u64, FileTransaction)> =
+            pending.into_iter().map(|(c, t)| (c.0, t)).collect();
+        let r = self.recover_locked(&mut state, restored.0, &pending);
         if r.is_err() {
+            state.log = None;
+        }
+        r
+    }
+}
+
+/// The checkpoint of nothing later: a restore at it drops no commit.
+const AFTER_ALL: CheckpointId = CheckpointId(u64::MAX);
+
+impl TransactionalFileSink {
+    fn commit_labelled(&mut self, txn: FileTransaction, checkpoint: Option<u64>) -> Result<()> {
+        self.writers.remove(&txn.name);
+        let state = output_state(&self.path);
+        let mut state = lock(&state);
+        let r = self.commit_locked(&mut state, &txn, checkpoint);
+        if r.is_err() {
+            // What reached the disk is unknown: re-read the log next time.
             state.log = None;
         }
         r
