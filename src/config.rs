@@ -60,7 +60,8 @@ pub enum RestoreMode {
 /// The settings of a job, set on the environment before operators are added.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// Default parallelism of operators (sources of collections and files use 1).
+    /// Default parallelism of operators (sources of collections and files
+    /// use 1); by default one per core, at most the max parallelism.
     pub parallelism: usize,
     /// Number of key groups (the upper bound of keyed parallelism).
     pub max_parallelism: u32,
@@ -97,7 +98,8 @@ impl Default for Config {
     fn default() -> Self {
         let runtime = RuntimeConfig::default();
         Config {
-            parallelism: runtime.arbiters,
+            // One subtask per core, within the key groups.
+            parallelism: runtime.arbiters.min(DEFAULT_MAX_PARALLELISM as usize),
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             chaining: true,
             seed: 0x5eed,

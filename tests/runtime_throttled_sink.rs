@@ -4,7 +4,11 @@
 //! at the end of input, a "sink rate" throttled every word the sum counted
 //! (`floe run wordcount --sink-rate 10000` on 116 MB took 11 minutes). The
 //! throttled operator now heads a chain of its own, so its chain's input is
-//! exactly what it receives: checked by counts, never by time.
+//! exactly what it receives: checked by counts, never by time, in the
+//! library and in `floe run wordcount --sink-rate` (whose sink receives
+//! the `word,count` lines).
+
+mod cli_common;
 
 use floe::StreamExecutionEnvironment;
 use floe::operators::sink::SinkFunction;
@@ -64,4 +68,54 @@ fn a_throttled_sink_behind_a_keyed_sum_counts_the_sums_it_receives() {
     );
     let chain_in: u64 = chain.iter().map(|s| s.records_in).sum();
     assert_eq!(chain_in, oracle.len() as u64);
+}
+
+/// `floe run wordcount --sink-rate`: the sink's chain receives one
+/// `word,count` record per word of the oracle, and writes the oracle's
+/// counts (read from `/status` once the job has ended).
+#[test]
+fn wordcount_sink_rate_counts_the_lines_the_sink_receives() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("words.txt");
+    let mut rng = cli_common::SplitMix(0x5eed_0008);
+    let text: String = (0..5_000)
+        .map(|_| format!("w{} w{}\n", rng.below(400), rng.below(40)))
+        .collect();
+    std::fs::write(&input, &text).unwrap();
+    let oracle = cli_common::count_words(&text);
+    let out = dir.path().join("counts.txt");
+    let served = cli_common::serve(&[
+        "run",
+        "wordcount",
+        "--input",
+        input.to_str().unwrap(),
+        "--sink-rate",
+        "1000000",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let got = cli_common::parse_counts(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(got, oracle);
+    let status = served.status();
+    let sink: Vec<&serde_json::Value> = status["subtasks"]
+        .as_array()
+        .expect("subtasks")
+        .iter()
+        .filter(|s| {
+            s["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("Final Counts"))
+        })
+        .collect();
+    assert!(!sink.is_empty(), "{status}");
+    assert!(
+        sink.iter()
+            .all(|s| !s["name"].as_str().unwrap_or("").contains("Keyed Sum")),
+        "{status}"
+    );
+    let received: u64 = sink
+        .iter()
+        .map(|s| s["records_in"].as_u64().expect("records_in"))
+        .sum();
+    assert_eq!(received, oracle.len() as u64);
 }

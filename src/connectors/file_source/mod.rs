@@ -625,4 +625,39 @@ mod tests {
         drain(&mut restored, 1000);
         assert_eq!(restored.watermark(), None);
     }
+
+    /// A pipe is one split, subtask 0's; a restore of it read part-way is
+    /// refused (it cannot be read again), one read to its end restores as
+    /// finished, and neither opens the pipe (which would wait for a writer).
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_is_one_split_and_restores_only_when_finished() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("fifo");
+        let c = std::ffi::CString::new(path.to_str().expect("UTF-8")).expect("no NUL");
+        // SAFETY: `c` is a NUL-terminated path that lives for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let source = FileSource::new(&path, Utf8Lines)
+            .expect("a pipe is an input")
+            .split_size(7);
+        assert!(source.is_pipe());
+        assert_eq!(source.splits().len(), 1);
+        assert!(source.reader(&ctx(1, 2)).splits().is_empty());
+        let mut state = SplitState::unread(&source.splits()[0]);
+        state.next = Some(12);
+        let entry = |s: &SplitState| vec![super::super::encode_entry(s).expect("encodes")];
+        let e = source
+            .reader(&ctx(0, 2))
+            .restore_state(entry(&state))
+            .expect_err("a pipe read part-way cannot be restored")
+            .to_string();
+        assert!(e.contains("cannot be read again"), "{e}");
+        state.finished = true;
+        let mut reader = source.reader(&ctx(0, 2));
+        reader.restore_state(entry(&state)).expect("restores");
+        assert_eq!(
+            reader.poll_batch(8, &mut Vec::new()).expect("polls"),
+            SourcePoll::Finished
+        );
+    }
 }
