@@ -249,7 +249,7 @@ fn sigterm_without_a_checkpoint_directory_keeps_a_savepoint_to_resume_from() {
     let mut args = wordcount_args(&out, &dir.path().join("unused"), &[]);
     let at = args.iter().position(|a| a == "--checkpoint-dir").unwrap();
     args.drain(at..at + 2);
-    args.extend(["--sink-rate", "10000", "--status-interval", "20"].map(String::from));
+    args.extend(["--count-rate", "10000", "--status-interval", "20"].map(String::from));
     let stderr = stop_run("-TERM", 143, args, Some(&tmp));
     let savepoint: PathBuf = stderr
         .lines()

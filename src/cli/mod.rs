@@ -118,6 +118,10 @@ pub struct WindowArgs {
     /// What to do with a malformed line: fail (default) or skip.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_bad_record: window::OnBadRecord,
+    /// A line of an `--input` file longer than this many bytes is a bad
+    /// record, read past without being held.
+    #[arg(long, default_value_t = window::DEFAULT_MAX_LINE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_line_bytes: u64,
     /// Bytes per split of the `--input` file, shared out over the source's
     /// subtasks round robin (with periodic watermarks).
     #[arg(long, default_value_t = floe::connectors::file_source::DEFAULT_SPLIT_SIZE, value_parser = clap::value_parser!(u64).range(1..))]

@@ -9,7 +9,8 @@
 //! watermark the minimum over its unfinished splits'; with `--watermarks
 //! per-record` one subtask reads the file in order, so the watermarks and
 //! late records are exactly those of the file's order. Either way a bad line
-//! is named by its line number. The records are keyed by `key` and windowed
+//! is named by its line number; a line longer than `--max-line-bytes` is a
+//! bad one, read past without being held. The records are keyed by `key` and windowed
 //! at the job's parallelism. Each firing writes
 //! `key,window_start,window_end,value`; late records are written unchanged
 //! to `--late-output`. Written directly (stdout, or a file without
@@ -24,7 +25,7 @@
 use super::WindowArgs;
 use super::output::Output;
 use super::progress::Progress;
-use floe::connectors::file_source::{FileSource, LineDecoder};
+use floe::connectors::file_source::{FileSource, LineDecoder, LongLines};
 use floe::time::WatermarkStrategy;
 use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
 use floe::{Error, OutputTag, StreamExecutionEnvironment};
@@ -37,6 +38,11 @@ pub use firing::{BlockPool, Firing, FiringLines};
 
 /// The name of the job's source, whose records (lines) the summary counts.
 const SOURCE: &str = "Text File Source";
+
+/// `--max-line-bytes` when not given: far above any `key,timestamp,value`
+/// line, small enough that a runaway line (a file without newlines) costs
+/// a few MiB of buffer, not its size.
+pub const DEFAULT_MAX_LINE_BYTES: u64 = 1 << 20;
 
 /// The longest key a [`SmolStr`] holds inline, without allocating.
 const INLINE_KEY: usize = 23;
@@ -534,7 +540,10 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     let skip = args.on_bad_record == OnBadRecord::Skip;
     let events = match input {
         super::connectors::Input::File(path) => {
-            let mut source = FileSource::new(path, decoder)?.split_size(args.split_size);
+            let max_line = usize::try_from(args.max_line_bytes).unwrap_or(usize::MAX);
+            let mut source = FileSource::new(path, decoder)?
+                .split_size(args.split_size)
+                .long_lines(LongLines::Refuse(max_line));
             if skip {
                 source = source.skip_bad_lines(bad.clone());
             }

@@ -26,6 +26,11 @@
 //! - **Pipes** ([`pipe`]): an input that is a pipe (a FIFO) is read as a
 //!   stream, by subtask 0 alone, until its writer closes it; a checkpoint
 //!   taken while it is read part-way cannot be restored.
+//! - **Long lines** ([`LongLines`]): read whole by default; a job can
+//!   bound what one costs instead, reading it in pieces cut at word
+//!   boundaries or refusing it as a bad line, read past without being held.
+//!   A batch holds at most about [`BATCH_BYTES`] of lines, so the lines in
+//!   flight stay within the channels' credits times that.
 
 pub mod split;
 
@@ -33,7 +38,7 @@ mod pipe;
 mod reader;
 
 use self::pipe::{Next, PipeReader};
-use self::reader::SplitReader;
+use self::reader::{Line, SplitReader};
 use self::split::{FileSplit, SplitState};
 use super::{SourceContext, SourceFunction, SourcePoll};
 use crate::{Error, Record, Result};
@@ -45,6 +50,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// 100 MB file share it evenly and a time-ordered file's subtasks stay
 /// close in event time, large enough that opening a split costs nothing.
 pub const DEFAULT_SPLIT_SIZE: u64 = 4 << 20;
+
+/// A source subtask ends a batch once its lines add up to this many bytes
+/// (or it has as many lines as the batch size): with long lines, the
+/// credits of a channel bound its bytes in flight, not only its records.
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// What a line longer than a bound costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LongLines {
+    /// Every line is read whole, however long (the read buffer grows to
+    /// hold it).
+    #[default]
+    Whole,
+    /// A line longer than this many bytes is read and decoded in pieces of
+    /// at most this many bytes, each cut after an ASCII byte that is
+    /// neither a letter nor a digit, so no word of letters and digits is
+    /// cut (a word longer than the bound makes its piece longer). A piece
+    /// is a record of its own, and a checkpoint may fall between two
+    /// pieces. For jobs that look at words, not lines (a word count).
+    Pieces(usize),
+    /// A line longer than this many bytes is a bad line (skipped and
+    /// counted, or failing the job naming it), read past without being
+    /// held: the buffer holds at most about this many bytes of it.
+    Refuse(usize),
+}
 
 /// Turns one line into a record, from the read buffer.
 pub trait LineDecoder: Clone + Send + 'static {
@@ -140,6 +170,7 @@ pub struct FileSource<D> {
     skipped: Option<Arc<AtomicU64>>,
     bound: Option<i64>,
     interval: std::time::Duration,
+    long: LongLines,
 }
 
 impl<D: LineDecoder> FileSource<D> {
@@ -177,7 +208,14 @@ impl<D: LineDecoder> FileSource<D> {
             skipped: None,
             bound: None,
             interval: std::time::Duration::ZERO,
+            long: LongLines::Whole,
         })
+    }
+
+    /// Reads lines longer than a bound as `long` says (default: whole).
+    pub fn long_lines(mut self, long: LongLines) -> Self {
+        self.long = long;
+        self
     }
 
     /// Cuts the files into splits of `bytes` (at least 1) instead (a pipe
@@ -250,6 +288,7 @@ impl<D: LineDecoder> FileSource<D> {
             timestamps: self.bound.is_some(),
             interval: self.interval,
             last_watermark: None,
+            long: self.long,
         }
     }
 }
@@ -273,6 +312,7 @@ pub struct FileSourceReader<D> {
     interval: std::time::Duration,
     /// When the watermark was last computed.
     last_watermark: Option<std::time::Instant>,
+    long: LongLines,
 }
 
 impl<D: LineDecoder> FileSourceReader<D> {
@@ -351,6 +391,7 @@ impl<D: LineDecoder> FileSourceReader<D> {
                 s.start,
                 s.end,
                 s.next,
+                self.long,
             )?);
             return Ok(true);
         }
@@ -364,20 +405,35 @@ impl<D: LineDecoder> SourceFunction<D::Out> for FileSourceReader<D> {
             return self.poll_pipe(max, out);
         }
         let mut read = 0;
-        while read < max {
+        let mut bytes = 0;
+        while read < max && bytes < BATCH_BYTES {
             if self.current.is_none() && !self.open_next()? {
                 return Ok(SourcePoll::Finished);
             }
             let state = &mut self.splits[self.cursor];
             let reader = self.current.as_mut().expect("opened above");
             let mut max_ts = state.max_timestamp;
-            while read < max {
+            while read < max && bytes < BATCH_BYTES {
                 let Some((at, line)) = reader.next_line()? else {
                     state.finished = true;
                     break;
                 };
                 read += 1;
-                match self.decoder.decode(line) {
+                let too_long = matches!(line, Line::TooLong(_));
+                let decoded = match line {
+                    Line::Text(line) => {
+                        bytes += line.len();
+                        self.decoder.decode(line)
+                    }
+                    Line::TooLong(n) => Err(format!(
+                        "a line of {n} bytes, longer than {} bytes",
+                        match self.long {
+                            LongLines::Refuse(max) => max,
+                            _ => 0,
+                        }
+                    )),
+                };
+                match decoded {
                     Ok(value) => {
                         let timestamp = if self.timestamps {
                             let ts = self.decoder.timestamp(&value);
@@ -398,7 +454,11 @@ impl<D: LineDecoder> SourceFunction<D::Out> for FileSourceReader<D> {
                         None => {
                             let path = Path::new(&state.path);
                             let line = reader::line_number(path, at)?;
-                            return Err(self.decoder.error(path, line, message));
+                            return Err(if too_long {
+                                Error::BadRecord { line, message }
+                            } else {
+                                self.decoder.error(path, line, message)
+                            });
                         }
                     },
                 }
@@ -470,6 +530,7 @@ impl<D: LineDecoder> SourceFunction<D::Out> for FileSourceReader<D> {
 mod tests {
     use super::*;
     use floe_actors::ids::SubtaskIndex;
+    use std::collections::HashMap;
 
     fn ctx(subtask: usize, parallelism: usize) -> SourceContext {
         SourceContext {
@@ -659,5 +720,76 @@ mod tests {
             reader.poll_batch(8, &mut Vec::new()).expect("polls"),
             SourcePoll::Finished
         );
+    }
+
+    /// One 3 MB line of words (with short lines around it) read in pieces
+    /// by 1 to 3 subtasks, each stopped mid-line and restored at another
+    /// parallelism: every batch holds at most [`BATCH_BYTES`] and a piece,
+    /// every record at most a piece (plus a word), and the words counted
+    /// are the line's, as a HashMap counts them.
+    #[test]
+    fn a_long_line_comes_in_bounded_pieces_that_keep_its_words() {
+        const PIECE: usize = 4096;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("in.txt");
+        let mut rng = crate::text::SplitMix(0xb16);
+        let mut text = String::from("first line\n");
+        while text.len() < 3 << 20 {
+            let len = 1 + rng.below(9) as usize;
+            text.extend((0..len).map(|_| (b'a' + rng.below(5) as u8) as char));
+            text.push_str(if rng.below(7) == 0 { ", " } else { " " });
+        }
+        text.push_str("\nlast line\n");
+        std::fs::write(&path, &text).expect("write");
+        let mut oracle: HashMap<String, u64> = HashMap::new();
+        for w in crate::tokenize(&text) {
+            *oracle.entry(w).or_default() += 1;
+        }
+        let source = FileSource::new(&path, Utf8Lines)
+            .expect("opens")
+            .split_size(300_000)
+            .long_lines(LongLines::Pieces(PIECE));
+        for (from, to) in [(1, 1), (1, 3), (3, 2), (2, 1)] {
+            let what = format!("{from} -> {to}");
+            let mut words: HashMap<String, u64> = HashMap::new();
+            let mut count = |batch: &mut Vec<Record<String>>| {
+                let bytes: usize = batch.iter().map(|r| r.value.len()).sum();
+                assert!(
+                    bytes <= BATCH_BYTES + PIECE + 16,
+                    "{what}: a batch of {bytes} bytes"
+                );
+                for r in batch.drain(..) {
+                    assert!(
+                        r.value.len() <= PIECE + 16,
+                        "{what}: a record of {} bytes",
+                        r.value.len()
+                    );
+                    for w in crate::tokenize(&r.value) {
+                        *words.entry(w).or_default() += 1;
+                    }
+                }
+            };
+            let mut entries = Vec::new();
+            for i in 0..from {
+                let mut reader = source.reader(&ctx(i, from));
+                let mut batch = Vec::new();
+                for _ in 0..(2 + i) {
+                    reader.poll_batch(1024, &mut batch).expect("reads");
+                    count(&mut batch);
+                }
+                entries.extend(reader.snapshot_state().expect("snapshots"));
+            }
+            for j in 0..to {
+                let mut reader = source.reader(&ctx(j, to));
+                let share = entries.iter().skip(j).step_by(to).cloned().collect();
+                reader.restore_state(share).expect("restores");
+                let mut batch = Vec::new();
+                while reader.poll_batch(1024, &mut batch).expect("reads") == SourcePoll::Ready {
+                    count(&mut batch);
+                }
+                count(&mut batch);
+            }
+            assert_eq!(words, oracle, "{what}");
+        }
     }
 }
