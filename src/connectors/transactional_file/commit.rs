@@ -263,7 +263,12 @@ impl CommitLog {
                         self.requeued.push(r);
                     }
                 }
-                self.txns.retain(|t| t.offset < len);
+                // An empty commit at the cut lies before it (it has no
+                // bytes to lose): only commits with bytes at or past the cut
+                // are cut. An empty commit of a later checkpoint kept as
+                // done holds nothing a replay could duplicate.
+                self.txns
+                    .retain(|t| t.offset < len || (t.offset == len && t.end == Some(len)));
                 self.done = self
                     .txns
                     .iter()
