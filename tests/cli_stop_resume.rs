@@ -18,9 +18,15 @@
 //! Each run is stopped once its status line reports a number of records
 //! emitted (the event): the job is then mid-way, under backpressure, with
 //! checkpoints in progress. Sequences differ in that number, as chaos seeds.
+//!
+//! After every run the directories hold only what they must: the output,
+//! its commit log and lock file (no pending file: the transactions begun
+//! after the final checkpoint used to be left behind), and in the
+//! checkpoint directory the store and the directories of the checkpoints
+//! it retains (none of an aborted or superseded checkpoint).
 
 mod cli_common;
-use cli_common::{pipelines_oracle, sorted};
+use cli_common::{pipelines_oracle, run_ok_output, sorted};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -104,6 +110,49 @@ fn run_and_stop(args: &[String], stop_at: u64) -> (i32, String) {
     (status.code().unwrap_or(-1), stderr)
 }
 
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("a directory")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Asserts what a run left in `dir` (the output's) and `checkpoints`.
+fn assert_clean(dir: &Path, checkpoints: &Path, log: &str) {
+    assert_eq!(
+        names(dir),
+        [
+            ".out.txt.floe-commits",
+            ".out.txt.floe-lock",
+            "ck",
+            "out.txt"
+        ],
+        "the output's directory; stderr:\n{log}"
+    );
+    let (listed, _) = run_ok_output(&["checkpoints", "list", s(checkpoints)]);
+    let mut retained: Vec<String> = listed
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|id| format!("chk-{id}"))
+        .collect();
+    retained.push("checkpoints.redb".to_string());
+    retained.sort();
+    assert_eq!(
+        names(checkpoints),
+        retained,
+        "the checkpoint directory holds the store and its retained checkpoints only"
+    );
+}
+
 #[test]
 fn repeated_sigterm_and_resume_commit_exactly_the_uninterrupted_output() {
     let oracle = pipelines_oracle(RECORDS, SEED);
@@ -115,6 +164,7 @@ fn repeated_sigterm_and_resume_commit_exactly_the_uninterrupted_output() {
         for run in 0..STOPS {
             let (code, stderr) = run_and_stop(&args(&output, &checkpoints, run > 0), stop_at);
             log.push_str(&stderr);
+            assert_clean(dir.path(), &checkpoints, &log);
             match code {
                 143 => stops += 1,
                 0 => break,
@@ -125,6 +175,7 @@ fn repeated_sigterm_and_resume_commit_exactly_the_uninterrupted_output() {
         let (code, stderr) = run_and_stop(&args(&output, &checkpoints, true), u64::MAX);
         log.push_str(&stderr);
         assert_eq!(code, 0, "the last run failed; stderr:\n{log}");
+        assert_clean(dir.path(), &checkpoints, &log);
         let got = sorted(&std::fs::read_to_string(&output).expect("output"));
         let lost = oracle
             .iter()

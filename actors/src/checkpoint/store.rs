@@ -75,10 +75,34 @@ pub struct CheckpointStore {
     db: Database,
     /// Serializes commit and retention.
     commit_lock: Mutex<()>,
+    /// The database file's identity when opened: a commit checks that the
+    /// file is still there, so a checkpoint directory deleted or replaced
+    /// while the job runs fails its checkpoints loudly instead of writing
+    /// into a database no one will find.
+    db_identity: Option<FileIdentity>,
     /// Shared blobs written by this instance and not yet referenced by a
     /// committed checkpoint: they may belong to a checkpoint in flight, so
     /// retention leaves them alone.
     pending_shared: Mutex<HashSet<String>>,
+}
+
+/// Which file a path names (device and inode on Unix; existence
+/// elsewhere); `None` when there is none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileIdentity(u64, u64);
+
+fn file_identity(path: &Path) -> Option<FileIdentity> {
+    let meta = fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some(FileIdentity(meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Some(FileIdentity(0, 0))
+    }
 }
 
 impl CheckpointStore {
@@ -116,6 +140,7 @@ impl CheckpointStore {
     fn with_db(dir: &Path, db_path: PathBuf, db: Database) -> CheckpointStore {
         CheckpointStore {
             root: dir.to_path_buf(),
+            db_identity: file_identity(&db_path),
             db_path,
             db,
             commit_lock: Mutex::new(()),
@@ -204,6 +229,17 @@ impl CheckpointStore {
                 "metadata has format version {}, expected {CHECKPOINT_FORMAT_VERSION}",
                 meta.version
             )));
+        }
+        if self.db_identity.is_some() && file_identity(&self.db_path) != self.db_identity {
+            let message = format!(
+                "the checkpoint directory '{}' was deleted or replaced while the job ran \
+                 (its database '{}' is gone): checkpoint {} is not stored",
+                self.root.display(),
+                self.db_path.display(),
+                id.0
+            );
+            tracing::error!("{message}");
+            return Err(failed(message));
         }
         if self.get_row(id)?.is_some() {
             return Err(failed("already committed".into()));

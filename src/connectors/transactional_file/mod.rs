@@ -138,7 +138,19 @@ impl Clone for TransactionalFileSink {
 }
 
 impl Drop for TransactionalFileSink {
+    /// The transactions still open (begun, not pre-committed) belong to no
+    /// checkpoint and can never be committed: their pending files go. So a
+    /// job that stops after its final checkpoint (or ends, fails, or
+    /// restarts) leaves none behind; a process that dies leaves them to the
+    /// next recovery.
     fn drop(&mut self) {
+        for (name, writer) in std::mem::take(&mut self.writers) {
+            drop(writer.into_parts());
+            let pending = self.pending_path(&FileTransaction { name });
+            if let Err(e) = remove_if_present(&pending) {
+                tracing::warn!(error = %e, "cannot remove an open transaction's pending file");
+            }
+        }
         if let Some(nonce) = &self.nonce {
             lock(&output_state(&self.path)).live.remove(nonce);
         }

@@ -1,0 +1,91 @@
+//! A checkpoint directory deleted while the job runs is noticed at the next
+//! checkpoint: one loud line names it, the checkpoint fails, and the job
+//! follows its tolerable-failure policy — here none tolerated, so the job
+//! fails over, finds no checkpoint to restore (they went with the
+//! directory) and fails with one error line, exit non-zero. What it had
+//! committed stays exact: lines of the oracle, none twice.
+//!
+//! The bug story: the store kept writing into its database file after the
+//! directory was deleted (the open file lives on, unlinked), so checkpoints
+//! "completed" into a database no one would find, without a line, and the
+//! job ended as if all was well with nothing to resume from.
+
+mod cli_common;
+use cli_common::{pipelines_oracle, sorted};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const RECORDS: u64 = 60_000;
+const SEED: u64 = 9;
+
+#[test]
+fn a_deleted_checkpoint_directory_fails_the_next_checkpoint_loudly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, ck) = (dir.path().join("out.txt"), dir.path().join("ck"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "run",
+            "pipelines",
+            "--records",
+            &RECORDS.to_string(),
+            "--seed",
+            &SEED.to_string(),
+            "--parallelism",
+            "2",
+            "--output",
+            out.to_str().unwrap(),
+            "--checkpoint-interval",
+            "30",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+            "--sink-rate",
+            "10000",
+            "--status-interval",
+            "20",
+        ])
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("floe starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut all = String::new();
+    let mut deleted = false;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.expect("stderr line");
+        // The event: a completed checkpoint; the throttled sink keeps the
+        // job running for seconds after it.
+        if !deleted && line.starts_with("status ") && !line.contains(" checkpoints=0 ") {
+            // Moved away in one step (a removal races the job's writes).
+            std::fs::rename(&ck, dir.path().join("gone")).expect("move the directory away");
+            deleted = true;
+        }
+        all.push_str(&line);
+        all.push('\n');
+    }
+    let status = child.wait().expect("floe exits");
+    assert!(deleted, "no checkpoint completed; stderr:\n{all}");
+    let loud = all
+        .lines()
+        .find(|l| l.contains("was deleted or replaced while the job ran"));
+    assert!(
+        loud.is_some_and(|l| l.contains(ck.to_str().unwrap())),
+        "one line names the deleted directory; stderr:\n{all}"
+    );
+    assert!(
+        !status.success(),
+        "no checkpoint left to restore; stderr:\n{all}"
+    );
+    let last = all.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: "),
+        "ends with one error line:\n{all}"
+    );
+    let got = sorted(&std::fs::read_to_string(&out).expect("output"));
+    let oracle = pipelines_oracle(RECORDS, SEED);
+    assert!(
+        got.windows(2).all(|w| w[0] != w[1]) && got.iter().all(|l| oracle.binary_search(l).is_ok()),
+        "the committed output holds lines of the oracle, each once"
+    );
+}
