@@ -9,8 +9,8 @@
 //! holding channel state on an edge whose parallelism changes is refused
 //! with one line saying what to restore instead.
 //!
-//! Each seed runs a sliding-window sum with unaligned checkpoints under
-//! backpressure (one credit per channel; a throttled sink, or windows
+//! Each seed runs a sliding-window sum with unaligned checkpoints (two
+//! seeds: aligned, for contrast) under backpressure (one credit per channel; a throttled sink, or windows
 //! slower than the source), kills it (SIGKILL) once its status line
 //! counts 1 to 3 completed checkpoints, then restores the newest at another
 //! parallelism into the same output: with channel state it must be refused
@@ -138,7 +138,7 @@ fn channel_state(ck: &Path) -> (bool, bool) {
 fn unaligned_checkpoints_restore_at_another_parallelism_exactly_or_are_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut refused, mut restored, mut source_only) = (0, 0, 0usize);
-    for seed in 0..6u64 {
+    for seed in 0..8u64 {
         let (text, events) = cli_common::window_input(
             0x5ca1e + seed,
             &WindowInput {
@@ -156,20 +156,27 @@ fn unaligned_checkpoints_restore_at_another_parallelism_exactly_or_are_refused()
         std::fs::write(&input, text).expect("write the input");
         let out = dir.path().join(format!("out-{seed}.txt"));
         let ck = dir.path().join(format!("ck-{seed}"));
-        let interval = ["10", "25", "15", "40", "5", "30"][seed as usize];
+        let interval = ["10", "25", "15", "40", "5", "30", "10", "20"][seed as usize];
         let mut flags = vec![
             "--checkpoint-interval",
             interval,
-            "--unaligned",
             "--credits",
             "1",
             "--checkpoint-dir",
             s(&ck),
         ];
+        // Seeds 6 and 7 take aligned checkpoints (no channel state: they
+        // restore at any parallelism).
+        if seed < 6 {
+            flags.push("--unaligned");
+        }
         // Odd seeds: the windows are the bottleneck (what leaves channel
         // state at the source's output only); even seeds: a throttled sink.
         if seed % 2 == 0 {
-            flags.extend(["--sink-rate", ["20000", "8000", "30000"][seed as usize / 2]]);
+            flags.extend([
+                "--sink-rate",
+                ["20000", "8000", "30000", "10000"][seed as usize / 2],
+            ]);
         }
         let first = window_args(&input, "2", &out, &flags);
         let what = format!("seed {seed}");
@@ -205,4 +212,5 @@ fn unaligned_checkpoints_restore_at_another_parallelism_exactly_or_are_refused()
         "refused {refused} (channel state at the source, none at the windows: {source_only}), restored {restored}"
     );
     assert!(refused > 0, "no checkpoint held channel state");
+    assert!(restored >= 2, "the aligned checkpoints did not restore");
 }
