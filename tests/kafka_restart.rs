@@ -373,11 +373,12 @@ fn the_exactly_once_kafka_sink_survives_a_broker_restart() {
 }
 
 /// A source reader whose broker was killed, dropped before it noticed (it
-/// polled nothing since): its drop returns at once. Its consumer had
-/// committed offsets to its group, so librdkafka's close waits for the
-/// group coordinator, without a deadline — on the subtask's thread that
-/// froze the job's teardown, and with it the job's restart and its error
-/// line. The close now runs on a thread of its own.
+/// polled nothing since), with a checkpoint's offset commit issued after
+/// the kill: its drop returns at once. librdkafka's close waits for that
+/// commit's group coordinator without a deadline — inline, on the
+/// subtask's thread, it froze the job's teardown, and with it the job's
+/// restart and its error line (with the former inline close this test
+/// hangs in the drop). The close now runs on a thread of its own.
 #[test]
 fn dropping_a_reader_whose_broker_is_gone_returns_at_once() {
     use floe::CheckpointId;
@@ -412,8 +413,16 @@ fn dropping_a_reader_whose_broker_is_gone_returns_at_once() {
     reader
         .notify_checkpoint_complete(CheckpointId(1))
         .expect("commits to the group");
+    reader
+        .snapshot_union_state(CheckpointId(2))
+        .expect("snapshot");
     let _restart = Restart;
     services(&["kill", "kafka"]);
+    // A checkpoint completes after the kill: its commit waits for a
+    // coordinator that is gone.
+    reader
+        .notify_checkpoint_complete(CheckpointId(2))
+        .expect("commits to the group");
     let (dropped_tx, dropped) = channel();
     std::thread::spawn(move || {
         drop(reader);

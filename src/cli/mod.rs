@@ -308,6 +308,18 @@ pub fn main() -> i32 {
             command: CheckpointsCommand::Verify { dir },
         } => checkpoints::verify(&dir),
     };
+    // A Kafka client's close (its last offset commit) runs on a thread of
+    // its own: given a few seconds before the process ends.
+    #[cfg(feature = "kafka")]
+    {
+        let left = floe::connectors::kafka::wait_for_closes(std::time::Duration::from_secs(5));
+        if left > 0 {
+            tracing::warn!(
+                target: floe::RECOVERY_LOG_TARGET,
+                "{left} Kafka client(s) still closing after 5 s (a broker away?): not waited for"
+            );
+        }
+    }
     let code = match result {
         Ok(()) => 0,
         Err(e) => {

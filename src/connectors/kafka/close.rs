@@ -8,10 +8,52 @@
 //! itself; it hands it to [`close_in_background`], which drops it on a
 //! thread of its own and says, in one warning, when the close did not end
 //! within [`CLOSE_DEADLINE`] (the client is then left to finish, or not,
-//! on that thread; nothing waits for it).
+//! on that thread). A process about to exit waits for the closes under way,
+//! within a deadline of its own ([`wait_for_closes`]): a consumer's close
+//! sends its last offset commit, which an exit would otherwise cut short.
 
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// How many closes are under way, and a signal when one ends.
+static PENDING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// One close under way: counted from its creation to its drop.
+struct Pending;
+
+impl Pending {
+    fn new() -> Self {
+        *PENDING.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Pending
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut n = PENDING.0.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        PENDING.1.notify_all();
+    }
+}
+
+/// Waits until every close begun so far has ended, at most `deadline`;
+/// how many are still under way then.
+pub fn wait_for_closes(deadline: Duration) -> usize {
+    let until = Instant::now() + deadline;
+    let mut n = PENDING.0.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        n = PENDING
+            .1
+            .wait_timeout(n, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    *n
+}
 
 /// How long a close may take before it is reported as stuck.
 pub const CLOSE_DEADLINE: Duration = Duration::from_secs(30);
@@ -21,10 +63,12 @@ pub const CLOSE_DEADLINE: Duration = Duration::from_secs(30);
 /// `deadline`.
 pub fn close_in_background<C: Send + 'static>(what: &'static str, client: C, deadline: Duration) {
     let (closed_tx, closed) = mpsc::channel::<()>();
+    let pending = Pending::new();
     let closing = std::thread::Builder::new()
         .name("kafka-close".into())
         .spawn(move || {
             drop(client);
+            drop(pending);
             let _ = closed_tx.send(());
         });
     if let Err(e) = closing {
@@ -73,5 +117,17 @@ mod tests {
         close_in_background("test client", Stuck(release.clone()), Duration::ZERO);
         // The drop is waiting on the other side of the barrier.
         release.wait();
+    }
+
+    /// The wait at exit ends when the closes under way have: a close
+    /// held until the test lets it go keeps it waiting (no deadline
+    /// passes: it is an hour), and its end releases it.
+    #[test]
+    fn the_wait_for_closes_ends_with_the_last_close() {
+        let release = Arc::new(Barrier::new(2));
+        close_in_background("test client", Stuck(release.clone()), CLOSE_DEADLINE);
+        let waiting = std::thread::spawn(|| wait_for_closes(Duration::from_secs(3600)));
+        release.wait();
+        assert_eq!(waiting.join().expect("the wait returns"), 0);
     }
 }

@@ -58,6 +58,7 @@ pub mod wire;
 
 pub use assign::partition_owner;
 use assign::partitions_of;
+pub use close::wait_for_closes;
 pub use source::KafkaSourceReader;
 pub use url::KafkaUrl;
 
