@@ -139,39 +139,33 @@ fn a_cut_interrupted_before_its_requeued_commits_is_finished_by_the_next_restore
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
 }
 
-/// An empty transaction committed right before the first commit of a later
-/// checkpoint sits at the very offset the restore cuts at. The cut used to
-/// forget it as done while its pending file was long gone, so the restore
-/// of the checkpoint that holds it failed with "pending file is missing"
-/// (seen restoring a window job's savepoint into the output it had gone on
-/// writing). It lies before the cut: the restore keeps it and goes on.
+/// An empty transaction committed just before the first commit of a later
+/// checkpoint lies at the cut: it is kept (appended again), not dropped
+/// with what lies beyond. It was dropped, and the restore then failed with
+/// "pending file is missing" (a window job restored from a savepoint).
 #[test]
-fn an_empty_commit_at_the_cut_stays_committed() {
+fn an_empty_commit_at_the_cut_is_kept() {
     use floe::connectors::transactional_file::FileTransaction;
     use floe::connectors::two_phase::TwoPhaseCommitSink;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
-    std::fs::write(&path, "a\nlater\n").unwrap();
+    std::fs::write(&path, "a\nx\n").unwrap();
     std::fs::write(
         dir.path().join(".out.txt.floe-commits"),
-        "begin 0-0-1x0 0 2\ndone 0-0-1x0 2\n\
-         begin 0-1-1x0 2 3\ndone 0-1-1x0 2\n\
-         begin 0-2-1x0 2 4\ndone 0-2-1x0 8\n",
+        "begin 0-0-1x0 0 1\ndone 0-0-1x0 2\n\
+         begin 1-0-1x1 2 2\ndone 1-0-1x1 2\n\
+         begin 0-1-1x0 2 3\ndone 0-1-1x0 4\n",
     )
     .unwrap();
+    let empty = FileTransaction {
+        name: "1-0-1x1".into(),
+    };
     let mut sink = TransactionalFileSink::new(&path).unwrap();
-    let pending = vec![(
-        CheckpointId(3),
-        FileTransaction {
-            name: "0-1-1x0".into(),
-        },
-    )];
-    TwoPhaseCommitSink::<String>::recover_to(&mut sink, CheckpointId(3), pending.clone())
-        .expect("the empty transaction is committed");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\n");
-    // Restored again from the same checkpoint: nothing changes.
-    drop(sink);
-    let mut sink = TransactionalFileSink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::recover_to(&mut sink, CheckpointId(3), pending).unwrap();
+    TwoPhaseCommitSink::<String>::recover_to(
+        &mut sink,
+        CheckpointId(2),
+        vec![(CheckpointId(2), empty)],
+    )
+    .expect("restores checkpoint 2");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\n");
 }

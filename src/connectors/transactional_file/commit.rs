@@ -60,9 +60,12 @@ impl TransactionalFileSink {
         let done: Vec<&Committed> = log.txns.iter().filter(|t| t.end.is_some()).collect();
         if let Some(first) = done.iter().position(|t| later(t)) {
             let cut = done[first].offset;
-            let kept: Vec<Committed> = done[first..]
+            // Everything at or beyond the cut goes, an empty transaction
+            // committed just before the first later one too (it lies at
+            // the cut): the ones to keep are appended again.
+            let kept: Vec<Committed> = done
                 .iter()
-                .filter(|t| !later(t))
+                .filter(|t| t.offset >= cut && !later(t))
                 .map(|t| Committed::clone(t))
                 .collect();
             let mut out = File::open(&self.path)
@@ -263,12 +266,7 @@ impl CommitLog {
                         self.requeued.push(r);
                     }
                 }
-                // An empty commit at the cut lies before it (it has no
-                // bytes to lose): only commits with bytes at or past the cut
-                // are cut. An empty commit of a later checkpoint kept as
-                // done holds nothing a replay could duplicate.
-                self.txns
-                    .retain(|t| t.offset < len || (t.offset == len && t.end == Some(len)));
+                self.txns.retain(|t| t.offset < len);
                 self.done = self
                     .txns
                     .iter()
