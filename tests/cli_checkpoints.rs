@@ -393,6 +393,24 @@ fn list_shows_exactly_the_retained_checkpoints() {
         })
         .collect();
     assert_eq!(ids.len() as u64, retain, "rows: {stdout}");
+    // A reader that went away (`floe checkpoints list DIR | head`) ends the
+    // printing, not the command: both commands used to panic on the closed
+    // pipe (exit 101); verify still checks every checkpoint.
+    for command in ["list", "verify"] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["checkpoints", command, s(&ck)])
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked"),
+            "checkpoints {command} into a closed pipe: {:?} {stderr}",
+            out.status
+        );
+    }
     // The newest ones, oldest first, as many directories as rows.
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "rows: {stdout}");
     let dirs = std::fs::read_dir(&ck)

@@ -8,7 +8,24 @@
 use floe::checkpoint::{
     CheckpointError, CheckpointMetadata, CheckpointStore, load_snapshot, store::DATABASE_FILE,
 };
+use std::io::Write;
 use std::path::Path;
+
+/// Prints one line on stdout. A reader that went away (`| head`) ends the
+/// printing, not the command: `verify` still checks every checkpoint and
+/// exits as it finds them.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        say(format_args!($($arg)*))
+    };
+}
+
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    // A closed pipe or a full disk cannot be reported on stdout itself;
+    // the command's result still goes to the exit code.
+    let _ = out.write_fmt(line).and_then(|()| out.write_all(b"\n"));
+}
 
 /// `floe checkpoints list DIR`: one line per committed checkpoint, newest
 /// last, after a header line, columns: `id  time  size_bytes  duration_ms
@@ -17,9 +34,9 @@ use std::path::Path;
 pub fn list(dir: &Path) -> floe::Result<()> {
     let store = CheckpointStore::open_existing(dir)?;
     let checkpoints = store.list()?;
-    println!("{}", header());
+    say!("{}", header());
     for meta in &checkpoints {
-        println!("{}", row(meta));
+        say!("{}", row(meta));
     }
     Ok(())
 }
@@ -58,12 +75,12 @@ pub fn verify(path: &Path) -> floe::Result<()> {
         // One snapshot: a savepoint, a `chk-<id>` directory or a `_metadata`.
         return match load_snapshot(path) {
             Ok(loaded) => {
-                println!("checkpoint {}: ok", loaded.meta.id.0);
+                say!("checkpoint {}: ok", loaded.meta.id.0);
                 Ok(())
             }
             Err(e @ CheckpointError::NotFound { .. }) => Err(e.into()),
             Err(e) => {
-                println!("checkpoint {}: CORRUPT {}", label(&e, path), reason(&e));
+                say!("checkpoint {}: CORRUPT {}", label(&e, path), reason(&e));
                 Err(e.into())
             }
         };
@@ -71,14 +88,14 @@ pub fn verify(path: &Path) -> floe::Result<()> {
     let store = CheckpointStore::open_existing(path)?;
     let checkpoints = store.list()?;
     if checkpoints.is_empty() {
-        println!("no committed checkpoints in '{}'", path.display());
+        say!("no committed checkpoints in '{}'", path.display());
     }
     let mut first_fault = None;
     for meta in &checkpoints {
         match store.verify(meta.id) {
-            Ok(()) => println!("checkpoint {}: ok", meta.id.0),
+            Ok(()) => say!("checkpoint {}: ok", meta.id.0),
             Err(e) => {
-                println!("checkpoint {}: CORRUPT {}", meta.id.0, reason(&e));
+                say!("checkpoint {}: CORRUPT {}", meta.id.0, reason(&e));
                 first_fault.get_or_insert(e);
             }
         }
