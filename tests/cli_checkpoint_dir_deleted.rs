@@ -11,9 +11,7 @@
 //! job ended as if all was well with nothing to resume from.
 
 mod cli_common;
-use cli_common::{pipelines_oracle, sorted};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use cli_common::{checkpointed, floe_command, pipelines_oracle, run_watching, sorted};
 
 const RECORDS: u64 = 60_000;
 const SEED: u64 = 9;
@@ -22,49 +20,42 @@ const SEED: u64 = 9;
 fn a_deleted_checkpoint_directory_fails_the_next_checkpoint_loudly() {
     let dir = tempfile::tempdir().unwrap();
     let (out, ck) = (dir.path().join("out.txt"), dir.path().join("ck"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args([
-            "run",
-            "pipelines",
-            "--records",
-            &RECORDS.to_string(),
-            "--seed",
-            &SEED.to_string(),
-            "--parallelism",
-            "2",
-            "--output",
-            out.to_str().unwrap(),
-            "--checkpoint-interval",
-            "30",
-            "--checkpoint-dir",
-            ck.to_str().unwrap(),
-            "--sink-rate",
-            "10000",
-            "--status-interval",
-            "20",
-        ])
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("floe starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut all = String::new();
+    let args = [
+        "run",
+        "pipelines",
+        "--records",
+        &RECORDS.to_string(),
+        "--seed",
+        &SEED.to_string(),
+        "--parallelism",
+        "2",
+        "--output",
+        out.to_str().unwrap(),
+        "--checkpoint-interval",
+        "30",
+        "--checkpoint-dir",
+        ck.to_str().unwrap(),
+        "--sink-rate",
+        "10000",
+        // Little in flight: a barrier waits for a few hundred records, not
+        // the whole input, so checkpoints go on while the sink drains.
+        "--credits",
+        "1",
+        "--network-buffers",
+        "4",
+        "--status-interval",
+        "20",
+    ];
     let mut deleted = false;
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("stderr line");
+    let (status, all) = run_watching(&mut floe_command(&args), |line, _| {
         // The event: a completed checkpoint; the throttled sink keeps the
         // job running for seconds after it.
-        if !deleted && line.starts_with("status ") && !line.contains(" checkpoints=0 ") {
+        if !deleted && checkpointed(line) {
             // Moved away in one step (a removal races the job's writes).
             std::fs::rename(&ck, dir.path().join("gone")).expect("move the directory away");
             deleted = true;
         }
-        all.push_str(&line);
-        all.push('\n');
-    }
-    let status = child.wait().expect("floe exits");
+    });
     assert!(deleted, "no checkpoint completed; stderr:\n{all}");
     let loud = all
         .lines()

@@ -10,10 +10,10 @@
 //! oracle's (computed from the generator's formula, sorted).
 
 mod cli_common;
-use cli_common::{fails_with_one_error_line, pipelines_oracle, sorted};
-use std::io::{BufRead, BufReader};
+use cli_common::{
+    checkpointed, fails_with_one_error_line, floe_command, pipelines_oracle, run_watching, sorted,
+};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 const RECORDS: u64 = 30_000;
 const SEED: u64 = 3;
@@ -50,29 +50,14 @@ fn args<'a>(output: &'a Path, checkpoints: &'a Path) -> Vec<&'a str> {
 /// Runs the job; with `kill`, sends SIGKILL once a status line reports a
 /// completed checkpoint. Returns whether it exited 0, and its stderr.
 fn run(args: &[&str], kill: bool) -> (bool, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(args)
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("floe starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut all = String::new();
     let mut killed = false;
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("stderr line");
-        let checkpointed = line.starts_with("status ") && !line.contains(" checkpoints=0 ");
-        if kill && checkpointed && !killed {
+    let (status, stderr) = run_watching(&mut floe_command(args), |line, child| {
+        if kill && !killed && checkpointed(line) {
             child.kill().expect("SIGKILL");
             killed = true;
         }
-        all.push_str(&line);
-        all.push('\n');
-    }
-    let status = child.wait().expect("floe exits");
-    (status.success(), all)
+    });
+    (status.success(), stderr)
 }
 
 #[test]

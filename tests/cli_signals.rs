@@ -9,7 +9,7 @@
 //! counts a HashMap computes over the whole generated input.
 
 mod cli_common;
-use cli_common::{run_ok, summary_field};
+use cli_common::{checkpointed, floe_command, run_ok, run_watching, summary_field};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -88,43 +88,23 @@ fn stop_with(signal: &str, code: i32, output: &Path, checkpoints: &Path, extra: 
 
 /// [`stop_with`] on any arguments, with `TMPDIR` set to `tmp` if given.
 fn stop_run(signal: &str, code: i32, args: Vec<String>, tmp: Option<&Path>) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+    let mut command = floe_command(&args);
     if let Some(tmp) = tmp {
         command.env("TMPDIR", tmp);
     }
-    let mut child = command
-        .args(args)
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("floe starts");
     // The event: a status line reports a completed checkpoint. The
     // throttled count keeps the job running for seconds after it.
-    let (progressed, seen) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().expect("piped stderr");
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines() {
-            let line = line.expect("stderr line");
-            if line.starts_with("status ") && !line.contains(" checkpoints=0") {
-                let _ = progressed.send(());
-            }
-            all.push_str(&line);
-            all.push('\n');
+    let mut signalled = false;
+    let (status, stderr) = run_watching(&mut command, |line, child| {
+        if !signalled && checkpointed(line) {
+            cli_common::signal(child, signal);
+            signalled = true;
         }
-        all
     });
-    seen.recv()
-        .expect("a status line with a completed checkpoint");
-    let killed = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let status = child.wait().expect("floe exits");
-    let stderr = reader.join().expect("stderr reader");
+    assert!(
+        signalled,
+        "no status line with a completed checkpoint; stderr:\n{stderr}"
+    );
     assert_eq!(
         status.code(),
         Some(code),

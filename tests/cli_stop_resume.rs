@@ -26,10 +26,10 @@
 //! it retains (none of an aborted or superseded checkpoint).
 
 mod cli_common;
-use cli_common::{pipelines_oracle, run_ok_output, sorted};
-use std::io::{BufRead, BufReader};
+use cli_common::{
+    floe_command, pipelines_oracle, run_ok_output, run_watching, signal, sorted, status_field,
+};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 const RECORDS: u64 = 1_500_000;
 const SEED: u64 = 7;
@@ -71,42 +71,13 @@ fn args(output: &Path, checkpoints: &Path, resume: bool) -> Vec<String> {
 /// `stop_at` records. Returns the exit code (143 when stopped, 0 when the
 /// job ended first) and the stderr.
 fn run_and_stop(args: &[String], stop_at: u64) -> (i32, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(args)
-        .env_remove("FLOE_LOG")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("floe starts");
-    let (reached, seen) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().expect("piped stderr");
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines() {
-            let line = line.expect("stderr line");
-            let records = line
-                .strip_prefix("status ")
-                .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("records=")))
-                .and_then(|n| n.parse::<u64>().ok());
-            if records.is_some_and(|r| r >= stop_at) {
-                let _ = reached.send(());
-            }
-            all.push_str(&line);
-            all.push('\n');
+    let mut stopped = false;
+    let (status, stderr) = run_watching(&mut floe_command(args), |line, child| {
+        if !stopped && status_field(line, "records").is_some_and(|r| r >= stop_at) {
+            signal(child, "-TERM");
+            stopped = true;
         }
-        all
     });
-    // No event: the job ended (its stderr closed) before `stop_at`.
-    if seen.recv().is_ok() {
-        let killed = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(killed.success());
-    }
-    let status = child.wait().expect("floe exits");
-    let stderr = reader.join().expect("stderr reader");
     (status.code().unwrap_or(-1), stderr)
 }
 

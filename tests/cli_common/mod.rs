@@ -253,3 +253,60 @@ pub fn serve(args: &[&str]) -> Served {
     }
     panic!("floe {args:?} ended without a summary line:\n{seen}");
 }
+
+/// `floe args...` set up to be watched: stdout discarded, stderr piped,
+/// logging at its defaults.
+pub fn floe_command<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+    command
+        .args(args)
+        .env_remove("FLOE_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// Runs `command` (from [`floe_command`]) and hands each stderr line, as it
+/// comes, to `on_line` with the running child, which may signal it at the
+/// event it waits for (a completed checkpoint, a records count); returns
+/// the exit status and the whole stderr once the process ended.
+pub fn run_watching(
+    command: &mut Command,
+    mut on_line: impl FnMut(&str, &mut Child),
+) -> (std::process::ExitStatus, String) {
+    use std::io::BufRead;
+    let mut child = command.spawn().expect("floe starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut all = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.expect("stderr line");
+        on_line(&line, &mut child);
+        all.push_str(&line);
+        all.push('\n');
+    }
+    (child.wait().expect("floe exits"), all)
+}
+
+/// Whether `line` is a status line counting a completed checkpoint.
+pub fn checkpointed(line: &str) -> bool {
+    status_field(line, "checkpoints").is_some_and(|n| n > 0)
+}
+
+/// The field `name` of a status line, if `line` is one and has it.
+pub fn status_field(line: &str, name: &str) -> Option<u64> {
+    line.strip_prefix("status ")?
+        .split(' ')
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))?
+        .parse()
+        .ok()
+}
+
+/// Sends `signal` (`-TERM`, `-INT`, …) to `child` with kill(1).
+pub fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {signal} failed");
+}

@@ -184,7 +184,33 @@ impl CheckpointStore {
     ) -> Result<BlobRef, CheckpointError> {
         check_blob_name(name, &id.0.to_string())?;
         let rel = format!("{}/{name}", chk_dir_name(id));
-        write_blob_file(&self.root, rel, bytes)
+        // A write that failed because the directory went away says so, as
+        // the commit would.
+        write_blob_file(&self.root, rel, bytes).map_err(|e| match self.check_still_there(id) {
+            Ok(()) => e,
+            Err(gone) => gone,
+        })
+    }
+
+    /// Err (logged once here, as an error) when the checkpoint directory
+    /// was deleted or replaced since the store opened it: checkpoint `id`
+    /// cannot be stored, and what it would hold would be found by no one.
+    fn check_still_there(&self, id: CheckpointId) -> Result<(), CheckpointError> {
+        if self.db_identity.is_none() || file_identity(&self.db_path) == self.db_identity {
+            return Ok(());
+        }
+        let message = format!(
+            "the checkpoint directory '{}' was deleted or replaced while the job ran \
+             (its database '{}' is gone): checkpoint {} is not stored",
+            self.root.display(),
+            self.db_path.display(),
+            id.0
+        );
+        tracing::error!("{message}");
+        Err(CheckpointError::Failed {
+            checkpoint: id,
+            message,
+        })
     }
 
     /// Writes `bytes` as `shared/<name>`, a blob later checkpoints may
@@ -230,17 +256,7 @@ impl CheckpointStore {
                 meta.version
             )));
         }
-        if self.db_identity.is_some() && file_identity(&self.db_path) != self.db_identity {
-            let message = format!(
-                "the checkpoint directory '{}' was deleted or replaced while the job ran \
-                 (its database '{}' is gone): checkpoint {} is not stored",
-                self.root.display(),
-                self.db_path.display(),
-                id.0
-            );
-            tracing::error!("{message}");
-            return Err(failed(message));
-        }
+        self.check_still_there(id)?;
         if self.get_row(id)?.is_some() {
             return Err(failed("already committed".into()));
         }
