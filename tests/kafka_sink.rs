@@ -101,7 +101,8 @@ fn the_exactly_once_sinks_transaction_check_passes() {
 /// commits, and a `read_committed` reader sees only its records.
 #[test]
 fn a_restart_fences_the_previous_attempts_transactions() {
-    use floe::connectors::two_phase::TwoPhaseCommitSink;
+    use floe::connectors::two_phase::{AFTER_END, TwoPhaseCommitSink};
+    use futures::executor::block_on;
     let Some(b) = broker() else { return };
     let topic = unique("sink-fence");
     create_topic(&b, &topic, 1);
@@ -117,20 +118,49 @@ fn a_restart_fences_the_previous_attempts_transactions() {
     };
 
     let mut zombie = sink.clone();
-    TwoPhaseCommitSink::<String>::open(&mut zombie, &ctx()).expect("opens");
-    let mut old = TwoPhaseCommitSink::<String>::begin(&mut zombie).expect("begins");
-    TwoPhaseCommitSink::<String>::write(&mut zombie, &mut old, batch("old")).expect("writes");
-    TwoPhaseCommitSink::<String>::pre_commit(&mut zombie, &mut old).expect("flushes");
+    block_on(TwoPhaseCommitSink::<String>::open(&mut zombie, &ctx())).expect("opens");
+    let mut old = block_on(TwoPhaseCommitSink::<String>::begin(&mut zombie)).expect("begins");
+    block_on(TwoPhaseCommitSink::<String>::write(
+        &mut zombie,
+        &mut old,
+        batch("old"),
+    ))
+    .expect("writes");
+    block_on(TwoPhaseCommitSink::<String>::pre_commit(
+        &mut zombie,
+        &mut old,
+        None,
+    ))
+    .expect("flushes");
 
     let mut restarted = sink.clone();
-    TwoPhaseCommitSink::<String>::open(&mut restarted, &ctx()).expect("opens, fencing");
-    let fenced = TwoPhaseCommitSink::<String>::commit(&mut zombie, old);
+    block_on(TwoPhaseCommitSink::<String>::open(&mut restarted, &ctx())).expect("opens, fencing");
+    let fenced = block_on(TwoPhaseCommitSink::<String>::commit(
+        &mut zombie,
+        old,
+        AFTER_END,
+    ));
     assert!(fenced.is_err(), "the fenced attempt's commit must fail");
 
-    let mut new = TwoPhaseCommitSink::<String>::begin(&mut restarted).expect("begins");
-    TwoPhaseCommitSink::<String>::write(&mut restarted, &mut new, batch("new")).expect("writes");
-    TwoPhaseCommitSink::<String>::pre_commit(&mut restarted, &mut new).expect("flushes");
-    TwoPhaseCommitSink::<String>::commit(&mut restarted, new).expect("commits");
+    let mut new = block_on(TwoPhaseCommitSink::<String>::begin(&mut restarted)).expect("begins");
+    block_on(TwoPhaseCommitSink::<String>::write(
+        &mut restarted,
+        &mut new,
+        batch("new"),
+    ))
+    .expect("writes");
+    block_on(TwoPhaseCommitSink::<String>::pre_commit(
+        &mut restarted,
+        &mut new,
+        None,
+    ))
+    .expect("flushes");
+    block_on(TwoPhaseCommitSink::<String>::commit(
+        &mut restarted,
+        new,
+        AFTER_END,
+    ))
+    .expect("commits");
 
     let mut got = read_all(&b, &topic);
     got.sort();

@@ -23,8 +23,8 @@ mod gated;
 mod services;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
-use floe::connectors::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
 use floe::connectors::postgres::{PgTxn, PostgresSink, PostgresSinkConfig, WriteMode};
+use floe::connectors::two_phase::{Recovery, TwoPhaseCommitSink};
 use floe::failover::{Fault, FaultInjection, FaultPoint, RestartStrategy};
 use floe::operators::sink::SinkContext;
 use floe_actors::element::Batch;
@@ -379,7 +379,7 @@ const CRASH_RECORDS: i64 = 4_000;
 /// so that checkpoints happen mid-stream, into `sink`.
 fn crash_job<S>(env: &StreamExecutionEnvironment, sink: S)
 where
-    S: AsyncTwoPhaseCommitSink<(String, i64)> + Clone,
+    S: TwoPhaseCommitSink<(String, i64)> + Clone,
 {
     env.set_parallelism(1);
     env.set_batch_size(32);
@@ -405,19 +405,19 @@ struct Stalling {
     marker: std::path::PathBuf,
 }
 
-impl AsyncTwoPhaseCommitSink<(String, i64)> for Stalling {
+impl TwoPhaseCommitSink<(String, i64)> for Stalling {
     type Txn = PgTxn;
     async fn recover(&mut self, ctx: &SinkContext, r: Recovery<PgTxn>) -> floe::Result<()> {
         self.inner.recover(ctx, r).await
     }
     async fn open(&mut self, ctx: &SinkContext) -> floe::Result<()> {
-        AsyncTwoPhaseCommitSink::open(&mut self.inner, ctx).await
+        TwoPhaseCommitSink::open(&mut self.inner, ctx).await
     }
     async fn begin(&mut self) -> floe::Result<PgTxn> {
         self.inner.begin().await
     }
     async fn write(&mut self, txn: &mut PgTxn, batch: Batch<(String, i64)>) -> floe::Result<()> {
-        AsyncTwoPhaseCommitSink::write(&mut self.inner, txn, batch).await
+        TwoPhaseCommitSink::write(&mut self.inner, txn, batch).await
     }
     async fn pre_commit(
         &mut self,
@@ -430,7 +430,7 @@ impl AsyncTwoPhaseCommitSink<(String, i64)> for Stalling {
         }
         Ok(())
     }
-    async fn commit(&mut self, _txn: PgTxn) -> floe::Result<()> {
+    async fn commit(&mut self, _txn: PgTxn, _: floe::CheckpointId) -> floe::Result<()> {
         if self.commits.fetch_add(1, Ordering::SeqCst) == 0 {
             std::fs::write(&self.marker, b"checkpoint completed").expect("marker");
         }

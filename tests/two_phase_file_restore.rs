@@ -115,7 +115,6 @@ fn restore_keeps_an_earlier_checkpoints_commit_that_follows_a_restored_one() {
 /// back to pending files), and the next recovery appends them first.
 #[test]
 fn a_cut_interrupted_before_its_requeued_commits_is_finished_by_the_next_restore() {
-    use floe::connectors::two_phase::TwoPhaseCommitSink;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
     std::fs::write(&path, "a\n").unwrap();
@@ -126,7 +125,7 @@ fn a_cut_interrupted_before_its_requeued_commits_is_finished_by_the_next_restore
     .unwrap();
     std::fs::write(dir.path().join(".out.txt.floe-pending-1-0-1x1"), "b\n").unwrap();
     let mut sink = TransactionalFileSink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::recover_to(&mut sink, CheckpointId(2), Vec::new()).unwrap();
+    sink.recover_to(CheckpointId(2), Vec::new()).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
     assert!(
         !dir.path().join(".out.txt.floe-pending-1-0-1x1").exists(),
@@ -135,7 +134,7 @@ fn a_cut_interrupted_before_its_requeued_commits_is_finished_by_the_next_restore
     // Done now: a later restore does not append it again.
     drop(sink);
     let mut sink = TransactionalFileSink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::recover_to(&mut sink, CheckpointId(2), Vec::new()).unwrap();
+    sink.recover_to(CheckpointId(2), Vec::new()).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
 }
 
@@ -146,7 +145,6 @@ fn a_cut_interrupted_before_its_requeued_commits_is_finished_by_the_next_restore
 #[test]
 fn an_empty_commit_at_the_cut_is_kept() {
     use floe::connectors::transactional_file::FileTransaction;
-    use floe::connectors::two_phase::TwoPhaseCommitSink;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
     std::fs::write(&path, "a\nx\n").unwrap();
@@ -161,11 +159,7 @@ fn an_empty_commit_at_the_cut_is_kept() {
         name: "1-0-1x1".into(),
     };
     let mut sink = TransactionalFileSink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::recover_to(
-        &mut sink,
-        CheckpointId(2),
-        vec![(CheckpointId(2), empty)],
-    )
-    .expect("restores checkpoint 2");
+    sink.recover_to(CheckpointId(2), vec![(CheckpointId(2), empty)])
+        .expect("restores checkpoint 2");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\n");
 }

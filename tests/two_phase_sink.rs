@@ -22,11 +22,12 @@ mod gated;
 use floe::checkpoint::CheckpointConfig;
 use floe::checkpoint::CheckpointId;
 use floe::connectors::transactional_file::{FileTransaction, TransactionalFileSink};
-use floe::connectors::two_phase::{TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
+use floe::connectors::two_phase::{AFTER_END, TwoPhaseCommitSink, TwoPhaseCommitSinkOp};
 use floe::operators::sink::SinkContext;
 use floe::operators::{Operator, RestoredState, SnapshotContext};
 use floe::{Record, StreamExecutionEnvironment};
 use floe_actors::ids::SubtaskIndex;
+use futures::executor::block_on;
 use gated::{Gate, gated_generator, wait_until};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,35 +38,46 @@ use std::time::Duration;
 type Sink = TransactionalFileSink;
 
 fn begin(sink: &mut Sink) -> FileTransaction {
-    TwoPhaseCommitSink::<String>::begin(sink).expect("begin")
+    block_on(TwoPhaseCommitSink::<String>::begin(sink)).expect("begin")
+}
+
+fn open(sink: &mut Sink, ctx: &SinkContext) {
+    block_on(TwoPhaseCommitSink::<String>::open(sink, ctx)).expect("open");
 }
 
 fn write(sink: &mut Sink, txn: &mut FileTransaction, lines: &[String]) {
     let batch = lines.iter().cloned().map(Record::new).collect();
-    sink.write(txn, batch).expect("write");
+    block_on(sink.write(txn, batch)).expect("write");
 }
 
 fn pre_commit(sink: &mut Sink, txn: &mut FileTransaction) {
-    TwoPhaseCommitSink::<String>::pre_commit(sink, txn).expect("pre-commit");
+    block_on(TwoPhaseCommitSink::<String>::pre_commit(sink, txn, None)).expect("pre-commit");
 }
 
+/// Commits `txn` as committed at the end of the input, without a checkpoint.
 fn commit(sink: &mut Sink, txn: FileTransaction) -> floe::Result<()> {
-    TwoPhaseCommitSink::<String>::commit(sink, txn)
+    block_on(TwoPhaseCommitSink::<String>::commit(sink, txn, AFTER_END))
 }
 
+/// Recovers `txns` as pending at a checkpoint after every commit.
 fn recover(sink: &mut Sink, txns: Vec<FileTransaction>) -> floe::Result<()> {
-    TwoPhaseCommitSink::<String>::recover(sink, txns)
+    let pending = txns.into_iter().map(|t| (AFTER_END, t)).collect();
+    sink.recover_to(AFTER_END, pending)
 }
 
 /// Commits `txn` as pre-committed for checkpoint `n`.
 fn commit_for(sink: &mut Sink, n: u64, txn: FileTransaction) -> floe::Result<()> {
-    TwoPhaseCommitSink::<String>::commit_for(sink, CheckpointId(n), txn)
+    block_on(TwoPhaseCommitSink::<String>::commit(
+        sink,
+        txn,
+        CheckpointId(n),
+    ))
 }
 
 /// Recovers checkpoint `n`, `txns` pending at it.
 fn recover_to(sink: &mut Sink, n: u64, txns: Vec<FileTransaction>) {
     let pending = txns.into_iter().map(|t| (CheckpointId(n), t)).collect();
-    TwoPhaseCommitSink::<String>::recover_to(sink, CheckpointId(n), pending).expect("recovers");
+    sink.recover_to(CheckpointId(n), pending).expect("recovers");
 }
 
 fn ctx(subtask: u32, parallelism: usize) -> SinkContext {
@@ -114,7 +126,7 @@ fn committed_transaction_holds_exactly_its_lines() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
     let mut sink = Sink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    open(&mut sink, &ctx(0, 1));
     let (a, b) = (lines("a", 100), lines("b", 7));
     let mut t1 = begin(&mut sink);
     write(&mut sink, &mut t1, &a[..50]);
@@ -145,7 +157,7 @@ fn crash_between_pre_commit_and_commit_commits_once_on_recovery() {
     let a = lines("a", 20);
     let txn = {
         let mut sink = Sink::new(&path).unwrap();
-        TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+        open(&mut sink, &ctx(0, 1));
         let mut txn = begin(&mut sink);
         write(&mut sink, &mut txn, &a);
         pre_commit(&mut sink, &mut txn);
@@ -169,7 +181,7 @@ fn crash_inside_commit_is_cut_and_redone_once() {
     let path = dir.path().join("out.txt");
     let (a, b) = (lines("a", 10), lines("b", 10));
     let mut sink = Sink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    open(&mut sink, &ctx(0, 1));
     let mut t1 = begin(&mut sink);
     write(&mut sink, &mut t1, &a);
     pre_commit(&mut sink, &mut t1);
@@ -218,7 +230,7 @@ fn failed_commit_leaves_only_the_committed_output() {
     let path = dir.path().join("out.txt");
     let (a, b) = (lines("a", 100), lines("b", 3000));
     let mut sink = Sink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    open(&mut sink, &ctx(0, 1));
     let mut t1 = begin(&mut sink);
     write(&mut sink, &mut t1, &a);
     pre_commit(&mut sink, &mut t1);
@@ -289,7 +301,7 @@ fn commit_on_a_full_disk_leaves_only_the_committed_output() {
     let path = dir.path().join("out.txt");
     let (a, b) = (lines("a", 100), lines("b", 20_000));
     let mut sink = Sink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    open(&mut sink, &ctx(0, 1));
     let mut t1 = begin(&mut sink);
     write(&mut sink, &mut t1, &a);
     pre_commit(&mut sink, &mut t1);
@@ -337,7 +349,7 @@ fn recovery_deletes_leftovers_of_the_output_only() {
     }
     let (kept, leftover) = {
         let mut sink = Sink::new(&path).unwrap();
-        TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+        open(&mut sink, &ctx(0, 1));
         let mut kept = begin(&mut sink);
         write(&mut sink, &mut kept, &a);
         pre_commit(&mut sink, &mut kept);
@@ -364,7 +376,7 @@ fn abort_removes_the_pending_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
     let mut sink = Sink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    open(&mut sink, &ctx(0, 1));
     let (a, b) = (lines("a", 3), lines("b", 3));
     let mut t1 = begin(&mut sink);
     write(&mut sink, &mut t1, &a);
@@ -372,7 +384,7 @@ fn abort_removes_the_pending_file() {
     let mut t2 = begin(&mut sink);
     write(&mut sink, &mut t2, &b);
     pre_commit(&mut sink, &mut t2);
-    TwoPhaseCommitSink::<String>::abort(&mut sink, t2.clone()).unwrap();
+    block_on(TwoPhaseCommitSink::<String>::abort(&mut sink, t2.clone())).unwrap();
     assert!(!sink.pending_path(&t2).exists());
     commit(&mut sink, t1).unwrap();
     assert_eq!(read_lines(&path), a);
@@ -392,8 +404,8 @@ fn recovery_drops_output_committed_after_the_checkpoint() {
     let path = dir.path().join("out.txt");
     let template = Sink::new(&path).unwrap();
     let (mut s0, mut s1) = (template.clone(), template.clone());
-    TwoPhaseCommitSink::<String>::open(&mut s0, &ctx(0, 2)).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut s1, &ctx(1, 2)).unwrap();
+    open(&mut s0, &ctx(0, 2));
+    open(&mut s1, &ctx(1, 2));
     let (early, x0, y0, x1) = (
         lines("e", 4),
         lines("x0", 4),
@@ -454,7 +466,7 @@ fn fresh_start_resets_the_output_once() {
     std::fs::write(&stale, "stale\n").unwrap();
     let template = Sink::new(&path).unwrap();
     let (mut s0, mut s1) = (template.clone(), template.clone());
-    TwoPhaseCommitSink::<String>::open(&mut s1, &ctx(1, 2)).unwrap();
+    open(&mut s1, &ctx(1, 2));
     assert!(read_lines(&path).is_empty());
     assert!(!stale.exists());
     let a = lines("a", 3);
@@ -463,7 +475,7 @@ fn fresh_start_resets_the_output_once() {
     pre_commit(&mut s1, &mut t);
     commit(&mut s1, t).unwrap();
     // The second subtask to open does not reset again.
-    TwoPhaseCommitSink::<String>::open(&mut s0, &ctx(0, 2)).unwrap();
+    open(&mut s0, &ctx(0, 2));
     assert_eq!(read_lines(&path), a);
 }
 
@@ -775,7 +787,7 @@ fn torn_log_line_is_ignored_and_repaired() {
     let path = dir.path().join("out.txt");
     let (a, b) = (lines("a", 4), lines("b", 4));
     let mut sink = Sink::new(&path).unwrap();
-    TwoPhaseCommitSink::<String>::open(&mut sink, &ctx(0, 1)).unwrap();
+    open(&mut sink, &ctx(0, 1));
     let mut t1 = begin(&mut sink);
     write(&mut sink, &mut t1, &a);
     pre_commit(&mut sink, &mut t1);

@@ -17,7 +17,7 @@ use crate::connectors::async_sink::{
 use crate::connectors::async_source::{
     AsyncSource, AsyncSourceFunction, ChannelSource, StreamSource,
 };
-use crate::connectors::async_two_phase::{AsyncTwoPhaseCommitSink, AsyncTwoPhaseCommitSinkOp};
+use crate::connectors::two_phase::{AsyncTwoPhaseCommitSinkOp, TwoPhaseCommitSink};
 use crate::operators::sink::SinkContext;
 use futures::Stream;
 use std::sync::{Arc, Mutex};
@@ -98,12 +98,14 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.add_async_sink(name, FuturesSink::new(sink))
     }
 
-    /// Writes the stream to an [`AsyncTwoPhaseCommitSink`] (exactly-once):
-    /// records become visible when the checkpoint after them completes, or
-    /// at the end of the input. One sink instance is cloned per subtask.
+    /// Writes the stream to a [`TwoPhaseCommitSink`] whose calls `.await`
+    /// (exactly-once), run by a writer and a committer task
+    /// ([`AsyncTwoPhaseCommitSinkOp`]): records become visible when the
+    /// checkpoint after them completes, or at the end of the input. One
+    /// sink instance is cloned per subtask.
     pub fn add_async_two_phase_sink<S>(&self, name: &str, sink: S) -> DataStream<()>
     where
-        S: AsyncTwoPhaseCommitSink<T> + Clone,
+        S: TwoPhaseCommitSink<T> + Clone,
     {
         let template = Arc::new(Mutex::new(sink));
         let op_name = name.to_string();

@@ -441,9 +441,11 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.add_named_sink(&name, sink)
     }
 
-    /// Writes the stream to a two-phase-commit sink (exactly-once): records
-    /// become visible when the checkpoint after them completes, or at the end
-    /// of the input. One sink instance is cloned per subtask.
+    /// Writes the stream to a two-phase-commit sink (exactly-once) whose
+    /// calls finish before they return, run on the subtask's thread
+    /// ([`TwoPhaseCommitSinkOp`](crate::connectors::two_phase::TwoPhaseCommitSinkOp)):
+    /// records become visible when the checkpoint after them completes, or
+    /// at the end of the input. One sink instance is cloned per subtask.
     pub fn add_two_phase_sink<S>(&self, sink: S) -> DataStream<()>
     where
         S: crate::connectors::two_phase::TwoPhaseCommitSink<T> + Clone,

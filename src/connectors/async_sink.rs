@@ -2,9 +2,8 @@
 //!
 //! An [`AsyncSink`] is what a network connector implements when it needs
 //! no transactions (at-least-once);
-//! [`AsyncTwoPhaseCommitSink`](crate::connectors::async_two_phase::AsyncTwoPhaseCommitSink)
-//! is the
-//! exactly-once variant. The operator that runs one hands each batch to a
+//! [`TwoPhaseCommitSink`](crate::connectors::two_phase::TwoPhaseCommitSink)
+//! is the exactly-once variant. The operator that runs one hands each batch to a
 //! *driver* task spawned on the subtask's arbiter (its current-thread tokio
 //! runtime), which owns the sink and awaits its calls one at a time, in
 //! order:

@@ -32,10 +32,11 @@
 use super::kafka::KafkaError;
 use super::kafka::close::{CLOSE_DEADLINE, close_in_background};
 use super::kafka::txn_recovery::{self, CoordinatorClient, Ended, ProducerIdentity};
-use super::two_phase::TwoPhaseCommitSink;
+use super::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::Result;
 use crate::operators::sink::{SinkContext, SinkFunction};
 use floe_actors::element::{Batch, Record, Timestamp};
+use floe_actors::ids::CheckpointId;
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
@@ -641,102 +642,31 @@ fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
     }
 }
 
+/// The transaction steps; each finishes before it returns (librdkafka's
+/// calls block), so the sink runs on the inline runner.
 impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     type Txn = KafkaTxn;
 
-    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        self.sink.subtask = ctx.subtask.0 as usize;
-        // Fence the previous attempt of this subtask: its open transactions
-        // are aborted, its producers can no longer write.
-        for n in 0..ID_POOL {
-            let id = self.id(self.sink.subtask, n);
-            close_in_background(
-                "Kafka sink's fencing producer",
-                self.init(&id)?,
-                CLOSE_DEADLINE,
-            );
+    /// On a restore, every subtask commits the transactions of the ids it
+    /// is about to initialise (its own, in `open`; subtask 0 also those of
+    /// former subtasks beyond the new parallelism) before it does: an
+    /// initialisation would abort them. None is open in this process. On a
+    /// region failover each restored subtask commits every restored
+    /// transaction (idempotently).
+    async fn recover(&mut self, ctx: &SinkContext, r: Recovery<KafkaTxn>) -> Result<()> {
+        if r.partial {
+            for (_, txn) in r.pending {
+                self.commit_now(txn)?;
+            }
+            return Ok(());
         }
-        Ok(())
-    }
-
-    fn begin(&mut self) -> Result<KafkaTxn> {
-        let id = self.id(self.sink.subtask, self.sink.next_txn);
-        self.sink.next_txn += 1;
-        let (producer, deliveries) = self.init(&id)?;
-        producer
-            .begin_transaction()
-            .map_err(|e| no_transactions(&self.sink.brokers, e))?;
-        self.sink.open.insert(id.clone(), (producer, deliveries));
-        Ok(KafkaTxn {
-            transactional_id: id,
-            producer: None,
-        })
-    }
-
-    fn write(&mut self, txn: &mut KafkaTxn, batch: Batch<T>) -> Result<()> {
-        let sink = &mut self.sink;
-        let (producer, _) = sink
-            .open
-            .get(&txn.transactional_id)
-            .expect("a transaction is written only while open");
-        KafkaSink::send(
-            producer,
-            &sink.topic,
-            &sink.serialize,
-            (&mut sink.key, &mut sink.value),
-            batch,
-            sink.timeout,
-        )
-    }
-
-    fn pre_commit(&mut self, txn: &mut KafkaTxn) -> Result<()> {
-        if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
-            self.sink.flush(producer, deliveries)?;
-            txn.producer =
-                Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
+        if !r.restored {
+            return Ok(());
         }
-        Ok(())
-    }
-
-    fn commit(&mut self, txn: KafkaTxn) -> Result<()> {
-        match self.sink.open.remove(&txn.transactional_id) {
-            Some((producer, _)) => producer
-                .commit_transaction(self.sink.timeout)
-                .map_err(|e| no_transactions(&self.sink.brokers, e)),
-            None => match txn.producer {
-                // Another process's transaction (see the module docs): its
-                // producer is gone, its coordinator commits it.
-                Some(producer) => self.end_restored(&txn.transactional_id, producer),
-                None => {
-                    tracing::warn!(
-                        target: crate::RECOVERY_LOG_TARGET,
-                        id = %txn.transactional_id,
-                        "Kafka sink: a restored transaction without its producer id \
-                         (a checkpoint of an older format) cannot be committed"
-                    );
-                    Ok(())
-                }
-            },
-        }
-    }
-
-    fn abort(&mut self, txn: KafkaTxn) -> Result<()> {
-        if let Some((producer, _)) = self.sink.open.remove(&txn.transactional_id) {
-            producer
-                .abort_transaction(self.sink.timeout)
-                .map_err(|e| no_transactions(&self.sink.brokers, e))?;
-        }
-        Ok(())
-    }
-
-    fn on_restore_pending(&mut self, ctx: &SinkContext, pending: &[KafkaTxn]) -> Result<()> {
-        // Every subtask commits the transactions of the ids it is about to
-        // initialise (its own, in `open`; subtask 0 also those of former
-        // subtasks beyond the new parallelism) before it does: an
-        // initialisation would abort them. None is open in this process.
-        let restored: Vec<(String, Option<ProducerIdentity>)> = pending
+        let restored: Vec<(String, Option<ProducerIdentity>)> = r
+            .pending
             .iter()
-            .map(|t| (t.transactional_id.clone(), t.producer))
+            .map(|(_, t)| (t.transactional_id.clone(), t.producer))
             .collect();
         let plan = txn_recovery::plan(
             &self.sink.prefix,
@@ -765,10 +695,101 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         Ok(())
     }
 
-    fn recover(&mut self, _committed: Vec<KafkaTxn>) -> Result<()> {
-        // Done by every subtask in `on_restore_pending`, each for the ids
-        // it fences.
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.sink.subtask = ctx.subtask.0 as usize;
+        // Fence the previous attempt of this subtask: its open transactions
+        // are aborted, its producers can no longer write.
+        for n in 0..ID_POOL {
+            let id = self.id(self.sink.subtask, n);
+            close_in_background(
+                "Kafka sink's fencing producer",
+                self.init(&id)?,
+                CLOSE_DEADLINE,
+            );
+        }
         Ok(())
+    }
+
+    async fn begin(&mut self) -> Result<KafkaTxn> {
+        let id = self.id(self.sink.subtask, self.sink.next_txn);
+        self.sink.next_txn += 1;
+        let (producer, deliveries) = self.init(&id)?;
+        producer
+            .begin_transaction()
+            .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        self.sink.open.insert(id.clone(), (producer, deliveries));
+        Ok(KafkaTxn {
+            transactional_id: id,
+            producer: None,
+        })
+    }
+
+    async fn write(&mut self, txn: &mut KafkaTxn, batch: Batch<T>) -> Result<()> {
+        let sink = &mut self.sink;
+        let (producer, _) = sink
+            .open
+            .get(&txn.transactional_id)
+            .expect("a transaction is written only while open");
+        KafkaSink::send(
+            producer,
+            &sink.topic,
+            &sink.serialize,
+            (&mut sink.key, &mut sink.value),
+            batch,
+            sink.timeout,
+        )
+    }
+
+    async fn pre_commit(
+        &mut self,
+        txn: &mut KafkaTxn,
+        _checkpoint: Option<CheckpointId>,
+    ) -> Result<()> {
+        if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
+            self.sink.flush(producer, deliveries)?;
+            txn.producer =
+                Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, txn: KafkaTxn, _checkpoint: CheckpointId) -> Result<()> {
+        self.commit_now(txn)
+    }
+
+    async fn abort(&mut self, txn: KafkaTxn) -> Result<()> {
+        if let Some((producer, _)) = self.sink.open.remove(&txn.transactional_id) {
+            producer
+                .abort_transaction(self.sink.timeout)
+                .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Send + 'static> KafkaTransactionalSink<T> {
+    /// Commits `txn`: its open producer's transaction, or a restored one
+    /// through its coordinator.
+    fn commit_now(&mut self, txn: KafkaTxn) -> Result<()> {
+        match self.sink.open.remove(&txn.transactional_id) {
+            Some((producer, _)) => producer
+                .commit_transaction(self.sink.timeout)
+                .map_err(|e| no_transactions(&self.sink.brokers, e)),
+            None => match txn.producer {
+                // Another process's transaction (see the module docs): its
+                // producer is gone, its coordinator commits it.
+                Some(producer) => self.end_restored(&txn.transactional_id, producer),
+                None => {
+                    tracing::warn!(
+                        target: crate::RECOVERY_LOG_TARGET,
+                        id = %txn.transactional_id,
+                        "Kafka sink: a restored transaction without its producer id \
+                         (a checkpoint of an older format) cannot be committed"
+                    );
+                    Ok(())
+                }
+            },
+        }
     }
 }
 

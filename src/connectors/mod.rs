@@ -7,7 +7,7 @@
 //! Sinks implement [`SinkFunction`](crate::operators::sink::SinkFunction).
 //!
 //! Connectors to network services are async: [`async_source::AsyncSource`],
-//! [`async_sink::AsyncSink`] and [`async_two_phase::AsyncTwoPhaseCommitSink`]
+//! [`async_sink::AsyncSink`] and [`two_phase::TwoPhaseCommitSink`]
 //! have methods that `.await`, run on the subtask's arbiter with
 //! backpressure; [`async_source::StreamSource`],
 //! [`async_source::ChannelSource`], [`async_sink::ChannelSink`] and
@@ -16,7 +16,6 @@
 
 pub mod async_sink;
 pub mod async_source;
-pub mod async_two_phase;
 pub mod collect;
 pub mod collection;
 pub mod file_sink;

@@ -50,7 +50,7 @@
 //! checkpoints (refused too).
 
 use crate::Config;
-use crate::connectors::two_phase::TwoPhaseCommitSink;
+use crate::connectors::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::failover::{
     FailoverStrategy, Fault, FaultInjection, FaultInjector, FaultPoint, RestartStrategy,
 };
@@ -396,68 +396,37 @@ fn poisoned<E>(_: E) -> crate::Error {
 impl<T: Clone + Send + 'static> TwoPhaseCommitSink<T> for ExactlyOnceCollector<T> {
     type Txn = u64;
 
-    fn open(&mut self, _: &crate::operators::sink::SinkContext) -> crate::Result<()> {
-        let mut c = self.inner.lock().map_err(poisoned)?;
-        if !c.initialized {
-            c.initialized = true;
-            c.log.clear();
-            c.committed.clear();
-        }
-        Ok(())
-    }
-
-    fn on_restore(&mut self, _: &crate::operators::sink::SinkContext) -> crate::Result<()> {
-        self.inner.lock().map_err(poisoned)?.initialized = true;
-        Ok(())
-    }
-
-    fn on_restart_from_scratch(
+    async fn recover(
         &mut self,
         _: &crate::operators::sink::SinkContext,
-        restart: u64,
+        r: Recovery<u64>,
     ) -> crate::Result<()> {
         let mut c = self.inner.lock().map_err(poisoned)?;
-        if c.scratch_reset < restart {
-            c.scratch_reset = restart;
-            c.taken_back += c.log.iter().map(|(_, r)| r.len()).sum::<usize>();
-            c.log.clear();
-            c.committed.clear();
+        if let Some(restart) = r.from_scratch {
+            if c.scratch_reset < restart {
+                c.scratch_reset = restart;
+                c.taken_back += c.log.iter().map(|(_, r)| r.len()).sum::<usize>();
+                c.log.clear();
+                c.committed.clear();
+            }
+            c.initialized = true;
+            return Ok(());
+        }
+        if !r.restored {
+            return Ok(());
         }
         c.initialized = true;
-        Ok(())
-    }
-
-    fn begin(&mut self) -> crate::Result<u64> {
-        let mut c = self.inner.lock().map_err(poisoned)?;
-        let txn = c.next;
-        c.next += 1;
-        c.open.insert(txn, Vec::new());
-        Ok(txn)
-    }
-
-    fn write(&mut self, txn: &mut u64, batch: Batch<T>) -> crate::Result<()> {
-        let mut c = self.inner.lock().map_err(poisoned)?;
-        let open = c.open.entry(*txn).or_default();
-        open.extend(batch.into_iter().map(|r| r.value));
-        Ok(())
-    }
-
-    fn pre_commit(&mut self, _: &mut u64) -> crate::Result<()> {
-        Ok(())
-    }
-
-    fn commit(&mut self, txn: u64) -> crate::Result<()> {
-        self.inner.lock().map_err(poisoned)?.commit(txn);
-        Ok(())
-    }
-
-    fn abort(&mut self, txn: u64) -> crate::Result<()> {
-        self.inner.lock().map_err(poisoned)?.open.remove(&txn);
-        Ok(())
-    }
-
-    fn recover(&mut self, restored: Vec<u64>) -> crate::Result<()> {
-        let mut c = self.inner.lock().map_err(poisoned)?;
+        if r.partial {
+            // Region failover: nothing is taken back.
+            for (_, t) in r.pending {
+                c.commit(t);
+            }
+            return Ok(());
+        }
+        if !r.commit_pending {
+            return Ok(());
+        }
+        let restored: Vec<u64> = r.pending.into_iter().map(|(_, t)| t).collect();
         let keep: HashSet<u64> = restored.iter().copied().collect();
         // Every subtask running at the checkpoint has a transaction pending
         // at it, committed after everything of earlier checkpoints: from the
@@ -479,6 +448,45 @@ impl<T: Clone + Send + 'static> TwoPhaseCommitSink<T> for ExactlyOnceCollector<T
         for t in restored {
             c.commit(t);
         }
+        Ok(())
+    }
+
+    async fn open(&mut self, _: &crate::operators::sink::SinkContext) -> crate::Result<()> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        if !c.initialized {
+            c.initialized = true;
+            c.log.clear();
+            c.committed.clear();
+        }
+        Ok(())
+    }
+
+    async fn begin(&mut self) -> crate::Result<u64> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        let txn = c.next;
+        c.next += 1;
+        c.open.insert(txn, Vec::new());
+        Ok(txn)
+    }
+
+    async fn write(&mut self, txn: &mut u64, batch: Batch<T>) -> crate::Result<()> {
+        let mut c = self.inner.lock().map_err(poisoned)?;
+        let open = c.open.entry(*txn).or_default();
+        open.extend(batch.into_iter().map(|r| r.value));
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, _: &mut u64, _: Option<CheckpointId>) -> crate::Result<()> {
+        Ok(())
+    }
+
+    async fn commit(&mut self, txn: u64, _: CheckpointId) -> crate::Result<()> {
+        self.inner.lock().map_err(poisoned)?.commit(txn);
+        Ok(())
+    }
+
+    async fn abort(&mut self, txn: u64) -> crate::Result<()> {
+        self.inner.lock().map_err(poisoned)?.open.remove(&txn);
         Ok(())
     }
 }
@@ -700,29 +708,38 @@ mod tests {
             subtask: floe_actors::ids::SubtaskIndex(0),
             parallelism: 1,
         };
+        use futures::executor::block_on;
+        let one = CheckpointId(1);
+        let restore = |pending: &[u64]| Recovery {
+            pending: pending.iter().map(|t| (one, *t)).collect(),
+            commit_pending: true,
+            restored: true,
+            checkpoint: Some(one),
+            from_scratch: None,
+            partial: false,
+        };
         let mut sink = ExactlyOnceCollector::<u32>::new();
-        sink.open(&ctx).unwrap();
-        let mut a = sink.begin().unwrap();
-        sink.write(&mut a, batch(&[1, 2])).unwrap();
-        sink.commit(a).unwrap();
+        block_on(sink.open(&ctx)).unwrap();
+        let mut a = block_on(sink.begin()).unwrap();
+        block_on(sink.write(&mut a, batch(&[1, 2]))).unwrap();
+        block_on(sink.commit(a, one)).unwrap();
         // Pending at the checkpoint, then committed with a later one.
-        let mut b = sink.begin().unwrap();
-        sink.write(&mut b, batch(&[3])).unwrap();
-        let mut c = sink.begin().unwrap();
-        sink.write(&mut c, batch(&[4])).unwrap();
-        sink.commit(b).unwrap();
-        sink.commit(c).unwrap();
-        sink.commit(c).unwrap();
+        let mut b = block_on(sink.begin()).unwrap();
+        block_on(sink.write(&mut b, batch(&[3]))).unwrap();
+        let mut c = block_on(sink.begin()).unwrap();
+        block_on(sink.write(&mut c, batch(&[4]))).unwrap();
+        block_on(sink.commit(b, one)).unwrap();
+        block_on(sink.commit(c, one)).unwrap();
+        block_on(sink.commit(c, one)).unwrap();
         assert_eq!(sink.committed(), vec![1, 2, 3, 4]);
         // Restored from the checkpoint that pre-committed `b`: `c`'s records
         // will be replayed, so they go.
         let mut restored = sink.clone();
-        restored.on_restore(&ctx).unwrap();
-        restored.recover(vec![b]).unwrap();
-        restored.open(&ctx).unwrap();
+        block_on(restored.recover(&ctx, restore(&[b]))).unwrap();
+        block_on(restored.open(&ctx)).unwrap();
         assert_eq!(restored.committed(), vec![1, 2, 3]);
         // A restore with nothing after its transactions keeps everything.
-        restored.recover(vec![b]).unwrap();
+        block_on(restored.recover(&ctx, restore(&[b]))).unwrap();
         assert_eq!(restored.committed(), vec![1, 2, 3]);
     }
 }

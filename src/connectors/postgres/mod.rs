@@ -44,7 +44,7 @@
 //! ```
 
 use super::async_sink::AsyncSink;
-use super::async_two_phase::{AsyncTwoPhaseCommitSink, Recovery};
+use super::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::operators::sink::SinkContext;
 use crate::{Error, Result};
 use floe_actors::element::Batch;
@@ -302,7 +302,7 @@ struct Connected {
     columns: Vec<Column>,
 }
 
-/// The PostgreSQL sink: an [`AsyncTwoPhaseCommitSink`] (exactly-once; add
+/// The PostgreSQL sink: a [`TwoPhaseCommitSink`] (exactly-once; add
 /// it with [`DataStream::add_postgres_sink`](crate::DataStream::add_postgres_sink)
 /// or [`add_async_two_phase_sink`](crate::DataStream::add_async_two_phase_sink))
 /// and an [`AsyncSink`] writing each batch in
@@ -616,7 +616,7 @@ impl<R: PostgresRow> PostgresSink<R> {
     }
 }
 
-impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
+impl<R: PostgresRow> TwoPhaseCommitSink<R> for PostgresSink<R> {
     type Txn = PgTxn;
 
     async fn recover(&mut self, ctx: &SinkContext, recovery: Recovery<PgTxn>) -> Result<()> {
@@ -634,9 +634,13 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
             .await
             .map_err(server("list prepared transactions"))?;
         let prepared: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        let listed: HashSet<&str> = recovery.pending.iter().map(|t| t.gid.as_str()).collect();
+        let listed: HashSet<&str> = recovery
+            .pending
+            .iter()
+            .map(|(_, t)| t.gid.as_str())
+            .collect();
         if recovery.commit_pending {
-            for t in &recovery.pending {
+            for (_, t) in &recovery.pending {
                 self.finish_prepared(&t.gid, true).await?;
             }
         }
@@ -694,7 +698,7 @@ impl<R: PostgresRow> AsyncTwoPhaseCommitSink<R> for PostgresSink<R> {
             .map_err(server(format!("prepare transaction '{}'", txn.gid)))
     }
 
-    async fn commit(&mut self, txn: PgTxn) -> Result<()> {
+    async fn commit(&mut self, txn: PgTxn, _checkpoint: CheckpointId) -> Result<()> {
         self.finish_prepared(&txn.gid, true).await
     }
 

@@ -45,9 +45,9 @@
 //! A fresh start (no restore) empties the output and removes the commit log and
 //! stale pending files of that output, once per sink value (the first subtask to
 //! open does it). A restore from checkpoint n keeps the output: see
-//! [`TransactionalFileSink::recover`](TwoPhaseCommitSink::recover).
+//! [`TransactionalFileSink::recover_to`].
 
-use super::two_phase::TwoPhaseCommitSink;
+use super::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::operators::sink::SinkContext;
 use crate::{Error, Result};
 use floe_actors::element::Batch;
@@ -82,16 +82,17 @@ pub struct FileTransaction {
 /// # Examples
 /// ```
 /// use floe::connectors::transactional_file::TransactionalFileSink;
-/// use floe::connectors::two_phase::TwoPhaseCommitSink;
+/// use floe::connectors::two_phase::{AFTER_END, TwoPhaseCommitSink};
 /// use floe::Record;
+/// use futures::executor::block_on;
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("out.txt");
 /// let mut sink = TransactionalFileSink::new(&path).unwrap();
-/// let mut txn = TwoPhaseCommitSink::<u32>::begin(&mut sink).unwrap();
-/// sink.write(&mut txn, vec![Record::new(1u32), Record::new(2)]).unwrap();
-/// TwoPhaseCommitSink::<u32>::pre_commit(&mut sink, &mut txn).unwrap();
-/// TwoPhaseCommitSink::<u32>::commit(&mut sink, txn).unwrap();
+/// let mut txn = block_on(TwoPhaseCommitSink::<u32>::begin(&mut sink)).unwrap();
+/// block_on(sink.write(&mut txn, vec![Record::new(1u32), Record::new(2)])).unwrap();
+/// block_on(TwoPhaseCommitSink::<u32>::pre_commit(&mut sink, &mut txn, None)).unwrap();
+/// block_on(TwoPhaseCommitSink::<u32>::commit(&mut sink, txn, AFTER_END)).unwrap();
 /// assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n2\n");
 /// ```
 #[derive(Debug)]
@@ -388,11 +389,48 @@ impl TransactionalFileSink {
     }
 }
 
+/// The transaction steps; each finishes before it returns (the sink runs
+/// on the inline runner, [`DataStream::add_two_phase_sink`](crate::DataStream::add_two_phase_sink)).
 impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSink {
     type Txn = FileTransaction;
 
+    /// A restore keeps the output (see [`recover_to`](Self::recover_to));
+    /// a start from scratch resets it as a fresh start does, once per
+    /// restart, by the first subtask to get here (what was committed is
+    /// written again).
+    async fn recover(&mut self, ctx: &SinkContext, r: Recovery<FileTransaction>) -> Result<()> {
+        self.subtask = ctx.subtask.0;
+        if let Some(restart) = r.from_scratch {
+            let mut done = lock(&self.scratch_reset);
+            if *done < restart {
+                let state = output_state(&self.path);
+                self.reset(&mut lock(&state))?;
+                *done = restart;
+            }
+            drop(done);
+            *lock(&self.initialized) = true;
+            return Ok(());
+        }
+        if !r.restored {
+            return Ok(());
+        }
+        *lock(&self.initialized) = true;
+        if r.partial {
+            // Region failover: the rest of the job runs on, so nothing is
+            // rolled back.
+            for (checkpoint, txn) in r.pending {
+                self.commit_labelled(txn, Some(checkpoint.0))?;
+            }
+            return Ok(());
+        }
+        if !r.commit_pending {
+            return Ok(());
+        }
+        self.recover_to(r.checkpoint.unwrap_or(AFTER_ALL), r.pending)
+    }
+
     /// On a fresh start, the first subtask to open resets the output.
-    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.subtask = ctx.subtask.0;
         let mut initialized = lock(&self.initialized);
         if !*initialized {
@@ -405,28 +443,7 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
         Ok(())
     }
 
-    fn on_restore(&mut self, ctx: &SinkContext) -> Result<()> {
-        self.subtask = ctx.subtask.0;
-        *lock(&self.initialized) = true;
-        Ok(())
-    }
-
-    /// The job starts over: the first subtask to get here resets the output
-    /// as on a fresh start (what was committed is written again).
-    fn on_restart_from_scratch(&mut self, ctx: &SinkContext, restart: u64) -> Result<()> {
-        self.subtask = ctx.subtask.0;
-        let mut done = lock(&self.scratch_reset);
-        if *done < restart {
-            let state = output_state(&self.path);
-            self.reset(&mut lock(&state))?;
-            *done = restart;
-        }
-        drop(done);
-        *lock(&self.initialized) = true;
-        Ok(())
-    }
-
-    fn begin(&mut self) -> Result<FileTransaction> {
+    async fn begin(&mut self) -> Result<FileTransaction> {
         self.start();
         let nonce = self.nonce.as_deref().expect("started above");
         let txn = FileTransaction {
@@ -444,7 +461,7 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
         Ok(txn)
     }
 
-    fn write(&mut self, txn: &mut FileTransaction, batch: Batch<T>) -> Result<()> {
+    async fn write(&mut self, txn: &mut FileTransaction, batch: Batch<T>) -> Result<()> {
         let path = self.pending_path(txn);
         let w = self.writers.get_mut(&txn.name).ok_or_else(|| {
             Error::User(format!("transaction {} is not open for writing", txn.name))
@@ -455,7 +472,11 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
         Ok(())
     }
 
-    fn pre_commit(&mut self, txn: &mut FileTransaction) -> Result<()> {
+    async fn pre_commit(
+        &mut self,
+        txn: &mut FileTransaction,
+        _checkpoint: Option<CheckpointId>,
+    ) -> Result<()> {
         let path = self.pending_path(txn);
         match self.writers.remove(&txn.name) {
             Some(w) => {
@@ -474,51 +495,41 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
         sync_dir(&self.dir)
     }
 
-    /// Commits a transaction whose checkpoint is not known: a later
-    /// restore keeps it whatever checkpoint it restores.
-    fn commit(&mut self, txn: FileTransaction) -> Result<()> {
-        self.commit_labelled(txn, None)
-    }
-
     /// Commits `txn`, recording `checkpoint` with it in the commit log: a
     /// restore of an earlier checkpoint drops it.
-    fn commit_for(&mut self, checkpoint: CheckpointId, txn: FileTransaction) -> Result<()> {
+    async fn commit(&mut self, txn: FileTransaction, checkpoint: CheckpointId) -> Result<()> {
         self.commit_labelled(txn, Some(checkpoint.0))
     }
 
-    fn abort(&mut self, txn: FileTransaction) -> Result<()> {
+    async fn abort(&mut self, txn: FileTransaction) -> Result<()> {
         self.writers.remove(&txn.name);
         remove_if_present(&self.pending_path(&txn))
     }
+}
 
-    /// Commits `committed` as the transactions pending at a checkpoint not
-    /// known: nothing committed is dropped.
-    fn recover(&mut self, committed: Vec<FileTransaction>) -> Result<()> {
-        let pending = committed.into_iter().map(|t| (AFTER_ALL, t)).collect();
-        TwoPhaseCommitSink::<T>::recover_to(self, AFTER_ALL, pending)
-    }
-
-    /// Restores the output to checkpoint n, given the transactions pending at n
-    /// (of every former subtask) and the checkpoint of each:
+impl TransactionalFileSink {
+    /// Restores the output to checkpoint `restored`, given the transactions
+    /// pending at it (of every former subtask) and the checkpoint of each
+    /// (what [`recover`](TwoPhaseCommitSink::recover) does on subtask 0 of
+    /// a restore):
     ///
     /// 1. Transactions an earlier recovery cut and requeued (it died before
     ///    it appended them again) are appended.
-    /// 2. Output committed for a checkpoint after n is dropped, because the
-    ///    replay produces it again. Every commit is logged with its
-    ///    checkpoint, so this is exact whatever order the subtasks committed
-    ///    in: from the first such commit on, the output is cut; the commits
-    ///    after that point of checkpoints up to n are first copied back into
-    ///    their pending files and listed in the `truncate` line, then
-    ///    appended again. Commits whose checkpoint is not known (logs of
-    ///    earlier versions, direct [`commit`](TwoPhaseCommitSink::commit)
-    ///    calls) are kept.
+    /// 2. Output committed for a checkpoint after `restored` is dropped,
+    ///    because the replay produces it again. Every commit is logged with
+    ///    its checkpoint, so this is exact whatever order the subtasks
+    ///    committed in: from the first such commit on, the output is cut;
+    ///    the commits after that point of checkpoints up to `restored` are
+    ///    first copied back into their pending files and listed in the
+    ///    `truncate` line, then appended again. Commits whose checkpoint is
+    ///    not known (logs of earlier versions) are kept.
     /// 3. The restored transactions are committed, idempotently.
-    /// 4. Leftover pending files of this output (transactions begun after n,
-    ///    or aborted by a crash) are deleted, except those of sink instances
-    ///    alive in this process.
+    /// 4. Leftover pending files of this output (transactions begun after
+    ///    `restored`, or aborted by a crash) are deleted, except those of
+    ///    sink instances alive in this process.
     ///
     /// A restored run keeps appending to the same output.
-    fn recover_to(
+    pub fn recover_to(
         &mut self,
         restored: CheckpointId,
         pending: Vec<(CheckpointId, FileTransaction)>,
