@@ -6,13 +6,26 @@
 //! exhaustion sends the final watermark and end-of-input down the chain.
 //! Sinks implement [`SinkFunction`](crate::operators::sink::SinkFunction).
 //!
-//! Connectors to network services are async: [`async_source::AsyncSource`],
-//! [`async_sink::AsyncSink`] and [`two_phase::TwoPhaseCommitSink`]
-//! have methods that `.await`, run on the subtask's arbiter with
-//! backpressure; [`async_source::StreamSource`],
-//! [`async_source::ChannelSource`], [`async_sink::ChannelSink`] and
-//! [`async_sink::FuturesSink`] bridge `futures` streams and sinks and
-//! bounded tokio channels.
+//! Connectors to network services implement either kind of trait:
+//!
+//! - **Blocking**: the Kafka connectors (feature `kafka`). The source's
+//!   reader, `kafka::KafkaSourceReader`, is a [`SourceFunction`] that polls
+//!   librdkafka without waiting (librdkafka runs its own network threads);
+//!   the sink, `kafka_sink::KafkaSink`, is a
+//!   [`SinkFunction`](crate::operators::sink::SinkFunction) and, made
+//!   exactly-once (`KafkaSink::exactly_once`), a
+//!   [`two_phase::TwoPhaseCommitSink`] whose methods never wait, run on the
+//!   subtask's thread; its flush at a checkpoint and its transaction steps
+//!   block the subtask's arbiter thread for at most the sink's request
+//!   timeout.
+//! - **Async**: [`async_source::AsyncSource`], [`async_sink::AsyncSink`] and
+//!   [`two_phase::TwoPhaseCommitSink`] run by its task runner have methods
+//!   that `.await`, run on the subtask's arbiter with backpressure; the
+//!   PostgreSQL sink (feature `postgres`, `postgres::PostgresSink`)
+//!   implements the last two. [`async_source::StreamSource`],
+//!   [`async_source::ChannelSource`], [`async_sink::ChannelSink`] and
+//!   [`async_sink::FuturesSink`] bridge `futures` streams and sinks and
+//!   bounded tokio channels.
 
 pub mod async_sink;
 pub mod async_source;
