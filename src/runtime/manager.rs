@@ -1,5 +1,11 @@
-//! The job manager: runs attempts of a job and restarts failed ones.
+//! The job manager: launches a job, runs its attempts and restarts failed
+//! ones.
 //!
+//! 0. [`launch`] readies the configuration (a temporary checkpoint
+//!    directory, the job's name), makes what every attempt shares
+//!    (`shared.rs`) and the job's handle, and spawns the manager, which
+//!    deploys the first attempt (`deploy.rs`) after the caller has its
+//!    handle. [`launch_on_pool`] does so on an arbiter pool's thread.
 //! 1. An attempt is one deployment: subtasks, supervisor, checkpoint
 //!    coordinator. Its supervisor reports the attempt's outcome once every
 //!    thread of the attempt has stopped.
@@ -14,45 +20,145 @@
 //!    With `finish_after_checkpoints` they also hold until that many
 //!    checkpoints completed.
 
-use super::deploy::{Attempt, Job, Shared};
-use super::events::{JobEvent, RestartEvent};
-use super::job::JobControl;
+use super::deploy::{Attempt, deploy_attempt};
+use super::events::{EventLog, JobEvent, RestartEvent};
+use super::job::{JobControl, JobHandle};
+use super::job_graph::Job;
+use super::pool::ArbiterPool;
+use super::region::recovery_ms;
+use super::shared::Shared;
+use crate::Result;
+use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::Config;
 use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
 use floe_actors::error::Error;
-use floe_actors::ids::CheckpointId;
 use floe_actors::messages::InjectFailure;
+use floe_actors::metrics::JobMetrics;
 use floe_actors::supervisor::{JobOutcome, JobStatus};
-use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Restarts of a job.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct FailoverStats {
-    /// Restarts done.
-    pub restarts: u64,
-    /// Subtasks restarted, summed over restarts.
-    pub restarted_subtasks: u64,
-    /// Longest time from a failure to the restarted subtasks processing
-    /// records again, ms.
-    pub max_recovery_ms: u64,
-    /// Per restart: the checkpoint restored (`None`: from the beginning;
-    /// 0 in the JSON).
-    #[serde(with = "super::status::restored_as_numbers")]
-    pub restored_checkpoints: Vec<Option<CheckpointId>>,
+/// Deploys `plan` in the current actix system and returns the job's handle;
+/// the job's manager restarts it on failure as its restart strategy allows.
+pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Result<JobHandle> {
+    config.validate()?;
+    let mut config = config;
+    config.resolve_restore()?;
+    let mut temporary = None;
+    if config.checkpoint.enabled() && config.checkpoint.dir.is_none() {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("floe-checkpoints-{}-{n}", std::process::id()));
+        config.checkpoint.dir = Some(dir.clone());
+        temporary = Some(dir);
+    }
+    if config.job_name.is_none() {
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        config.job_name = Some(format!("job-{n}"));
+    }
+    if let Some(mode) = config.deterministic().cloned() {
+        // One thread, no wall-clock timer: see `testing::chaos`.
+        config.runtime.deterministic = true;
+        config.runtime.buffer_timeout = std::time::Duration::ZERO;
+        config.runtime.metrics_interval = std::time::Duration::ZERO;
+        mode.install();
+    }
+    let config = Arc::new(config);
+    let plan = Arc::new(plan);
+    let injected = config.random_failures().0;
+    let held = injected + u32::from(config.checkpoint.finish_after_checkpoints > 0);
+    let observers = Arc::new(crate::failover::Observers::new(
+        config.hooks.observers.clone(),
+    ));
+    let shared = Shared {
+        observers: observers.clone(),
+        status: Arc::new(Mutex::new(JobStatus::Created)),
+        metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
+        stats: Arc::new(Mutex::new(CheckpointStats::default())),
+        hold: (held > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(held))),
+        kills: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
+        failover: Arc::default(),
+        checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        scratch_restarts: Arc::default(),
+        events: Arc::new(EventLog::with_observer(observers)),
+        region_fence: Default::default(),
+        // Deterministic execution keeps every actor on the current arbiter.
+        pool: pool.filter(|_| config.deterministic().is_none()),
+        fault_fired: (!config.planned_faults().is_empty()).then(|| {
+            Arc::new(
+                config
+                    .planned_faults()
+                    .iter()
+                    .map(|_| std::sync::atomic::AtomicBool::new(false))
+                    .collect(),
+            )
+        }),
+    };
+    let graph = plan.describe();
+    let (done_tx, done_rx) = futures::channel::oneshot::channel();
+    let control = Arc::new(JobControl::new(
+        shared.failover.clone(),
+        shared.events.clone(),
+        shared.observers.clone(),
+    ));
+    let handle = JobHandle::new(
+        control.clone(),
+        shared.status.clone(),
+        shared.metrics.clone(),
+        graph,
+        done_rx,
+    )
+    .with_checkpoints(shared.stats.clone());
+    let manager = Manager {
+        plan,
+        config,
+        shared,
+        control,
+        done: Some(done_tx),
+        temporary,
+    };
+    // Deployed (subtasks spawned, the restored snapshot loaded) by the
+    // manager, after the caller has its handle.
+    actix::spawn(manager.run());
+    Ok(handle)
 }
 
-pub(crate) struct Manager {
-    pub plan: Arc<Job>,
-    pub config: Arc<Config>,
-    pub shared: Shared,
-    pub control: Arc<JobControl>,
-    pub done: Option<futures::channel::oneshot::Sender<floe_actors::Result<JobOutcome>>>,
+/// Starts `job` on `pool`: its manager on the pool's system thread, its
+/// subtasks on the pool's arbiters. Waits for the launch (on the pool's
+/// thread), never for the job.
+pub(crate) fn launch_on_pool(pool: &ArbiterPool, job: Job, config: Config) -> Result<JobHandle> {
+    if pool.on_home() {
+        return launch(job, config, Some(pool.clone()));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let on_pool = pool.clone();
+    let sent = pool.home().spawn(async move {
+        let _ = tx.send(launch(job, config, Some(on_pool)));
+    });
+    if !sent {
+        return Err(crate::Error::Runtime(Error::Runtime(
+            "the arbiter pool has stopped".into(),
+        )));
+    }
+    rx.recv().map_err(|_| {
+        crate::Error::Runtime(Error::Runtime(
+            "the arbiter pool stopped while starting the job".into(),
+        ))
+    })?
+}
+
+/// Runs a job's attempts until its end (see the module's doc).
+struct Manager {
+    plan: Arc<Job>,
+    config: Arc<Config>,
+    shared: Shared,
+    control: Arc<JobControl>,
+    done: Option<futures::channel::oneshot::Sender<floe_actors::Result<JobOutcome>>>,
     /// A temporary checkpoint directory to remove when the job ends.
-    pub temporary: Option<PathBuf>,
+    temporary: Option<PathBuf>,
 }
 
 impl Manager {
@@ -63,10 +169,10 @@ impl Manager {
     }
 
     /// Deploys the first attempt, then runs the job to its end.
-    pub async fn run(mut self) {
+    async fn run(mut self) {
         let first = match self.control.cancelled() {
             true => Err(Error::Cancelled),
-            false => super::deploy::deploy_attempt(
+            false => deploy_attempt(
                 &self.plan,
                 &self.config,
                 &self.shared,
@@ -188,7 +294,7 @@ impl Manager {
                 checkpoint = completed.map_or(0, |c| c.0),
                 "restoring after a failure"
             );
-            match super::deploy::deploy_attempt(
+            match deploy_attempt(
                 &self.plan,
                 &self.config,
                 &self.shared,
@@ -240,7 +346,7 @@ impl Manager {
                         // (an event, not a poll); nothing if it fails first.
                         let control = self.control.clone();
                         actix::spawn(async move {
-                            if let Some(ms) = super::region::recovery_ms(first, failed_at).await {
+                            if let Some(ms) = recovery_ms(first, failed_at).await {
                                 control.update_failover(|s| {
                                     s.max_recovery_ms = s.max_recovery_ms.max(ms)
                                 });

@@ -2,10 +2,11 @@
 //! the chain it builds on its arbiter (`ChainBuild`), for a whole attempt or
 //! one region again.
 
-use super::deploy::{Job, to_runtime};
 use super::graph::{
-    ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx, node_uid,
+    ErasedChain, ErasedHead, Node, NodeCtx, NodeId, NodeKind, Port, Spawned, TypeOps, node_ctx,
+    node_uid,
 };
+use super::job_graph::Job;
 use crate::checkpoint::coordinator::SubtaskInfo;
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
@@ -159,7 +160,7 @@ impl Spawner {
                             targets,
                             builder,
                         };
-                        b.head(head).map_err(to_runtime)
+                        b.head(head).map_err(Error::into_runtime)
                     })
                 };
                 let slot = if config.runtime.spread_vertices {
@@ -199,7 +200,7 @@ impl Spawner {
 }
 
 /// The type operations of `node`'s side output `tag`.
-fn side_ops(node: &Node, tag: u64) -> Result<&Arc<dyn super::graph::TypeOps>> {
+fn side_ops(node: &Node, tag: u64) -> Result<&Arc<dyn TypeOps>> {
     node.side_types
         .iter()
         .find(|(t, _)| *t == tag)
@@ -232,7 +233,7 @@ struct ChainBuild<'a> {
 }
 
 impl ChainBuild<'_> {
-    fn ctx(&self, id: NodeId) -> super::graph::NodeCtx {
+    fn ctx(&self, id: NodeId) -> NodeCtx {
         let node = &self.plan.nodes[id];
         let mut ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
         ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
