@@ -240,10 +240,10 @@ impl StreamExecutionEnvironment {
                 }
                 let mut driver =
                     SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
-                if let Some((records, request)) = ctx.savepoint_pause.clone() {
+                if let Some((records, request)) = ctx.savepoint_pause() {
                     driver = driver.with_savepoint_pause(records, request)?;
                 }
-                if let Some(hold) = ctx.hold.clone() {
+                if let Some(hold) = ctx.instrumentation.source_hold() {
                     driver = driver.with_hold(hold);
                 }
                 Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)

@@ -7,10 +7,11 @@
 //! each restart of the whole job.
 
 use super::graph::node_uid;
+use super::instrumentation::{KillTargets, SavepointRequest};
 use super::job_graph::Job;
 use super::region::Regions;
 use super::shared::Shared;
-use super::spawn::{SavepointRequest, Spawner};
+use super::spawn::Spawner;
 use crate::Result;
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
@@ -34,8 +35,8 @@ pub(crate) struct Attempt {
     pub done: futures::channel::oneshot::Receiver<
         floe_actors::Result<floe_actors::supervisor::JobOutcome>,
     >,
-    pub fail:
-        Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
+    /// Each subtask's kill switch, for injected failures.
+    pub fail: KillTargets,
     pub subtasks: usize,
     /// Resolves when the attempt's subtasks first process records (or
     /// with `Canceled` if they all stop before): the end of a restart's
@@ -147,9 +148,7 @@ pub(crate) fn deploy_attempt(
         metrics: metrics.clone(),
         link,
         supervisor: supervisor.clone(),
-        savepoint_request,
-        hold: shared.hold.clone(),
-        fault_fired: shared.fault_fired.clone(),
+        instrumentation: shared.instrumentation.for_attempt(savepoint_request),
         arbiters: match (arbiters.is_empty(), pool) {
             (false, _) => arbiters.iter().map(|a| a.handle()).collect(),
             (true, Some(pool)) => pool.workers(),

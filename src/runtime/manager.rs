@@ -18,10 +18,12 @@
 //! 3. Injected failures (tests, demos) kill a seeded choice of subtask after
 //!    each new completed checkpoint; sources hold at their end meanwhile.
 //!    With `finish_after_checkpoints` they also hold until that many
-//!    checkpoints completed.
+//!    checkpoints completed. The manager starts both for each attempt;
+//!    `instrumentation.rs` keeps their counters and sends the kills.
 
 use super::deploy::{Attempt, deploy_attempt};
 use super::events::{EventLog, JobEvent, RestartEvent};
+use super::instrumentation::Instrumentation;
 use super::job::{JobControl, JobHandle};
 use super::job_graph::Job;
 use super::pool::ArbiterPool;
@@ -30,13 +32,11 @@ use super::shared::Shared;
 use crate::Result;
 use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::Config;
-use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
+use crate::failover::{JobObserver, Latch, RestartTracker};
 use floe_actors::error::Error;
-use floe_actors::messages::InjectFailure;
 use floe_actors::metrics::JobMetrics;
 use floe_actors::supervisor::{JobOutcome, JobStatus};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -68,8 +68,6 @@ pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Re
     }
     let config = Arc::new(config);
     let plan = Arc::new(plan);
-    let injected = config.random_failures().0;
-    let held = injected + u32::from(config.checkpoint.finish_after_checkpoints > 0);
     let observers = Arc::new(crate::failover::Observers::new(
         config.hooks.observers.clone(),
     ));
@@ -78,8 +76,7 @@ pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Re
         status: Arc::new(Mutex::new(JobStatus::Created)),
         metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
         stats: Arc::new(Mutex::new(CheckpointStats::default())),
-        hold: (held > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(held))),
-        kills: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
+        instrumentation: Instrumentation::new(&config),
         failover: Arc::default(),
         checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         scratch_restarts: Arc::default(),
@@ -87,15 +84,6 @@ pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Re
         region_fence: Default::default(),
         // Deterministic execution keeps every actor on the current arbiter.
         pool: pool.filter(|_| config.deterministic().is_none()),
-        fault_fired: (!config.planned_faults().is_empty()).then(|| {
-            Arc::new(
-                config
-                    .planned_faults()
-                    .iter()
-                    .map(|_| std::sync::atomic::AtomicBool::new(false))
-                    .collect(),
-            )
-        }),
     };
     let graph = plan.describe();
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
@@ -199,33 +187,29 @@ impl Manager {
         let mut tracker = RestartTracker::new(self.config.restart_strategy(), self.config.seed);
         let mut attempt = first;
         let mut rng = self.config.random_failures().1 ^ 0x9e37_79b9_7f4a_7c15;
-        let wanted = self.config.checkpoint.finish_after_checkpoints;
-        if let (true, Some(hold)) = (wanted > 0, &self.shared.hold) {
-            actix::spawn(release_after_checkpoints(
-                self.shared.observers.clone(),
-                hold.clone(),
-                wanted,
-            ));
-        }
+        let instrumentation = self.shared.instrumentation.clone();
+        instrumentation.release_after_checkpoints(
+            self.shared.observers.clone(),
+            self.config.checkpoint.finish_after_checkpoints,
+        );
         let result = loop {
             self.control
                 .set_current(attempt.supervisor.clone(), attempt.coordinator.clone());
             let ended = Arc::new(Latch::default());
-            if let (Some(kills), Some(hold)) = (&self.shared.kills, &self.shared.hold)
-                && kills.load(Ordering::Acquire) > 0
-            {
+            if instrumentation.kills_pending() {
                 rng = crate::text::mix64(rng);
-                actix::spawn(inject_failures(
-                    self.shared.observers.clone(),
-                    attempt.fail.clone(),
-                    (kills.clone(), hold.clone()),
-                    ended.clone(),
-                    rng,
-                    self.config
-                        .checkpoint
-                        .interval
-                        .unwrap_or(Duration::from_millis(100)),
-                ));
+                actix::spawn(
+                    instrumentation.clone().inject_failures(
+                        self.shared.observers.clone(),
+                        attempt.fail.clone(),
+                        ended.clone(),
+                        rng,
+                        self.config
+                            .checkpoint
+                            .interval
+                            .unwrap_or(Duration::from_millis(100)),
+                    ),
+                );
             }
             let outcome = match (&mut attempt.done).await {
                 Ok(r) => r,
@@ -242,13 +226,12 @@ impl Manager {
                     .send(crate::checkpoint::coordinator::StopCoordinator)
                     .await;
             }
-            if let (Err(e), Some(kills), Some(hold)) =
-                (&outcome, &self.shared.kills, &self.shared.hold)
+            if let Err(e) = &outcome
                 && e.injected().is_some()
             {
                 // A kill of restart-all took effect; the sources stay held
                 // until the last one has.
-                release(kills, hold);
+                instrumentation.kill_took_effect();
             }
             let error = match outcome {
                 Ok(o) => break Ok(o),
@@ -398,100 +381,5 @@ impl Drop for Manager {
         self.shared.events.close();
         // Nor does anyone wait on its progress (a checkpoint count) forever.
         self.shared.observers.progress.ended(JobStatus::Canceled);
-    }
-}
-
-/// Kills subtasks of the attempt, one after each checkpoint completed since
-/// the previous kill (plus a seeded jitter of up to half an interval), while
-/// kills remain and the attempt runs. A restart-all ends the attempt after
-/// its first kill; a region restart keeps it, with the region's new
-/// subtasks among the targets. It waits on the job's progress (completed
-/// checkpoints, restarts) and the attempt's end, never polls.
-async fn inject_failures(
-    observers: Arc<Observers>,
-    targets: Arc<
-        Mutex<
-            std::collections::HashMap<
-                floe_actors::supervisor::SubtaskKey,
-                actix::Recipient<InjectFailure>,
-            >,
-        >,
-    >,
-    (remaining, hold): (
-        Arc<std::sync::atomic::AtomicU32>,
-        Arc<std::sync::atomic::AtomicU32>,
-    ),
-    ended: Arc<Latch>,
-    mut seed: u64,
-    interval: Duration,
-) {
-    let progress = &observers.progress;
-    while remaining.load(Ordering::Acquire) > 0 {
-        let next = progress.get(Count::Checkpoints) + 1;
-        if !unless_ended(&ended, progress.reached(Count::Checkpoints, next)).await {
-            return;
-        }
-        seed = crate::text::mix64(seed);
-        let jitter_ms = seed % (interval.as_millis() as u64 / 2).max(1);
-        actix_rt::time::sleep(Duration::from_millis(jitter_ms)).await;
-        if ended.is_set() {
-            return;
-        }
-        let target = {
-            let Ok(t) = targets.lock() else {
-                return;
-            };
-            let mut keys: Vec<_> = t.keys().copied().collect();
-            if keys.is_empty() {
-                return;
-            }
-            keys.sort();
-            let key = keys[(crate::text::mix64(seed) % keys.len() as u64) as usize];
-            t[&key].clone()
-        };
-        let restarted = progress.reached(Count::Restarts, progress.get(Count::Restarts) + 1);
-        target.do_send(InjectFailure);
-        // The kill counts once it took effect: the region restarted, or the
-        // attempt ended (restart-all; the manager counts the kill when the
-        // attempt failed with it). Until then the sources stay held, so the
-        // job cannot reach its end under the kill.
-        if !unless_ended(&ended, restarted).await {
-            return;
-        }
-        release(&remaining, &hold);
-    }
-}
-
-/// `wait`'s outcome, or `false` as soon as `ended` is set.
-async fn unless_ended(ended: &Latch, wait: impl std::future::Future<Output = bool>) -> bool {
-    let wait = std::pin::pin!(wait);
-    let end = std::pin::pin!(ended.wait());
-    match futures::future::select(wait, end).await {
-        futures::future::Either::Left((reached, _)) => reached && !ended.is_set(),
-        futures::future::Either::Right(_) => false,
-    }
-}
-
-/// One injected failure took effect: one kill fewer to come, one reason
-/// fewer for the sources to hold.
-fn release(kills: &std::sync::atomic::AtomicU32, hold: &std::sync::atomic::AtomicU32) {
-    if kills
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
-        .is_ok()
-    {
-        let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
-    }
-}
-
-/// Lets the sources finish (drops the hold `finish_after_checkpoints` put
-/// on them) once `wanted` checkpoints completed, over every attempt; gives
-/// up when the job ended without them.
-async fn release_after_checkpoints(
-    observers: Arc<Observers>,
-    hold: Arc<std::sync::atomic::AtomicU32>,
-    wanted: u64,
-) {
-    if observers.progress.reached(Count::Checkpoints, wanted).await {
-        let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
     }
 }

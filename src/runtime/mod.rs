@@ -5,7 +5,9 @@
 //! - `job_graph`: those operators with the plan made of them (vertices,
 //!   channels, pipelined regions): what every attempt deploys.
 //! - `shared`: what every attempt of a job shares (status, metrics,
-//!   checkpoint counters, events, the holds on its sources, its pool).
+//!   checkpoint counters, events, its test instrumentation, its pool).
+//! - `instrumentation`: a job's test instrumentation as one value (planned
+//!   faults, random kills, holds on the sources, the savepoint pause).
 //! - `spawn`: the subtasks of an attempt or of one region, and the chain
 //!   each builds on its arbiter.
 //! - `region`: region failover's redeployment of one pipelined region.
@@ -21,13 +23,15 @@
 //!
 //! Direction of dependencies: `api` -> `runtime` -> {`checkpoint`,
 //! `failover`} -> `plan`. Inside the runtime, `manager` -> `deploy` ->
-//! `region` -> `spawn` -> `job_graph` -> `graph`, with `shared`, `job`,
-//! `events`, `status` and `pool` below them; no two files use each other.
+//! `region` -> `spawn` -> `job_graph` -> `graph` -> `instrumentation`, with
+//! `shared`, `job`, `events`, `status` and `pool` below them; no two files
+//! use each other.
 //! `tests/module_layering.rs` checks both.
 
 mod deploy;
 pub(crate) mod events;
 pub(crate) mod graph;
+mod instrumentation;
 pub(crate) mod job;
 pub(crate) mod job_graph;
 pub(crate) mod manager;

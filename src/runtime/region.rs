@@ -3,6 +3,7 @@
 //! checkpoint while the others run on.
 
 use super::events::{EventLog, JobEvent, RestartEvent};
+use super::instrumentation::KillTargets;
 use super::shared::Shared;
 use super::spawn::Spawner;
 use super::status::FailoverStats;
@@ -22,7 +23,7 @@ pub(super) struct Regions {
     spawner: Spawner,
     store: Option<Arc<CheckpointStore>>,
     coordinator: actix::Addr<CheckpointCoordinator>,
-    fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
+    fail: KillTargets,
     tracker: crate::failover::RestartTracker,
     failover: Arc<Mutex<FailoverStats>>,
     events: Arc<EventLog>,
@@ -40,9 +41,7 @@ impl Regions {
         spawner: Spawner,
         store: Option<Arc<CheckpointStore>>,
         coordinator: actix::Addr<CheckpointCoordinator>,
-        fail: Arc<
-            Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>,
-        >,
+        fail: KillTargets,
         shared: &Shared,
     ) -> Self {
         let (region_of, members) = spawner.plan.regions();

@@ -1,12 +1,13 @@
 //! What every attempt of a job shares: its status, metrics, checkpoint
-//! counters and ids, restart counts, events and observers, the holds on its
-//! sources, and the arbiter pool it runs on, if any.
+//! counters and ids, restart counts, events and observers, its test
+//! instrumentation, and the arbiter pool it runs on, if any.
 //!
 //! The manager (`manager.rs`) makes it once per job; each deployment
 //! (`deploy.rs`) and region redeployment (`region.rs`) reads it. It depends
 //! on no other file of the runtime but the ones defining its fields.
 
 use super::events::EventLog;
+use super::instrumentation::Instrumentation;
 use super::pool::ArbiterPool;
 use super::status::FailoverStats;
 use crate::checkpoint::coordinator::CheckpointStats;
@@ -19,16 +20,10 @@ pub(crate) struct Shared {
     pub status: Arc<Mutex<JobStatus>>,
     pub metrics: Arc<JobMetrics>,
     pub stats: Arc<Mutex<CheckpointStats>>,
-    /// Reasons the sources still hold at their end, not finishing: each
-    /// injected failure still to come, and the wait for
-    /// `finish_after_checkpoints` completed checkpoints.
-    pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
-    /// Injected failures still to come (each also counted in `hold`).
-    pub kills: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// Test instrumentation: faults, kills, holds on the sources.
+    pub instrumentation: Instrumentation,
     /// Restart counts.
     pub failover: Arc<Mutex<FailoverStats>>,
-    /// Per configured fault: whether it fired (once per job).
-    pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
     /// The next checkpoint id (ids are never reused across attempts).
     pub checkpoint_ids: Arc<std::sync::atomic::AtomicU64>,
     /// Restarts so far that started from the beginning (no checkpoint).
