@@ -228,6 +228,15 @@ impl Error {
         if retriable { e } else { e.non_retriable() }
     }
 
+    /// This error as a runtime error, keeping whether it is retriable.
+    pub(crate) fn into_runtime(self) -> floe_actors::Error {
+        match self {
+            Error::Runtime(r) => r,
+            other if other.is_retriable() => floe_actors::Error::Runtime(other.to_string()),
+            other => floe_actors::Error::Runtime(other.to_string()).non_retriable(),
+        }
+    }
+
     /// The failure of `key`'s aggregate in `window`.
     pub fn aggregate<K: serde::Serialize>(
         key: &K,

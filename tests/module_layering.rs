@@ -6,7 +6,13 @@
 //!    that order, `plan` uses no other module of the crate, and the module
 //!    graph has no cycle. Edges known to break this today are listed in
 //!    [`KNOWN_BACK_EDGES`], each with its reason; any new one fails.
-//! 2. **File size.** No `.rs` file under `src/` or `actors/src/` is over
+//! 2. **Files without cycles.** Inside each directory of [`FILE_GRAPHS`]
+//!    (`src/runtime/`, `src/cli/`), a file is a node (a subdirectory goes
+//!    with the file of its name; `mod.rs`, which declares the files, is
+//!    none) and a reference to a sibling (`super::x`, `crate::runtime::x`,
+//!    `crate::cli::x`, or a name its `mod.rs` imports from `x`, outside
+//!    comments) an edge; the graph has no cycle.
+//! 3. **File size.** No `.rs` file under `src/` or `actors/src/` is over
 //!    [`MAX_LINES`] lines, except the files of [`LARGE_FILES`], which are
 //!    being split (the list only shrinks).
 
@@ -26,6 +32,10 @@ const LAYERS: &[(&str, u32)] = &[
 /// Edges that close a cycle or point up the order today, and why each is
 /// still there. Removing the reason removes the entry; nothing is added.
 const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[];
+
+/// The directories of `src/` whose files must not use each other in a
+/// cycle.
+const FILE_GRAPHS: &[&str] = &["runtime", "cli"];
 
 /// The longest a source file may be.
 const MAX_LINES: usize = 800;
@@ -125,48 +135,76 @@ fn ident_at(s: &str) -> &str {
     &s[..end]
 }
 
+/// The paths of the use tree at the start of `s`, each as `stem` and its
+/// segments (`a::b`, `a::{b, c::d}`, `{a, b}`); returns the bytes read.
+fn use_tree(s: &str, stem: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    let skip_ws = |i: usize| i + (s[i..].len() - s[i..].trim_start().len());
+    let mut path = stem;
+    let mut i = skip_ws(0);
+    loop {
+        if s[i..].starts_with('{') {
+            i += 1;
+            loop {
+                i = skip_ws(i);
+                match s[i..].chars().next() {
+                    None => return i,
+                    Some('}') => return i + 1,
+                    Some(',') => i += 1,
+                    Some(c) => match use_tree(&s[i..], path.clone(), out) {
+                        0 => i += c.len_utf8(),
+                        read => i += read,
+                    },
+                }
+            }
+        }
+        let id = ident_at(&s[i..]);
+        if id.is_empty() {
+            // A glob, generics, or the end of the path.
+            if !path.is_empty() {
+                out.push(path);
+            }
+            return i;
+        }
+        path.push(id.to_string());
+        i += id.len();
+        match s[i..].strip_prefix("::") {
+            Some(_) => i += 2,
+            None => {
+                out.push(path);
+                return i;
+            }
+        }
+    }
+}
+
+/// Each path in `code` that starts with `root` (`crate`, `super`), as its
+/// segments after `root::`, with groups expanded: `crate::{a::X, b}` gives
+/// `a::X` and `b`. A path `super::super::x` is one path, `super::x`.
+fn paths_from(code: &str, root: &str) -> Vec<Vec<String>> {
+    let prefix = format!("{root}::");
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(&prefix) {
+        // `floe_actors::…`, `my_crate::…` or the second `super` of
+        // `super::super::` are not where a path starts.
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + prefix.len()..];
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let read = use_tree(rest, Vec::new(), &mut found);
+        rest = &rest[read..];
+    }
+    found
+}
+
 /// The first path segments after each `crate::` in `code`, including each
 /// member of a `crate::{a::X, b}` group.
 fn crate_paths(code: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find("crate::") {
-        // `floe_actors::…` or `my_crate::…` are other paths.
-        let before = rest[..i].chars().next_back();
-        rest = &rest[i + "crate::".len()..];
-        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-            continue;
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let mut start = true;
-            for (k, c) in group.char_indices() {
-                match c {
-                    '{' => {
-                        depth += 1;
-                        start = false;
-                    }
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    ',' if depth == 1 => start = true,
-                    c if c.is_whitespace() => {}
-                    _ => {
-                        if start && depth == 1 {
-                            found.push(ident_at(&group[k..]).to_string());
-                        }
-                        start = false;
-                    }
-                }
-            }
-        } else {
-            found.push(ident_at(rest).to_string());
-        }
-    }
-    found
+    paths_from(code, "crate")
+        .into_iter()
+        .filter_map(|p| p.into_iter().next())
+        .collect()
 }
 
 /// Module -> (used module -> first file using it).
@@ -276,6 +314,165 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     s.found
 }
 
+/// A file of a [`FILE_GRAPHS`] directory: its path there (`deploy.rs`,
+/// `window/firing.rs`) and its text.
+type SourceFile = (String, String);
+
+/// The files of `src/{dir}/`.
+fn files_of(dir: &str) -> Vec<SourceFile> {
+    let base = root().join("src").join(dir);
+    let mut paths = Vec::new();
+    rust_files(&base, &mut paths);
+    paths
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&base).expect("under the directory");
+            let text = std::fs::read_to_string(&p).expect("readable source");
+            (rel.to_string_lossy().replace('\\', "/"), text)
+        })
+        .collect()
+}
+
+/// The node of the file at `rel` (`window` for `window.rs` and
+/// `window/firing.rs`; `None` for the directory's `mod.rs`) and the file's
+/// module path below the directory (`[window, firing]`).
+fn node_of(rel: &str) -> (Option<String>, Vec<String>) {
+    let mut module: Vec<String> = rel.split('/').map(str::to_string).collect();
+    let name = module.pop().expect("a file name");
+    let stem = name.strip_suffix(".rs").unwrap_or(&name);
+    if stem != "mod" {
+        module.push(stem.to_string());
+    }
+    (module.first().cloned(), module)
+}
+
+/// The files of `src/{dir}/` as a graph: node -> (used node -> the first
+/// file using it). See the module's documentation for what is an edge. A
+/// `super::` inside an inline module (`mod tests`) is read as the file's
+/// own: `super::*` and names of the file's items add no edge.
+fn file_graph(dir: &str, files: &[SourceFile]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let nodes: BTreeSet<String> = files.iter().filter_map(|(rel, _)| node_of(rel).0).collect();
+    // Names `mod.rs` imports from a file: `super::Name` reaches that file.
+    let mut imported: BTreeMap<String, String> = BTreeMap::new();
+    for (_, text) in files.iter().filter(|(rel, _)| rel == "mod.rs") {
+        let code = code_of(text);
+        let mut rest = code.as_str();
+        while let Some(i) = rest.find("use ") {
+            let before = rest[..i].chars().next_back();
+            rest = &rest[i + "use ".len()..];
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let mut paths = Vec::new();
+            rest = &rest[use_tree(rest, Vec::new(), &mut paths)..];
+            for path in paths {
+                if let (Some(from), Some(name), true) = (path.first(), path.last(), path.len() > 1)
+                    && nodes.contains(from)
+                {
+                    imported.insert(name.clone(), from.clone());
+                }
+            }
+        }
+    }
+    let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (rel, text) in files {
+        let (Some(node), module) = node_of(rel) else {
+            continue;
+        };
+        let code = code_of(text);
+        // Each reference as a path below the directory.
+        let mut used: Vec<Vec<String>> = paths_from(&code, "crate")
+            .into_iter()
+            .filter(|p| p.first().is_some_and(|p| p == dir))
+            .map(|p| p[1..].to_vec())
+            .collect();
+        for path in paths_from(&code, "super") {
+            let ups = 1 + path.iter().take_while(|p| *p == "super").count();
+            if ups > module.len() {
+                continue; // above the directory
+            }
+            let mut full = module[..module.len() - ups].to_vec();
+            full.extend(path.into_iter().skip(ups - 1));
+            used.push(full);
+        }
+        for full in used {
+            let Some(first) = full.first() else {
+                continue;
+            };
+            let target = match nodes.contains(first) {
+                true => Some(first),
+                false => imported.get(first),
+            };
+            if let Some(target) = target
+                && *target != node
+            {
+                graph
+                    .entry(node.clone())
+                    .or_default()
+                    .entry(target.clone())
+                    .or_insert_with(|| format!("src/{dir}/{rel}"));
+            }
+        }
+    }
+    graph
+}
+
+/// One shortest cycle through the first node of `component` (a strongly
+/// connected component of `graph`), that node first and last.
+fn a_cycle(graph: &BTreeMap<String, BTreeSet<String>>, component: &[String]) -> Vec<String> {
+    let start = component[0].as_str();
+    let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for w in graph.get(v).into_iter().flatten() {
+            if w == start {
+                let mut back = vec![v];
+                let mut at = v;
+                while at != start {
+                    at = parent[at];
+                    back.push(at);
+                }
+                back.reverse();
+                back.push(start);
+                return back.into_iter().map(str::to_string).collect();
+            }
+            if component.contains(w) && !parent.contains_key(w.as_str()) {
+                parent.insert(w, v);
+                queue.push_back(w);
+            }
+        }
+    }
+    component.to_vec()
+}
+
+/// One message per cycle among the files of `src/{dir}/`: a cycle through
+/// its first file, then every edge between the files of its component.
+fn file_cycles(dir: &str, graph: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
+    let plain: BTreeMap<String, BTreeSet<String>> = graph
+        .iter()
+        .map(|(from, uses)| (from.clone(), uses.keys().cloned().collect()))
+        .collect();
+    cycles(&plain)
+        .into_iter()
+        .map(|component| {
+            let edges: Vec<String> = component
+                .iter()
+                .flat_map(|a| {
+                    graph[a]
+                        .iter()
+                        .filter(|(b, _)| component.contains(b))
+                        .map(move |(b, file)| format!("{a} -> {b} ({file})"))
+                })
+                .collect();
+            format!(
+                "file cycle in src/{dir}/: {} (edges: {})",
+                a_cycle(&plain, &component).join(" -> "),
+                edges.join(", ")
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn modules_follow_the_layering_without_cycles() {
     let graph = module_graph();
@@ -324,6 +521,15 @@ fn modules_follow_the_layering_without_cycles() {
             eprintln!("note: known back edge {from} -> {to} is gone; remove it from the list");
         }
     }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn files_of_a_module_directory_use_each_other_without_cycles() {
+    let problems: Vec<String> = FILE_GRAPHS
+        .iter()
+        .flat_map(|dir| file_cycles(dir, &file_graph(dir, &files_of(dir))))
+        .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -377,4 +583,63 @@ fn the_scanner_reads_paths_and_groups_and_skips_comments() {
         vec![vec!["a".to_string(), "b".into(), "c".into()]]
     );
     assert!(cycles(&g(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+}
+
+#[test]
+fn the_file_graph_resolves_references_and_names_a_cycle() {
+    let files = |c_uses_a: bool| -> Vec<SourceFile> {
+        let c = match c_uses_a {
+            true => "pub fn f() { super::a::g(); }",
+            false => "pub fn f() {}",
+        };
+        let c = format!("{c}\n#[cfg(test)]\nmod tests {{ use super::*; }}\n");
+        [
+            (
+                "mod.rs",
+                "mod a;\nmod b;\nmod c;\nmod d;\npub use d::Thing;\n",
+            ),
+            // `Thing` comes from `d` through `mod.rs`; a comment is no edge.
+            ("a.rs", "use super::b::X;\nuse super::Thing; // super::c\n"),
+            (
+                "b.rs",
+                "use crate::area::{c::Y, self};\npub(in crate::area) fn h() {}\n",
+            ),
+            ("c.rs", c.as_str()),
+            // A file below `c/` belongs to `c`.
+            (
+                "c/e.rs",
+                "use super::super::d::Z;\nuse super::*;\nfn k() { super::f() }\n",
+            ),
+            ("d.rs", "/// [`T`](super::a::T)\npub struct Thing;\n"),
+        ]
+        .into_iter()
+        .map(|(rel, text)| (rel.to_string(), text.to_string()))
+        .collect()
+    };
+    let edges = |graph: &BTreeMap<String, BTreeMap<String, String>>| -> Vec<String> {
+        graph
+            .iter()
+            .flat_map(|(a, uses)| uses.iter().map(move |(b, file)| format!("{a}>{b}:{file}")))
+            .collect()
+    };
+    let acyclic = file_graph("area", &files(false));
+    assert_eq!(
+        edges(&acyclic),
+        vec![
+            "a>b:src/area/a.rs",
+            "a>d:src/area/a.rs",
+            "b>c:src/area/b.rs",
+            "c>d:src/area/c/e.rs",
+        ]
+    );
+    assert!(file_cycles("area", &acyclic).is_empty());
+    let cyclic = file_graph("area", &files(true));
+    assert_eq!(
+        file_cycles("area", &cyclic),
+        vec![
+            "file cycle in src/area/: a -> b -> c -> a (edges: a -> b (src/area/a.rs), \
+             b -> c (src/area/b.rs), c -> a (src/area/c.rs))"
+                .to_string()
+        ]
+    );
 }

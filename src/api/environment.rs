@@ -7,9 +7,10 @@ use crate::connectors::generator::GeneratorSource;
 use crate::connectors::text_file::{ByteLineSource, TextFileSource};
 use crate::connectors::{SourceContext, SourceFunction, SourceNode};
 use crate::runtime::ArbiterPool;
-use crate::runtime::deploy::{Job, launch};
 use crate::runtime::graph::{ErasedChain, Node, NodeKind, Port, ops, partition};
 use crate::runtime::job::{JobHandle, JobResult};
+use crate::runtime::job_graph::Job;
+use crate::runtime::manager::{launch, launch_on_pool};
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
 use std::path::PathBuf;
@@ -239,10 +240,10 @@ impl StreamExecutionEnvironment {
                 }
                 let mut driver =
                     SourceNode::new(source, next, ctx.info(), ctx.config.runtime.batch_size);
-                if let Some((records, request)) = ctx.savepoint_pause.clone() {
+                if let Some((records, request)) = ctx.savepoint_pause() {
                     driver = driver.with_savepoint_pause(records, request)?;
                 }
-                if let Some(hold) = ctx.hold.clone() {
+                if let Some(hold) = ctx.instrumentation.source_hold() {
                     driver = driver.with_hold(hold);
                 }
                 Ok(Box::new(driver) as Box<dyn floe_actors::source::SourceDriver>)
@@ -399,7 +400,7 @@ impl StreamExecutionEnvironment {
     pub fn execute_async(&self) -> Result<JobHandle> {
         let (plan, config, pool) = self.take_plan()?;
         if let Some(pool) = pool {
-            return pool.launch(plan, config);
+            return launch_on_pool(&pool, plan, config);
         }
         if on_running_arbiter() {
             return launch(plan, config, None);
@@ -417,7 +418,7 @@ impl StreamExecutionEnvironment {
     pub fn execute(&self) -> Result<JobResult> {
         let (plan, config, pool) = self.take_plan()?;
         let handle = match pool {
-            Some(pool) => pool.launch(plan, config)?,
+            Some(pool) => launch_on_pool(&pool, plan, config)?,
             None => launch_on_own_thread(plan, config)?,
         };
         futures::executor::block_on(handle.wait())

@@ -16,9 +16,8 @@
 //! lines (a batch beyond 256 KiB of lines goes in chunks of whole lines); a
 //! record type that writes its own line ([`WriteLine`], the window job's
 //! firings) is written bytewise, without `fmt`, and a record that is a
-//! block of lines already (the window job's tumbling and sliding firings,
-//! [`FiringLines`](super::window::FiringLines)) is written as it is, with
-//! one write of its own. Only the transactional
+//! block of lines already ([`WriteBlock`], the window job's tumbling and
+//! sliding firings) is written as it is, with one write of its own. Only the transactional
 //! sink is exactly-once: written directly, a restart that replays records
 //! writes their lines again. Every writer of a regular file takes its
 //! lock ([`OutputLock`]), so no job truncates another running job's output. An output naming the same
@@ -157,15 +156,19 @@ impl Output {
         })
     }
 
-    /// Adds a sink writing blocks of lines ([`FiringLines`]) to stdout or
+    /// Adds a sink writing blocks of lines ([`WriteBlock`]) to stdout or
     /// a file written directly, each block at once, counting their lines
-    /// in `lines`; refuses the other outputs.
-    pub fn sink_blocks(
+    /// in `lines` and handing each written block back to `pool`; refuses
+    /// the other outputs.
+    pub fn sink_blocks<B>(
         self,
-        stream: &DataStream<super::window::FiringLines>,
-        pool: super::window::BlockPool,
+        stream: &DataStream<B>,
+        pool: B::Pool,
         lines: Arc<AtomicU64>,
-    ) -> floe::Result<DataStream<()>> {
+    ) -> floe::Result<DataStream<()>>
+    where
+        B: WriteBlock + Clone + Send + 'static,
+    {
         Ok(match self {
             Output::Stdout => stream
                 .add_sink(Blocks(Lines::stdout(), pool, lines))
@@ -194,6 +197,23 @@ pub trait WriteLine {
     /// Appends the line, `\n` included, to `buf`; the same bytes as
     /// `format!("{self}\n")`, whatever `memo` holds.
     fn write_line(&self, buf: &mut Vec<u8>, memo: &mut Self::Memo);
+}
+
+/// A record that is a block of whole output lines, written as it is (the
+/// window job's tumbling and sliding firings), whose buffer goes back to
+/// where the next block is written.
+pub trait WriteBlock {
+    /// Where written blocks go back to.
+    type Pool: Clone + Send + Sync + 'static;
+
+    /// The lines, each ending in `\n`.
+    fn as_bytes(&self) -> &[u8];
+
+    /// How many lines the block holds.
+    fn lines(&self) -> u64;
+
+    /// Hands the written block back to `pool`.
+    fn recycle(self, pool: &Self::Pool);
 }
 
 /// Bytes of lines a subtask formats before writing them: a batch of 4,096
@@ -425,24 +445,24 @@ impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines<T::Memo> {
     }
 }
 
-/// [`Lines`] written a block at a time ([`FiringLines`](super::window::FiringLines)):
-/// each block is written as it is, its lines counted (the summary's
-/// `windows_fired=`, the results the window handed on) and its buffer
-/// handed back to the window function's pool.
+/// [`Lines`] written a block at a time ([`WriteBlock`]): each block is
+/// written as it is, its lines counted (the summary's `windows_fired=`, the
+/// results the window handed on) and its buffer handed back to the window
+/// function's pool.
 #[derive(Clone)]
-pub struct Blocks(Lines, super::window::BlockPool, Arc<AtomicU64>);
+pub struct Blocks<P>(Lines, P, Arc<AtomicU64>);
 
-impl SinkFunction<super::window::FiringLines> for Blocks {
-    fn invoke(&mut self, value: super::window::FiringLines, _: Option<i64>) -> floe::Result<()> {
+impl<B: WriteBlock + Send + 'static> SinkFunction<B> for Blocks<B::Pool> {
+    fn invoke(&mut self, value: B, _: Option<i64>) -> floe::Result<()> {
         self.invoke_batch(vec![Record::new(value)])
     }
 
-    fn invoke_batch(&mut self, batch: Vec<Record<super::window::FiringLines>>) -> floe::Result<()> {
+    fn invoke_batch(&mut self, batch: Vec<Record<B>>) -> floe::Result<()> {
         for r in batch {
             let block = r.value;
             self.0.write_bytes(block.as_bytes(), false)?;
             self.2.fetch_add(block.lines(), Ordering::Relaxed);
-            self.1.give(block);
+            block.recycle(&self.1);
         }
         Ok(())
     }

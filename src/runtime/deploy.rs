@@ -1,17 +1,18 @@
-//! From a plan to a running job.
+//! One attempt of a job: from the job graph to running actors.
 //!
-//! [`Job`] pairs the plan ([`crate::plan`]: vertices, channels, regions)
-//! with the stream graph's operators. [`launch`] starts the job's manager
-//! (`manager.rs`) on its first attempt; [`deploy_attempt`] deploys one
-//! attempt: arbiters (its own or a shared pool's), the checkpoint
-//! coordinator, the supervisor and every subtask (`spawn.rs`), with region
-//! failover (`region.rs`) when configured.
+//! [`deploy_attempt`] deploys one attempt: arbiters (its own or a shared
+//! pool's), the checkpoint coordinator, the supervisor and every subtask
+//! (`spawn.rs`), with region failover (`region.rs`) when configured. The
+//! job's manager (`manager.rs`) calls it for the first attempt and after
+//! each restart of the whole job.
 
-use super::graph::{Node, node_uid};
-use super::job::JobHandle;
+use super::graph::node_uid;
+use super::instrumentation::{KillTargets, SavepointRequest};
+use super::job_graph::Job;
 use super::region::Regions;
-use super::spawn::{SavepointRequest, Spawner};
-use super::status::{EdgeInfo, JobGraphInfo, OperatorInfo, RegionInfo, VertexInfo};
+use super::shared::Shared;
+use super::spawn::Spawner;
+use crate::Result;
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{
     BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterSubtasks,
@@ -19,169 +20,13 @@ use crate::checkpoint::coordinator::{
 };
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
-use crate::plan::{Plan, PlanError, PlanOptions};
-use crate::{Error, Result};
 use actix::{Actor, Arbiter};
 use floe_actors::ids::{SubtaskIndex, VertexId};
-use floe_actors::metrics::JobMetrics;
 use floe_actors::snapshot::CheckpointLink;
 use floe_actors::supervisor::SubtaskKey;
 use floe_actors::supervisor::{JobStatus, JobSupervisor, Supervise};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// A plan with the stream graph's operators: what the runtime deploys. It
-/// derefs to its [`Plan`] (vertices, channels, regions).
-pub(crate) struct Job {
-    pub plan: Plan,
-    /// The operators, with their closures; `plan.nodes` holds their shapes.
-    pub nodes: Vec<Node>,
-}
-
-impl std::ops::Deref for Job {
-    type Target = Plan;
-
-    fn deref(&self) -> &Plan {
-        &self.plan
-    }
-}
-
-impl Job {
-    /// Plans `nodes` (see [`crate::plan`]) under `config`.
-    pub fn new(mut nodes: Vec<Node>, config: &Config) -> Result<Job> {
-        let options = PlanOptions {
-            chaining: config.chaining,
-            max_parallelism: config.max_parallelism,
-        };
-        let plan = Plan::new(nodes.iter().map(Node::shape).collect(), options)?;
-        // A default edge the plan turned into a rebalance (its sides differ
-        // in parallelism) takes its round-robin fallback.
-        for (id, node) in nodes.iter_mut().enumerate() {
-            for (k, edge) in node.inputs.iter_mut().enumerate() {
-                let planned = &plan.nodes[id].inputs[k];
-                if planned.kind == edge.partition.kind {
-                    continue;
-                }
-                let make = edge.partition.fallback.take().ok_or_else(|| {
-                    Error::Internal(format!(
-                        "the plan rebalanced the edge into '{}', which has no fallback",
-                        node.name
-                    ))
-                })?;
-                edge.partition = super::graph::Partition {
-                    kind: planned.kind,
-                    make,
-                    explicit: planned.explicit,
-                    fallback: None,
-                };
-            }
-        }
-        Ok(Job { plan, nodes })
-    }
-
-    /// The deployed graph, for status snapshots.
-    fn describe(&self) -> JobGraphInfo {
-        let plan = &self.plan;
-        let operators = plan
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(id, n)| OperatorInfo {
-                id: id as u32,
-                name: n.name.clone(),
-                parallelism: n.parallelism,
-                vertex: plan.vertex_of[id] as u32,
-            })
-            .collect();
-        let edges = plan
-            .nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(id, n)| {
-                n.inputs.iter().map(move |e| EdgeInfo {
-                    from: e.from as u32,
-                    to: id as u32,
-                    partitioner: e.kind.name().to_string(),
-                    chained: plan.chained[id],
-                })
-            })
-            .collect();
-        let vertices = plan
-            .heads
-            .iter()
-            .enumerate()
-            .map(|(v, &h)| VertexInfo {
-                id: v as u32,
-                name: plan.vertex_name(v),
-                operators: plan.vertex_members(v).map(|id| id as u32).collect(),
-                parallelism: plan.nodes[h].parallelism,
-            })
-            .collect();
-        JobGraphInfo {
-            operators,
-            edges,
-            vertices,
-            regions: self.region_infos(),
-        }
-    }
-
-    /// The pipelined regions for the job's status: members as (vertex id,
-    /// subtask), sorted.
-    pub fn region_infos(&self) -> Vec<RegionInfo> {
-        let (_, members) = self.regions();
-        members
-            .into_iter()
-            .enumerate()
-            .map(|(id, mut m)| {
-                m.sort_unstable();
-                RegionInfo {
-                    id,
-                    subtasks: m.into_iter().map(|(v, j)| (v as u32, j as u32)).collect(),
-                }
-            })
-            .collect()
-    }
-}
-
-impl From<PlanError> for Error {
-    /// A graph the plan refuses is an invalid configuration, as before the
-    /// plan had its own error type.
-    fn from(e: PlanError) -> Self {
-        Error::InvalidConfig {
-            source: Box::new(e),
-        }
-    }
-}
-
-/// What every attempt of a job shares.
-pub(crate) struct Shared {
-    pub status: Arc<Mutex<JobStatus>>,
-    pub metrics: Arc<JobMetrics>,
-    pub stats: Arc<Mutex<CheckpointStats>>,
-    /// Reasons the sources still hold at their end, not finishing: each
-    /// injected failure still to come, and the wait for
-    /// `finish_after_checkpoints` completed checkpoints.
-    pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
-    /// Injected failures still to come (each also counted in `hold`).
-    pub kills: Option<Arc<std::sync::atomic::AtomicU32>>,
-    /// Restart counts.
-    pub failover: Arc<Mutex<super::manager::FailoverStats>>,
-    /// Per configured fault: whether it fired (once per job).
-    pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
-    /// The next checkpoint id (ids are never reused across attempts).
-    pub checkpoint_ids: Arc<std::sync::atomic::AtomicU64>,
-    /// Restarts so far that started from the beginning (no checkpoint).
-    pub scratch_restarts: Arc<std::sync::atomic::AtomicU64>,
-    /// Restarts and restore fallbacks, for the job's subscribers.
-    pub events: Arc<super::events::EventLog>,
-    /// Region restarts begun, against which checkpoints complete.
-    pub region_fence: crate::checkpoint::coordinator::RegionFence,
-    /// The job's progress and the configured observers.
-    pub observers: Arc<crate::failover::Observers>,
-    /// The shared threads every attempt runs on, if any (else each attempt
-    /// starts its own).
-    pub pool: Option<super::pool::ArbiterPool>,
-}
 
 /// One deployment of the job.
 pub(crate) struct Attempt {
@@ -190,8 +35,8 @@ pub(crate) struct Attempt {
     pub done: futures::channel::oneshot::Receiver<
         floe_actors::Result<floe_actors::supervisor::JobOutcome>,
     >,
-    pub fail:
-        Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
+    /// Each subtask's kill switch, for injected failures.
+    pub fail: KillTargets,
     pub subtasks: usize,
     /// Resolves when the attempt's subtasks first process records (or
     /// with `Canceled` if they all stop before): the end of a restart's
@@ -199,96 +44,6 @@ pub(crate) struct Attempt {
     pub first_activity: Option<futures::channel::oneshot::Receiver<std::time::Instant>>,
     /// The checkpoint or savepoint the attempt restored, if any.
     pub restored: Option<floe_actors::ids::CheckpointId>,
-}
-
-/// Deploys `plan` in the current actix system and returns the job's handle;
-/// the job's manager restarts it on failure as its restart strategy allows.
-pub(crate) fn launch(
-    plan: Job,
-    config: Config,
-    pool: Option<super::pool::ArbiterPool>,
-) -> Result<JobHandle> {
-    config.validate()?;
-    let mut config = config;
-    config.resolve_restore()?;
-    let mut temporary = None;
-    if config.checkpoint.enabled() && config.checkpoint.dir.is_none() {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("floe-checkpoints-{}-{n}", std::process::id()));
-        config.checkpoint.dir = Some(dir.clone());
-        temporary = Some(dir);
-    }
-    if config.job_name.is_none() {
-        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        config.job_name = Some(format!("job-{n}"));
-    }
-    if let Some(mode) = config.deterministic().cloned() {
-        // One thread, no wall-clock timer: see `testing::chaos`.
-        config.runtime.deterministic = true;
-        config.runtime.buffer_timeout = std::time::Duration::ZERO;
-        config.runtime.metrics_interval = std::time::Duration::ZERO;
-        mode.install();
-    }
-    let config = Arc::new(config);
-    let plan = Arc::new(plan);
-    let injected = config.random_failures().0;
-    let held = injected + u32::from(config.checkpoint.finish_after_checkpoints > 0);
-    let observers = Arc::new(crate::failover::Observers::new(
-        config.hooks.observers.clone(),
-    ));
-    let shared = Shared {
-        observers: observers.clone(),
-        status: Arc::new(Mutex::new(JobStatus::Created)),
-        metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
-        stats: Arc::new(Mutex::new(CheckpointStats::default())),
-        hold: (held > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(held))),
-        kills: (injected > 0).then(|| Arc::new(std::sync::atomic::AtomicU32::new(injected))),
-        failover: Arc::default(),
-        checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
-        scratch_restarts: Arc::default(),
-        events: Arc::new(super::events::EventLog::with_observer(observers)),
-        region_fence: Default::default(),
-        // Deterministic execution keeps every actor on the current arbiter.
-        pool: pool.filter(|_| config.deterministic().is_none()),
-        fault_fired: (!config.planned_faults().is_empty()).then(|| {
-            Arc::new(
-                config
-                    .planned_faults()
-                    .iter()
-                    .map(|_| std::sync::atomic::AtomicBool::new(false))
-                    .collect(),
-            )
-        }),
-    };
-    let graph = plan.describe();
-    let (done_tx, done_rx) = futures::channel::oneshot::channel();
-    let control = Arc::new(super::job::JobControl::new(
-        shared.failover.clone(),
-        shared.events.clone(),
-        shared.observers.clone(),
-    ));
-    let handle = JobHandle::new(
-        control.clone(),
-        shared.status.clone(),
-        shared.metrics.clone(),
-        graph,
-        done_rx,
-    )
-    .with_checkpoints(shared.stats.clone());
-    let manager = super::manager::Manager {
-        plan,
-        config,
-        shared,
-        control,
-        done: Some(done_tx),
-        temporary,
-    };
-    // Deployed (subtasks spawned, the restored snapshot loaded) by the
-    // manager, after the caller has its handle.
-    actix::spawn(manager.run());
-    Ok(handle)
 }
 
 /// Deploys one attempt of the job: every subtask, its supervisor and its
@@ -322,7 +77,7 @@ pub(crate) fn deploy_attempt(
     let restore = match restore_from {
         Some(path) => {
             let loaded = crate::checkpoint::load_snapshot(path)?;
-            report_fallback(&shared.events, &loaded);
+            shared.events.report_fallback(&loaded);
             tracing::info!(checkpoint = loaded.meta.id.0, from = %loaded.source.display(), "restoring");
             Some(RestorePlan::build(&loaded, &plan, config.max_parallelism)?)
         }
@@ -393,9 +148,7 @@ pub(crate) fn deploy_attempt(
         metrics: metrics.clone(),
         link,
         supervisor: supervisor.clone(),
-        savepoint_request,
-        hold: shared.hold.clone(),
-        fault_fired: shared.fault_fired.clone(),
+        instrumentation: shared.instrumentation.for_attempt(savepoint_request),
         arbiters: match (arbiters.is_empty(), pool) {
             (false, _) => arbiters.iter().map(|a| a.handle()).collect(),
             (true, Some(pool)) => pool.workers(),
@@ -451,29 +204,6 @@ pub(crate) fn deploy_attempt(
         first_activity: Some(first_activity),
         restored,
     })
-}
-
-/// Tells the job's subscribers that `loaded` was restored in place of newer,
-/// damaged checkpoints (`load_latest` logged each one already).
-pub(super) fn report_fallback(
-    events: &super::events::EventLog,
-    loaded: &crate::checkpoint::LoadedSnapshot,
-) {
-    use super::events::{FallbackEvent, JobEvent, SkippedCheckpoint};
-    if loaded.skipped.is_empty() {
-        return;
-    }
-    events.emit(JobEvent::RestoreFellBack(FallbackEvent {
-        restored_checkpoint: loaded.meta.id,
-        skipped: loaded
-            .skipped
-            .iter()
-            .map(|(id, e)| SkippedCheckpoint {
-                checkpoint: *id,
-                reason: e.to_string(),
-            })
-            .collect(),
-    }));
 }
 
 /// The coordinator's settings: the store (the configured directory, or a
@@ -533,13 +263,4 @@ fn checkpoint_setup(
         observer: None,
         region_fence,
     })
-}
-
-/// A job-level error as a runtime error, keeping whether it is retriable.
-pub(super) fn to_runtime(e: Error) -> floe_actors::Error {
-    match e {
-        Error::Runtime(r) => r,
-        other if other.is_retriable() => floe_actors::Error::Runtime(other.to_string()),
-        other => floe_actors::Error::Runtime(other.to_string()).non_retriable(),
-    }
 }

@@ -97,6 +97,25 @@ impl EventLog {
         }
     }
 
+    /// Tells the subscribers that `loaded` was restored in place of newer,
+    /// damaged checkpoints (`load_latest` logged each one already).
+    pub fn report_fallback(&self, loaded: &crate::checkpoint::LoadedSnapshot) {
+        if loaded.skipped.is_empty() {
+            return;
+        }
+        self.emit(JobEvent::RestoreFellBack(FallbackEvent {
+            restored_checkpoint: loaded.meta.id,
+            skipped: loaded
+                .skipped
+                .iter()
+                .map(|(id, e)| SkippedCheckpoint {
+                    checkpoint: *id,
+                    reason: e.to_string(),
+                })
+                .collect(),
+        }));
+    }
+
     /// A stream of every event so far, then of each new one until
     /// [`close`](Self::close).
     pub fn subscribe(&self) -> UnboundedReceiver<JobEvent> {

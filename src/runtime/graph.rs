@@ -13,6 +13,7 @@
 //! place that opens them again; a mismatch is a bug in floe, reported as
 //! [`Error::Internal`] naming the place, never a panic.
 
+use super::instrumentation::Instrumentation;
 use crate::config::Config;
 use crate::connectors::SourceContext;
 use crate::operators::node::{NodeInfo, SidePort, TypedSidePort};
@@ -21,7 +22,7 @@ pub(crate) use crate::plan::{NodeId, Port};
 use crate::{Error, Result};
 use actix::{Addr, ArbiterHandle, Recipient};
 use floe_actors::chain::{ChainInput, Discard, Fanout};
-use floe_actors::ids::{ChannelId, OperatorId, SubtaskIndex};
+use floe_actors::ids::{ChannelId, OperatorId, SubtaskIndex, VertexId};
 use floe_actors::messages::CancelSubtask;
 use floe_actors::metrics::{JobMetrics, QueueMetrics};
 use floe_actors::partitioner::{PartitionKind, Partitioner};
@@ -67,14 +68,11 @@ pub(crate) struct NodeCtx {
     /// State restored for this operator's subtask, if the job starts from a
     /// checkpoint or savepoint.
     pub restored: Option<crate::operators::RestoredState>,
-    /// Sources: records to emit before pausing for the savepoint of
-    /// `savepoint_at_records`, and how to ask for it.
-    pub savepoint_pause: Option<(u64, Arc<dyn Fn() + Send + Sync>)>,
-    /// Sources: injected failures still to come; a source does not finish
-    /// while any are.
-    pub hold: Option<Arc<std::sync::atomic::AtomicU32>>,
-    /// Per configured fault: whether it fired already.
-    pub fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
+    /// The job's test instrumentation: faults, holds on the sources, the
+    /// savepoint pause.
+    pub instrumentation: Instrumentation,
+    /// The vertex (chain) the operator runs in.
+    pub vertex: VertexId,
     pub subtask: SubtaskIndex,
     pub parallelism: usize,
     pub config: Arc<Config>,
@@ -97,28 +95,19 @@ impl NodeCtx {
             metrics: self
                 .metrics
                 .operator(self.operator, &self.name, self.subtask),
-            faults: self.faults(),
+            faults: self
+                .instrumentation
+                .faults(&self.config, &self.name, self.subtask),
         }
     }
 
-    /// The injected faults of this operator's subtask, with their shared
-    /// "fired" flags (each fires once per job, whatever the restarts).
-    fn faults(&self) -> Vec<crate::operators::node::FaultTrigger> {
-        let Some(fired) = &self.fault_fired else {
-            return Vec::new();
-        };
-        self.config
-            .planned_faults()
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.operator == self.name && f.subtask == self.subtask.0 as usize)
-            .map(|(i, f)| crate::operators::node::FaultTrigger {
-                at: f.at,
-                index: i,
-                fired: fired.clone(),
-                injector: self.config.hooks.fault_injector.clone(),
-            })
-            .collect()
+    /// Sources: the records this subtask emits before pausing for the
+    /// savepoint of `savepoint_at_records`, and how it asks for it.
+    pub fn savepoint_pause(&self) -> Option<(u64, Arc<dyn Fn() + Send + Sync>)> {
+        let n = self.config.checkpoint.savepoint_at_records?;
+        let (start, end) = self.source_context().split(n);
+        self.instrumentation
+            .savepoint_pause(end - start, self.vertex, self.subtask)
     }
 
     pub fn source_context(&self) -> SourceContext {
@@ -483,6 +472,7 @@ pub(crate) fn node_uid(id: NodeId, node: &Node) -> String {
 pub(crate) fn node_ctx(
     id: NodeId,
     node: &Node,
+    vertex: usize,
     subtask: usize,
     config: &Arc<Config>,
     metrics: &Arc<JobMetrics>,
@@ -492,9 +482,8 @@ pub(crate) fn node_ctx(
         name: node.name.clone(),
         uid: node_uid(id, node),
         restored: None,
-        savepoint_pause: None,
-        hold: None,
-        fault_fired: None,
+        instrumentation: Instrumentation::default(),
+        vertex: VertexId(vertex as u32),
         subtask: SubtaskIndex(subtask as u32),
         parallelism: node.parallelism,
         config: config.clone(),

@@ -8,7 +8,8 @@
 //! [`JobHandle::status_snapshot`] gives the whole observable state of a job in
 //! one serializable value (see [`super::status`]).
 
-use super::status::{JobGraphInfo, JobStatusSnapshot, StatusReporter};
+use super::events::{EventLog, JobEvent};
+use super::status::{FailoverStats, JobGraphInfo, JobStatusSnapshot, StatusReporter};
 use crate::checkpoint::CheckpointStats;
 use crate::checkpoint::coordinator::{CheckpointCoordinator, StopWithCheckpoint, TriggerSavepoint};
 use crate::{Error, Result};
@@ -63,15 +64,15 @@ pub(crate) struct JobControl {
     /// first waiter (later ones get the runtime error's text).
     deploy_error: Mutex<Option<Error>>,
     cancelled: std::sync::atomic::AtomicBool,
-    failover: Arc<Mutex<super::manager::FailoverStats>>,
-    events: Arc<super::events::EventLog>,
+    failover: Arc<Mutex<FailoverStats>>,
+    events: Arc<EventLog>,
     observers: Arc<crate::failover::Observers>,
 }
 
 impl JobControl {
     pub fn new(
-        failover: Arc<Mutex<super::manager::FailoverStats>>,
-        events: Arc<super::events::EventLog>,
+        failover: Arc<Mutex<FailoverStats>>,
+        events: Arc<EventLog>,
         observers: Arc<crate::failover::Observers>,
     ) -> Self {
         let (deployed_tx, deployed_rx) = futures::channel::oneshot::channel();
@@ -138,7 +139,7 @@ impl JobControl {
             .and_then(|c| c.as_ref().map(|c| c.1.clone()))
     }
 
-    pub fn update_failover(&self, f: impl FnOnce(&mut super::manager::FailoverStats)) {
+    pub fn update_failover(&self, f: impl FnOnce(&mut FailoverStats)) {
         if let Ok(mut s) = self.failover.lock() {
             f(&mut s);
         }
@@ -197,7 +198,7 @@ impl JobHandle {
     }
 
     /// Restarts so far: how many, how many subtasks, the longest recovery.
-    pub fn failover_stats(&self) -> super::manager::FailoverStats {
+    pub fn failover_stats(&self) -> FailoverStats {
         self.control
             .failover
             .lock()
@@ -217,9 +218,7 @@ impl JobHandle {
     /// }
     /// # }
     /// ```
-    pub fn events(
-        &self,
-    ) -> impl futures::Stream<Item = super::events::JobEvent> + Send + Unpin + 'static {
+    pub fn events(&self) -> impl futures::Stream<Item = JobEvent> + Send + Unpin + 'static {
         self.control.events.subscribe()
     }
 

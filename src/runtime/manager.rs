@@ -1,5 +1,11 @@
-//! The job manager: runs attempts of a job and restarts failed ones.
+//! The job manager: launches a job, runs its attempts and restarts failed
+//! ones.
 //!
+//! 0. [`launch`] readies the configuration (a temporary checkpoint
+//!    directory, the job's name), makes what every attempt shares
+//!    (`shared.rs`) and the job's handle, and spawns the manager, which
+//!    deploys the first attempt (`deploy.rs`) after the caller has its
+//!    handle. [`launch_on_pool`] does so on an arbiter pool's thread.
 //! 1. An attempt is one deployment: subtasks, supervisor, checkpoint
 //!    coordinator. Its supervisor reports the attempt's outcome once every
 //!    thread of the attempt has stopped.
@@ -12,47 +18,135 @@
 //! 3. Injected failures (tests, demos) kill a seeded choice of subtask after
 //!    each new completed checkpoint; sources hold at their end meanwhile.
 //!    With `finish_after_checkpoints` they also hold until that many
-//!    checkpoints completed.
+//!    checkpoints completed. The manager starts both for each attempt;
+//!    `instrumentation.rs` keeps their counters and sends the kills.
 
-use super::deploy::{Attempt, Job, Shared};
-use super::events::{JobEvent, RestartEvent};
-use super::job::JobControl;
+use super::deploy::{Attempt, deploy_attempt};
+use super::events::{EventLog, JobEvent, RestartEvent};
+use super::instrumentation::Instrumentation;
+use super::job::{JobControl, JobHandle};
+use super::job_graph::Job;
+use super::pool::ArbiterPool;
+use super::region::recovery_ms;
+use super::shared::Shared;
+use crate::Result;
+use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::Config;
-use crate::failover::{Count, JobObserver, Latch, Observers, RestartTracker};
+use crate::failover::{JobObserver, Latch, RestartTracker};
 use floe_actors::error::Error;
-use floe_actors::ids::CheckpointId;
-use floe_actors::messages::InjectFailure;
+use floe_actors::metrics::JobMetrics;
 use floe_actors::supervisor::{JobOutcome, JobStatus};
-use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Restarts of a job.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct FailoverStats {
-    /// Restarts done.
-    pub restarts: u64,
-    /// Subtasks restarted, summed over restarts.
-    pub restarted_subtasks: u64,
-    /// Longest time from a failure to the restarted subtasks processing
-    /// records again, ms.
-    pub max_recovery_ms: u64,
-    /// Per restart: the checkpoint restored (`None`: from the beginning;
-    /// 0 in the JSON).
-    #[serde(with = "super::status::restored_as_numbers")]
-    pub restored_checkpoints: Vec<Option<CheckpointId>>,
+/// Deploys `plan` in the current actix system and returns the job's handle;
+/// the job's manager restarts it on failure as its restart strategy allows.
+pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Result<JobHandle> {
+    config.validate()?;
+    let mut config = config;
+    config.resolve_restore()?;
+    let mut temporary = None;
+    if config.checkpoint.enabled() && config.checkpoint.dir.is_none() {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("floe-checkpoints-{}-{n}", std::process::id()));
+        config.checkpoint.dir = Some(dir.clone());
+        temporary = Some(dir);
+    }
+    if config.job_name.is_none() {
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        config.job_name = Some(format!("job-{n}"));
+    }
+    if let Some(mode) = config.deterministic().cloned() {
+        // One thread, no wall-clock timer: see `testing::chaos`.
+        config.runtime.deterministic = true;
+        config.runtime.buffer_timeout = std::time::Duration::ZERO;
+        config.runtime.metrics_interval = std::time::Duration::ZERO;
+        mode.install();
+    }
+    let config = Arc::new(config);
+    let plan = Arc::new(plan);
+    let observers = Arc::new(crate::failover::Observers::new(
+        config.hooks.observers.clone(),
+    ));
+    let shared = Shared {
+        observers: observers.clone(),
+        status: Arc::new(Mutex::new(JobStatus::Created)),
+        metrics: Arc::new(JobMetrics::new(config.job_name.as_deref().unwrap_or("job"))),
+        stats: Arc::new(Mutex::new(CheckpointStats::default())),
+        instrumentation: Instrumentation::new(&config),
+        failover: Arc::default(),
+        checkpoint_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        scratch_restarts: Arc::default(),
+        events: Arc::new(EventLog::with_observer(observers)),
+        region_fence: Default::default(),
+        // Deterministic execution keeps every actor on the current arbiter.
+        pool: pool.filter(|_| config.deterministic().is_none()),
+    };
+    let graph = plan.describe();
+    let (done_tx, done_rx) = futures::channel::oneshot::channel();
+    let control = Arc::new(JobControl::new(
+        shared.failover.clone(),
+        shared.events.clone(),
+        shared.observers.clone(),
+    ));
+    let handle = JobHandle::new(
+        control.clone(),
+        shared.status.clone(),
+        shared.metrics.clone(),
+        graph,
+        done_rx,
+    )
+    .with_checkpoints(shared.stats.clone());
+    let manager = Manager {
+        plan,
+        config,
+        shared,
+        control,
+        done: Some(done_tx),
+        temporary,
+    };
+    // Deployed (subtasks spawned, the restored snapshot loaded) by the
+    // manager, after the caller has its handle.
+    actix::spawn(manager.run());
+    Ok(handle)
 }
 
-pub(crate) struct Manager {
-    pub plan: Arc<Job>,
-    pub config: Arc<Config>,
-    pub shared: Shared,
-    pub control: Arc<JobControl>,
-    pub done: Option<futures::channel::oneshot::Sender<floe_actors::Result<JobOutcome>>>,
+/// Starts `job` on `pool`: its manager on the pool's system thread, its
+/// subtasks on the pool's arbiters. Waits for the launch (on the pool's
+/// thread), never for the job.
+pub(crate) fn launch_on_pool(pool: &ArbiterPool, job: Job, config: Config) -> Result<JobHandle> {
+    if pool.on_home() {
+        return launch(job, config, Some(pool.clone()));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let on_pool = pool.clone();
+    let sent = pool.home().spawn(async move {
+        let _ = tx.send(launch(job, config, Some(on_pool)));
+    });
+    if !sent {
+        return Err(crate::Error::Runtime(Error::Runtime(
+            "the arbiter pool has stopped".into(),
+        )));
+    }
+    rx.recv().map_err(|_| {
+        crate::Error::Runtime(Error::Runtime(
+            "the arbiter pool stopped while starting the job".into(),
+        ))
+    })?
+}
+
+/// Runs a job's attempts until its end (see the module's doc).
+struct Manager {
+    plan: Arc<Job>,
+    config: Arc<Config>,
+    shared: Shared,
+    control: Arc<JobControl>,
+    done: Option<futures::channel::oneshot::Sender<floe_actors::Result<JobOutcome>>>,
     /// A temporary checkpoint directory to remove when the job ends.
-    pub temporary: Option<PathBuf>,
+    temporary: Option<PathBuf>,
 }
 
 impl Manager {
@@ -63,10 +157,10 @@ impl Manager {
     }
 
     /// Deploys the first attempt, then runs the job to its end.
-    pub async fn run(mut self) {
+    async fn run(mut self) {
         let first = match self.control.cancelled() {
             true => Err(Error::Cancelled),
-            false => super::deploy::deploy_attempt(
+            false => deploy_attempt(
                 &self.plan,
                 &self.config,
                 &self.shared,
@@ -93,33 +187,29 @@ impl Manager {
         let mut tracker = RestartTracker::new(self.config.restart_strategy(), self.config.seed);
         let mut attempt = first;
         let mut rng = self.config.random_failures().1 ^ 0x9e37_79b9_7f4a_7c15;
-        let wanted = self.config.checkpoint.finish_after_checkpoints;
-        if let (true, Some(hold)) = (wanted > 0, &self.shared.hold) {
-            actix::spawn(release_after_checkpoints(
-                self.shared.observers.clone(),
-                hold.clone(),
-                wanted,
-            ));
-        }
+        let instrumentation = self.shared.instrumentation.clone();
+        instrumentation.release_after_checkpoints(
+            self.shared.observers.clone(),
+            self.config.checkpoint.finish_after_checkpoints,
+        );
         let result = loop {
             self.control
                 .set_current(attempt.supervisor.clone(), attempt.coordinator.clone());
             let ended = Arc::new(Latch::default());
-            if let (Some(kills), Some(hold)) = (&self.shared.kills, &self.shared.hold)
-                && kills.load(Ordering::Acquire) > 0
-            {
+            if instrumentation.kills_pending() {
                 rng = crate::text::mix64(rng);
-                actix::spawn(inject_failures(
-                    self.shared.observers.clone(),
-                    attempt.fail.clone(),
-                    (kills.clone(), hold.clone()),
-                    ended.clone(),
-                    rng,
-                    self.config
-                        .checkpoint
-                        .interval
-                        .unwrap_or(Duration::from_millis(100)),
-                ));
+                actix::spawn(
+                    instrumentation.clone().inject_failures(
+                        self.shared.observers.clone(),
+                        attempt.fail.clone(),
+                        ended.clone(),
+                        rng,
+                        self.config
+                            .checkpoint
+                            .interval
+                            .unwrap_or(Duration::from_millis(100)),
+                    ),
+                );
             }
             let outcome = match (&mut attempt.done).await {
                 Ok(r) => r,
@@ -136,13 +226,12 @@ impl Manager {
                     .send(crate::checkpoint::coordinator::StopCoordinator)
                     .await;
             }
-            if let (Err(e), Some(kills), Some(hold)) =
-                (&outcome, &self.shared.kills, &self.shared.hold)
+            if let Err(e) = &outcome
                 && e.injected().is_some()
             {
                 // A kill of restart-all took effect; the sources stay held
                 // until the last one has.
-                release(kills, hold);
+                instrumentation.kill_took_effect();
             }
             let error = match outcome {
                 Ok(o) => break Ok(o),
@@ -188,7 +277,7 @@ impl Manager {
                 checkpoint = completed.map_or(0, |c| c.0),
                 "restoring after a failure"
             );
-            match super::deploy::deploy_attempt(
+            match deploy_attempt(
                 &self.plan,
                 &self.config,
                 &self.shared,
@@ -240,7 +329,7 @@ impl Manager {
                         // (an event, not a poll); nothing if it fails first.
                         let control = self.control.clone();
                         actix::spawn(async move {
-                            if let Some(ms) = super::region::recovery_ms(first, failed_at).await {
+                            if let Some(ms) = recovery_ms(first, failed_at).await {
                                 control.update_failover(|s| {
                                     s.max_recovery_ms = s.max_recovery_ms.max(ms)
                                 });
@@ -292,100 +381,5 @@ impl Drop for Manager {
         self.shared.events.close();
         // Nor does anyone wait on its progress (a checkpoint count) forever.
         self.shared.observers.progress.ended(JobStatus::Canceled);
-    }
-}
-
-/// Kills subtasks of the attempt, one after each checkpoint completed since
-/// the previous kill (plus a seeded jitter of up to half an interval), while
-/// kills remain and the attempt runs. A restart-all ends the attempt after
-/// its first kill; a region restart keeps it, with the region's new
-/// subtasks among the targets. It waits on the job's progress (completed
-/// checkpoints, restarts) and the attempt's end, never polls.
-async fn inject_failures(
-    observers: Arc<Observers>,
-    targets: Arc<
-        Mutex<
-            std::collections::HashMap<
-                floe_actors::supervisor::SubtaskKey,
-                actix::Recipient<InjectFailure>,
-            >,
-        >,
-    >,
-    (remaining, hold): (
-        Arc<std::sync::atomic::AtomicU32>,
-        Arc<std::sync::atomic::AtomicU32>,
-    ),
-    ended: Arc<Latch>,
-    mut seed: u64,
-    interval: Duration,
-) {
-    let progress = &observers.progress;
-    while remaining.load(Ordering::Acquire) > 0 {
-        let next = progress.get(Count::Checkpoints) + 1;
-        if !unless_ended(&ended, progress.reached(Count::Checkpoints, next)).await {
-            return;
-        }
-        seed = crate::text::mix64(seed);
-        let jitter_ms = seed % (interval.as_millis() as u64 / 2).max(1);
-        actix_rt::time::sleep(Duration::from_millis(jitter_ms)).await;
-        if ended.is_set() {
-            return;
-        }
-        let target = {
-            let Ok(t) = targets.lock() else {
-                return;
-            };
-            let mut keys: Vec<_> = t.keys().copied().collect();
-            if keys.is_empty() {
-                return;
-            }
-            keys.sort();
-            let key = keys[(crate::text::mix64(seed) % keys.len() as u64) as usize];
-            t[&key].clone()
-        };
-        let restarted = progress.reached(Count::Restarts, progress.get(Count::Restarts) + 1);
-        target.do_send(InjectFailure);
-        // The kill counts once it took effect: the region restarted, or the
-        // attempt ended (restart-all; the manager counts the kill when the
-        // attempt failed with it). Until then the sources stay held, so the
-        // job cannot reach its end under the kill.
-        if !unless_ended(&ended, restarted).await {
-            return;
-        }
-        release(&remaining, &hold);
-    }
-}
-
-/// `wait`'s outcome, or `false` as soon as `ended` is set.
-async fn unless_ended(ended: &Latch, wait: impl std::future::Future<Output = bool>) -> bool {
-    let wait = std::pin::pin!(wait);
-    let end = std::pin::pin!(ended.wait());
-    match futures::future::select(wait, end).await {
-        futures::future::Either::Left((reached, _)) => reached && !ended.is_set(),
-        futures::future::Either::Right(_) => false,
-    }
-}
-
-/// One injected failure took effect: one kill fewer to come, one reason
-/// fewer for the sources to hold.
-fn release(kills: &std::sync::atomic::AtomicU32, hold: &std::sync::atomic::AtomicU32) {
-    if kills
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
-        .is_ok()
-    {
-        let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
-    }
-}
-
-/// Lets the sources finish (drops the hold `finish_after_checkpoints` put
-/// on them) once `wanted` checkpoints completed, over every attempt; gives
-/// up when the job ended without them.
-async fn release_after_checkpoints(
-    observers: Arc<Observers>,
-    hold: Arc<std::sync::atomic::AtomicU32>,
-    wanted: u64,
-) {
-    if observers.progress.reached(Count::Checkpoints, wanted).await {
-        let _ = hold.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
     }
 }

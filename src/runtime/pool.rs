@@ -10,8 +10,7 @@
 //! coordinators and supervisors run on the pool's system thread, their
 //! subtasks on its arbiters, and a job starts no thread at all.
 
-use crate::runtime::deploy::{Job, launch};
-use crate::{Config, Error, JobHandle, Result};
+use crate::{Error, Result};
 use actix::{Arbiter, ArbiterHandle, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -124,31 +123,8 @@ impl ArbiterPool {
     }
 
     /// Whether the calling thread is the pool's system thread.
-    fn on_home(&self) -> bool {
+    pub(crate) fn on_home(&self) -> bool {
         System::try_current().is_some_and(|s| s.id() == self.inner.system.id())
-    }
-
-    /// Starts `job` on the pool; waits for its deployment (on the pool's
-    /// thread), never for the job.
-    pub(crate) fn launch(&self, job: Job, config: Config) -> Result<JobHandle> {
-        if self.on_home() {
-            return launch(job, config, Some(self.clone()));
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let pool = self.clone();
-        let sent = self.inner.home.spawn(async move {
-            let _ = tx.send(launch(job, config, Some(pool)));
-        });
-        if !sent {
-            return Err(Error::Runtime(floe_actors::Error::Runtime(
-                "the arbiter pool has stopped".into(),
-            )));
-        }
-        rx.recv().map_err(|_| {
-            Error::Runtime(floe_actors::Error::Runtime(
-                "the arbiter pool stopped while starting the job".into(),
-            ))
-        })?
     }
 }
 

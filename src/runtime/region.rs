@@ -2,8 +2,12 @@
 //! in, and how to redeploy a failed region from the latest completed
 //! checkpoint while the others run on.
 
-use super::deploy::{Shared, report_fallback, to_runtime};
+use super::events::{EventLog, JobEvent, RestartEvent};
+use super::instrumentation::KillTargets;
+use super::shared::Shared;
 use super::spawn::Spawner;
+use super::status::FailoverStats;
+use crate::Error;
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::coordinator::{CheckpointCoordinator, CheckpointStats};
 use crate::checkpoint::restore::RestorePlan;
@@ -19,10 +23,10 @@ pub(super) struct Regions {
     spawner: Spawner,
     store: Option<Arc<CheckpointStore>>,
     coordinator: actix::Addr<CheckpointCoordinator>,
-    fail: Arc<Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>>,
+    fail: KillTargets,
     tracker: crate::failover::RestartTracker,
-    failover: Arc<Mutex<super::manager::FailoverStats>>,
-    events: Arc<super::events::EventLog>,
+    failover: Arc<Mutex<FailoverStats>>,
+    events: Arc<EventLog>,
     /// The restart strategy's last delay, for the restart's event.
     last_delay_ms: u64,
     stats: Arc<Mutex<CheckpointStats>>,
@@ -37,9 +41,7 @@ impl Regions {
         spawner: Spawner,
         store: Option<Arc<CheckpointStore>>,
         coordinator: actix::Addr<CheckpointCoordinator>,
-        fail: Arc<
-            Mutex<HashMap<SubtaskKey, actix::Recipient<floe_actors::messages::InjectFailure>>>,
-        >,
+        fail: KillTargets,
         shared: &Shared,
     ) -> Self {
         let (region_of, members) = spawner.plan.regions();
@@ -122,21 +124,21 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         let plan = &self.spawner.plan;
         let restore = match (completed, &self.store) {
             (Some(_), Some(store)) => {
-                let loaded =
-                    crate::checkpoint::load_latest(store).map_err(|e| to_runtime(e.into()))?;
-                report_fallback(&self.events, &loaded);
+                let loaded = crate::checkpoint::load_latest(store)
+                    .map_err(|e| Error::from(e).into_runtime())?;
+                self.events.report_fallback(&loaded);
                 Some(
                     RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
-                        .map_err(to_runtime)?,
+                        .map_err(Error::into_runtime)?,
                 )
             }
             _ => match &self.spawner.config.restore_from {
                 Some(path) => {
-                    let loaded =
-                        crate::checkpoint::load_snapshot(path).map_err(|e| to_runtime(e.into()))?;
+                    let loaded = crate::checkpoint::load_snapshot(path)
+                        .map_err(|e| Error::from(e).into_runtime())?;
                     Some(
                         RestorePlan::build(&loaded, plan, self.spawner.config.max_parallelism)
-                            .map_err(to_runtime)?,
+                            .map_err(Error::into_runtime)?,
                     )
                 }
                 None => None,
@@ -183,7 +185,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         let from_scratch = restore.is_none().then(|| spawner.next_scratch_restart());
         let spawned = spawner
             .spawn(Some(&members), &Arc::new(restore), from_scratch)
-            .map_err(to_runtime)?;
+            .map_err(Error::into_runtime)?;
         let subtasks = self.spawner.subtasks(&spawned);
         self.coordinator
             .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks });
@@ -215,15 +217,13 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             checkpoint = restored_id,
             "restarted a region"
         );
-        self.events.emit(super::events::JobEvent::Restarted(
-            super::events::RestartEvent {
-                attempt,
-                cause,
-                restored_checkpoint: restored,
-                subtasks: members.len() as u64,
-                delay_ms: self.last_delay_ms,
-            },
-        ));
+        self.events.emit(JobEvent::Restarted(RestartEvent {
+            attempt,
+            cause,
+            restored_checkpoint: restored,
+            subtasks: members.len() as u64,
+            delay_ms: self.last_delay_ms,
+        }));
         self.spawner
             .metrics
             .record_restart(members.len() as u64, restored);

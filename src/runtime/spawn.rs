@@ -2,10 +2,12 @@
 //! the chain it builds on its arbiter (`ChainBuild`), for a whole attempt or
 //! one region again.
 
-use super::deploy::{Job, to_runtime};
 use super::graph::{
-    ErasedChain, ErasedHead, Node, NodeId, NodeKind, Port, Spawned, node_ctx, node_uid,
+    ErasedChain, ErasedHead, Node, NodeCtx, NodeId, NodeKind, Port, Spawned, TypeOps, node_ctx,
+    node_uid,
 };
+use super::instrumentation::Instrumentation;
+use super::job_graph::Job;
 use crate::checkpoint::coordinator::SubtaskInfo;
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
@@ -20,10 +22,6 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// How a source subtask that reached its share of `savepoint_at_records`
-/// tells the coordinator.
-pub(crate) type SavepointRequest = Arc<dyn Fn(VertexId, SubtaskIndex) + Send + Sync>;
-
 /// Key of the precomputed output targets of one subtask: (node, port, consumer, edge index).
 type TargetKey = (NodeId, Port, NodeId, usize);
 
@@ -36,9 +34,9 @@ pub(super) struct Spawner {
     pub(super) metrics: Arc<JobMetrics>,
     pub(super) link: CheckpointLink,
     pub(super) supervisor: actix::Addr<JobSupervisor>,
-    pub(super) savepoint_request: Option<SavepointRequest>,
-    pub(super) hold: Option<Arc<std::sync::atomic::AtomicU32>>,
-    pub(super) fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
+    /// The job's test instrumentation, with this attempt's savepoint
+    /// request.
+    pub(super) instrumentation: Instrumentation,
     pub(super) arbiters: Vec<actix::ArbiterHandle>,
     /// Shared by the subtasks spawned: when records first flowed.
     pub(super) activity: Arc<floe_actors::subtask::FirstActivity>,
@@ -139,9 +137,7 @@ impl Spawner {
                     let (plan, config, metrics) =
                         (plan.clone(), config.clone(), self.metrics.clone());
                     let restore = restore.clone();
-                    let savepoint_request = self.savepoint_request.clone();
-                    let hold = self.hold.clone();
-                    let fault_fired = self.fault_fired.clone();
+                    let instrumentation = self.instrumentation.clone();
                     let queue_metrics = setup.queue_metrics.clone();
                     Box::new(move |builder: &mut ChainBuilder| {
                         let mut b = ChainBuild {
@@ -149,9 +145,7 @@ impl Spawner {
                             restore: restore.as_ref().as_ref(),
                             partial,
                             from_scratch,
-                            fault_fired,
-                            savepoint_request,
-                            hold,
+                            instrumentation,
                             config: &config,
                             metrics: &metrics,
                             queue_metrics,
@@ -159,7 +153,7 @@ impl Spawner {
                             targets,
                             builder,
                         };
-                        b.head(head).map_err(to_runtime)
+                        b.head(head).map_err(Error::into_runtime)
                     })
                 };
                 let slot = if config.runtime.spread_vertices {
@@ -199,7 +193,7 @@ impl Spawner {
 }
 
 /// The type operations of `node`'s side output `tag`.
-fn side_ops(node: &Node, tag: u64) -> Result<&Arc<dyn super::graph::TypeOps>> {
+fn side_ops(node: &Node, tag: u64) -> Result<&Arc<dyn TypeOps>> {
     node.side_types
         .iter()
         .find(|(t, _)| *t == tag)
@@ -220,9 +214,7 @@ struct ChainBuild<'a> {
     partial: bool,
     /// A restart from the beginning (no checkpoint to restore).
     from_scratch: Option<u64>,
-    fault_fired: Option<Arc<Vec<std::sync::atomic::AtomicBool>>>,
-    savepoint_request: Option<SavepointRequest>,
-    hold: Option<Arc<std::sync::atomic::AtomicU32>>,
+    instrumentation: Instrumentation,
     config: &'a Arc<Config>,
     metrics: &'a Arc<JobMetrics>,
     queue_metrics: Arc<QueueMetrics>,
@@ -232,9 +224,10 @@ struct ChainBuild<'a> {
 }
 
 impl ChainBuild<'_> {
-    fn ctx(&self, id: NodeId) -> super::graph::NodeCtx {
+    fn ctx(&self, id: NodeId) -> NodeCtx {
         let node = &self.plan.nodes[id];
-        let mut ctx = node_ctx(id, node, self.subtask, self.config, self.metrics);
+        let vertex = self.plan.vertex_of[id];
+        let mut ctx = node_ctx(id, node, vertex, self.subtask, self.config, self.metrics);
         ctx.restored = self.restore.and_then(|r| r.operator(id, self.subtask));
         if let Some(r) = ctx.restored.as_mut() {
             r.partial = self.partial;
@@ -253,21 +246,7 @@ impl ChainBuild<'_> {
                 ..Default::default()
             });
         }
-        ctx.hold = self.hold.clone();
-        ctx.fault_fired = self.fault_fired.clone();
-        if let (Some(n), Some(request)) = (
-            self.config.checkpoint.savepoint_at_records,
-            self.savepoint_request.as_ref(),
-        ) && matches!(node.kind, NodeKind::Source(_))
-        {
-            let (start, end) = ctx.source_context().split(n);
-            let request = request.clone();
-            let (v, j) = (
-                VertexId(self.plan.vertex_of[id] as u32),
-                SubtaskIndex(self.subtask as u32),
-            );
-            ctx.savepoint_pause = Some((end - start, Arc::new(move || request(v, j))));
-        }
+        ctx.instrumentation = self.instrumentation.clone();
         ctx
     }
 

@@ -223,9 +223,25 @@ impl From<FailureJson> for FailureInfo {
     }
 }
 
+/// Restarts of a job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailoverStats {
+    /// Restarts done.
+    pub restarts: u64,
+    /// Subtasks restarted, summed over restarts.
+    pub restarted_subtasks: u64,
+    /// Longest time from a failure to the restarted subtasks processing
+    /// records again, ms.
+    pub max_recovery_ms: u64,
+    /// Per restart: the checkpoint restored (`None`: from the beginning;
+    /// 0 in the JSON).
+    #[serde(with = "restored_as_numbers")]
+    pub restored_checkpoints: Vec<Option<CheckpointId>>,
+}
+
 /// Serializes a restart's restored checkpoint per restart as the plain
 /// number, 0 for a restart from the beginning (the JSON of `/status`).
-pub(crate) mod restored_as_numbers {
+mod restored_as_numbers {
     use floe_actors::ids::CheckpointId;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -266,7 +282,7 @@ pub struct JobStatusSnapshot {
     pub checkpoints: crate::checkpoint::CheckpointStats,
     /// Restarts: how many, how many subtasks, the longest recovery, the
     /// checkpoint each restored.
-    pub failover: super::manager::FailoverStats,
+    pub failover: FailoverStats,
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -356,7 +372,7 @@ pub struct StatusReporter {
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) graph: Arc<JobGraphInfo>,
     pub(crate) checkpoints: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
-    pub(crate) failover: Arc<Mutex<super::manager::FailoverStats>>,
+    pub(crate) failover: Arc<Mutex<FailoverStats>>,
 }
 
 impl StatusReporter {
@@ -521,7 +537,6 @@ impl StatusReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::manager::FailoverStats;
 
     fn failure(restarted: Option<u64>, restored: Option<CheckpointId>) -> FailureInfo {
         FailureInfo {

@@ -18,7 +18,7 @@
 //! with moves of fixed size (no `memmove` call per field). The bytes are
 //! exactly `format!("{key},{start},{end},{value}\n")`'s.
 
-use crate::cli::output::WriteLine;
+use crate::cli::output::{WriteBlock, WriteLine};
 use floe::window::TimeWindow;
 use smol_str::SmolStr;
 use std::sync::{Arc, Mutex};
@@ -266,16 +266,6 @@ impl FiringLines {
         }
     }
 
-    /// The lines, each ending in `\n`.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-
-    /// How many lines the block holds.
-    pub fn lines(&self) -> u64 {
-        self.lines
-    }
-
     /// Appends the line `key,start,end,value`.
     #[inline]
     fn push(&mut self, key: &[u8], start: i64, end: i64, value: i64) {
@@ -287,6 +277,22 @@ impl FiringLines {
         self.bounds.set(start, end);
         self.len = put_line(&mut self.bytes, self.len, key, &self.bounds, value);
         self.lines += 1;
+    }
+}
+
+impl WriteBlock for FiringLines {
+    type Pool = BlockPool;
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    fn recycle(self, pool: &BlockPool) {
+        pool.give(self);
     }
 }
 
@@ -309,7 +315,7 @@ impl BlockPool {
     }
 
     /// Keeps a written block's buffer for a later block.
-    pub fn give(&self, block: FiringLines) {
+    fn give(&self, block: FiringLines) {
         if let Ok(mut pool) = self.0.lock()
             && pool.len() < POOLED
         {
