@@ -9,7 +9,7 @@
 //!   that sends the subtask one [`WakeSubtask`] per arming, however often
 //!   it is woken, so a busy stream costs at most one actix message per
 //!   poll;
-//! - a place to register a [`WriterControl`] ([`register_gate`]): an async
+//! - a place to register a [`OutputGate`] ([`register_gate`]): an async
 //!   sink's *gate*, which reports backpressure while its queue to the sink
 //!   is full and "not drained" while writes are in flight, exactly like a
 //!   record writer, so the subtask stops taking input and does not finish
@@ -20,7 +20,7 @@
 //! created.
 
 use crate::error::Error;
-use crate::writer::WriterControl;
+use crate::writer::OutputGate;
 use actix::prelude::*;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -92,7 +92,7 @@ impl std::task::Wake for SubtaskWaker {
 
 struct Building {
     subtask: Recipient<WakeSubtask>,
-    gates: Vec<Rc<RefCell<dyn WriterControl>>>,
+    gates: Vec<Rc<RefCell<dyn OutputGate>>>,
 }
 
 thread_local! {
@@ -105,7 +105,7 @@ thread_local! {
 pub fn building<R>(
     subtask: Recipient<WakeSubtask>,
     build: impl FnOnce() -> R,
-) -> (R, Vec<Rc<RefCell<dyn WriterControl>>>) {
+) -> (R, Vec<Rc<RefCell<dyn OutputGate>>>) {
     let outer = BUILDING.with(|b| {
         b.borrow_mut().replace(Building {
             subtask,
@@ -140,11 +140,11 @@ pub fn current_waker() -> Option<Arc<SubtaskWaker>> {
 
 /// Registers `gate` with the subtask whose chain is being built on this
 /// thread: the subtask takes no input while it is
-/// [`backpressured`](WriterControl::backpressured) and does not finish
-/// before it is [`drained`](WriterControl::drained). A gate wakes the
+/// [`backpressured`](OutputGate::backpressured) and does not finish
+/// before it is [`drained`](OutputGate::drained). A gate wakes the
 /// subtask (see [`current_waker`]) when either changes. Returns false
 /// outside a chain's build.
-pub fn register_gate(gate: Rc<RefCell<dyn WriterControl>>) -> bool {
+pub fn register_gate(gate: Rc<RefCell<dyn OutputGate>>) -> bool {
     BUILDING.with(|b| match b.borrow_mut().as_mut() {
         Some(b) => {
             b.gates.push(gate);

@@ -130,19 +130,27 @@ impl<T: Send + 'static> OutputChannel<T> {
     }
 }
 
-/// What the subtask actor needs of a record writer, whatever its record type.
-pub trait WriterControl {
+/// What the subtask asks of everything that holds its output: a record
+/// writer, an async sink's queue.
+pub trait OutputGate {
+    /// True when the output is full: stop taking input (an async sink's
+    /// queue asks for a wake-up when it has room again).
+    fn backpressured(&self) -> bool;
+    /// True when nothing is buffered or queued (an async sink's queue asks
+    /// for a wake-up when it drains).
+    fn drained(&self) -> bool;
+}
+
+/// What the subtask actor needs of a record writer, whatever its record
+/// type, besides its [`OutputGate`].
+pub trait WriterControl: OutputGate {
     /// Sends the connect message of every channel (once, before any data).
     fn connect(&mut self, writer: u32, credit_to: &Recipient<GrantCredit>);
     /// The receiver of channel `output` granted credits.
     fn grant(&mut self, output: u32, credits: u32);
-    /// True when some channel has a full queue: stop taking input.
-    fn backpressured(&self) -> bool;
     /// Sends partly filled batches (buffer timeout) to channels whose queue is
     /// not full.
     fn flush_partial(&mut self);
-    /// True when nothing is buffered or queued.
-    fn drained(&self) -> bool;
     /// Restore: queues the encoded output channel state of channel `output`
     /// ahead of any new data. False when this writer cannot decode it.
     fn restore_output(&mut self, output: u32, bytes: &[u8]) -> Result<bool>;
@@ -308,6 +316,20 @@ impl<T: Send + Clone + 'static> RecordWriter<T> {
     }
 }
 
+impl<T: Send + 'static> OutputGate for RecordWriter<T> {
+    fn backpressured(&self) -> bool {
+        self.channels
+            .iter()
+            .any(|c| c.queued_batches >= self.queue_capacity)
+    }
+
+    fn drained(&self) -> bool {
+        self.channels
+            .iter()
+            .all(|c| c.queue.is_empty() && c.buffer.is_empty())
+    }
+}
+
 impl<T: Send + 'static> WriterControl for RecordWriter<T> {
     fn connect(&mut self, writer: u32, credit_to: &Recipient<GrantCredit>) {
         self.index = writer;
@@ -338,12 +360,6 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
         );
     }
 
-    fn backpressured(&self) -> bool {
-        self.channels
-            .iter()
-            .any(|c| c.queued_batches >= self.queue_capacity)
-    }
-
     fn flush_partial(&mut self) {
         for ch in &mut self.channels {
             // A full queue keeps its partial batch until credit drains it, so
@@ -352,12 +368,6 @@ impl<T: Send + 'static> WriterControl for RecordWriter<T> {
                 ch.flush_buffer(self.batch_size, &self.metrics);
             }
         }
-    }
-
-    fn drained(&self) -> bool {
-        self.channels
-            .iter()
-            .all(|c| c.queue.is_empty() && c.buffer.is_empty())
     }
 
     fn holds_barrier(&self, id: CheckpointId) -> bool {

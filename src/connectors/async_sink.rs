@@ -34,7 +34,7 @@ use crate::{Error, Result};
 use floe_actors::element::Batch;
 use floe_actors::ids::CheckpointId;
 use floe_actors::wake::SubtaskWaker;
-use floe_actors::writer::WriterControl;
+use floe_actors::writer::OutputGate;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -233,7 +233,7 @@ impl<C: Send + 'static> Shared<C> {
     /// Registers the gate of this queue with the subtask being built;
     /// `also`, another queue of the same sink (its commits), must drain too.
     pub(crate) fn register_gate(&self, also: Option<Box<dyn QueueState>>) -> Result<()> {
-        let gate: Rc<RefCell<dyn WriterControl>> =
+        let gate: Rc<RefCell<dyn OutputGate>> =
             Rc::new(RefCell::new(Gate(Box::new(self.clone()), also)));
         if floe_actors::wake::register_gate(gate) {
             Ok(())
@@ -265,31 +265,15 @@ impl<C: Send + 'static> QueueState for Shared<C> {
 /// What the subtask asks an async sink's queues (as it asks a record writer).
 struct Gate(Box<dyn QueueState>, Option<Box<dyn QueueState>>);
 
-impl WriterControl for Gate {
-    fn connect(&mut self, _: u32, _: &actix::Recipient<floe_actors::messages::GrantCredit>) {}
-    fn grant(&mut self, _: u32, _: u32) {}
+impl OutputGate for Gate {
     fn backpressured(&self) -> bool {
         self.0.full()
     }
-    fn flush_partial(&mut self) {}
     fn drained(&self) -> bool {
         // Both asked, so both wake the subtask when they drain.
         let a = self.0.drained();
         let b = self.1.as_ref().is_none_or(|q| q.drained());
         a && b
-    }
-    fn restore_output(&mut self, _: u32, _: &[u8]) -> floe_actors::Result<bool> {
-        Ok(false)
-    }
-    fn holds_barrier(&self, _: floe_actors::ids::CheckpointId) -> bool {
-        false
-    }
-    fn promote_barrier(
-        &mut self,
-        _: floe_actors::ids::CheckpointId,
-        _: &mut Vec<(u32, u32, Vec<u8>)>,
-    ) -> floe_actors::Result<bool> {
-        Ok(false)
     }
 }
 

@@ -11,7 +11,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     /// checks again.
     pub(super) fn finish_when_drained(&mut self, ctx: &mut Context<Self>) {
         self.finish_on_drain = true;
-        if self.writers.iter().all(|w| w.borrow().drained()) {
+        if self.drained() {
             self.finish(ctx);
         }
     }

@@ -60,7 +60,7 @@ use crate::messages::{
 use crate::metrics::{QueueMetrics, WaitState};
 use crate::snapshot::{CheckpointLink, ElementCodec, NotifyCheckpoint, TriggerCheckpoint};
 use crate::source::{SourceDriver, SourceStep};
-use crate::writer::{OutputTarget, WriterControl};
+use crate::writer::{OutputGate, OutputTarget, WriterControl};
 use actix::prelude::*;
 use checkpointing::Checkpointing;
 use gate::{GateAction, InputGate, Timeout};
@@ -111,6 +111,15 @@ pub enum Head<IN> {
     Inputs(Box<dyn ChainInput<IN>>),
 }
 
+/// Whether a writer or an async sink's queue is full.
+fn outputs_full(
+    writers: &[Rc<RefCell<dyn WriterControl>>],
+    sink_gates: &[Rc<RefCell<dyn OutputGate>>],
+) -> bool {
+    writers.iter().any(|w| w.borrow().backpressured())
+        || sink_gates.iter().any(|g| g.borrow().backpressured())
+}
+
 /// Collects the record writers a chain creates while it is built, so the actor
 /// can route credits to them.
 #[derive(Default)]
@@ -147,6 +156,8 @@ pub struct SubtaskActor<IN: Send + 'static> {
     /// A spare action buffer, reused so the data path allocates none.
     actions: Vec<GateAction<IN>>,
     writers: Vec<Rc<RefCell<dyn WriterControl>>>,
+    /// The async sinks' queues (registered while the chain was built).
+    sink_gates: Vec<Rc<RefCell<dyn OutputGate>>>,
     phase: Phase,
     scheduled: bool,
     /// What the time counters currently account this subtask's time to.
@@ -188,7 +199,6 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             let (built, gates) = crate::wake::building(ctx.address().recipient(), || {
                 catch_unwind(AssertUnwindSafe(|| build(&mut builder)))
             });
-            builder.writers.extend(gates);
             // One budget for all of the subtask's output channels.
             let outputs = builder
                 .writers
@@ -236,6 +246,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 gate,
                 actions: Vec::new(),
                 writers: builder.writers,
+                sink_gates: gates,
                 phase: Phase::Running,
                 scheduled: false,
                 wait: WaitState::Busy,
@@ -267,8 +278,20 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         }
     }
 
+    /// Whether a writer or an async sink's queue is full.
     fn backpressured(&self) -> bool {
-        self.writers.iter().any(|w| w.borrow().backpressured())
+        outputs_full(&self.writers, &self.sink_gates)
+    }
+
+    /// Whether every writer and async sink's queue is drained (each asks
+    /// for a wake-up if not, so all are asked).
+    fn drained(&self) -> bool {
+        let writers = self.writers.iter().all(|w| w.borrow().drained());
+        let mut sinks = true;
+        for g in &self.sink_gates {
+            sinks &= g.borrow().drained();
+        }
+        writers && sinks
     }
 
     /// Whether the chain holds output of an input it already took (a
@@ -339,10 +362,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             .checkpointing
             .as_ref()
             .is_none_or(|cp| cp.in_flight == 0);
-        if self.phase == Phase::Finishing
-            && snapshots_done
-            && self.writers.iter().all(|w| w.borrow().drained())
-        {
+        if self.phase == Phase::Finishing && snapshots_done && self.drained() {
             let ended_to = self
                 .checkpointing
                 .as_ref()
@@ -385,7 +405,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             Some(Head::Source(_)) if self.paused.is_some() => return Ok(false),
             Some(Head::Source(driver)) => {
                 while budget > 0 {
-                    if self.writers.iter().any(|w| w.borrow().backpressured()) {
+                    if outputs_full(&self.writers, &self.sink_gates) {
                         break;
                     }
                     match driver.step()? {
