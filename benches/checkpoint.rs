@@ -41,12 +41,15 @@ const BASE_TS: i64 = 1_700_000_000_000;
 struct Last(Arc<AtomicU64>, u64);
 
 impl SinkFunction<(String, u64)> for Last {
-    fn invoke(&mut self, v: (String, u64), _: Option<i64>) -> floe::Result<()> {
-        self.1 = self.1.max(v.1);
+    async fn write(&mut self, batch: floe::Batch<(String, u64)>) -> floe::Result<()> {
+        for r in batch {
+            let v = r.value;
+            self.1 = self.1.max(v.1);
+        }
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.fetch_max(self.1, Ordering::Relaxed);
         Ok(())
     }
@@ -57,12 +60,15 @@ impl SinkFunction<(String, u64)> for Last {
 struct Total(Arc<AtomicU64>, u64);
 
 impl SinkFunction<(u64, i64, i64)> for Total {
-    fn invoke(&mut self, v: (u64, i64, i64), _: Option<i64>) -> floe::Result<()> {
-        self.1 = self.1.wrapping_add(v.2 as u64);
+    async fn write(&mut self, batch: floe::Batch<(u64, i64, i64)>) -> floe::Result<()> {
+        for r in batch {
+            let v = r.value;
+            self.1 = self.1.wrapping_add(v.2 as u64);
+        }
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.fetch_add(self.1, Ordering::Relaxed);
         Ok(())
     }
@@ -98,7 +104,7 @@ fn wordcount(words: &Arc<WordGenerator>, dir: Checkpointing) -> (u64, u64) {
     env.from_generator(RECORDS, move |i| (g.word(i), 1u64))
         .key_by_field(|t: &(String, u64)| &t.0)
         .sum(|t: &mut (String, u64)| &mut t.1)
-        .add_sink(Last(top.clone(), 0));
+        .sink("Last", Last(top.clone(), 0));
     run(env)
 }
 
@@ -121,7 +127,7 @@ fn window(dir: Checkpointing) -> (u64, u64) {
     .key_by_field(|e: &E| &e.0)
     .window(WindowAssigner::tumbling(1_000))
     .reduce(|a: E, b: E| (a.0, a.1, a.2 + b.2))
-    .add_sink(Total(total.clone(), 0));
+    .sink("Total", Total(total.clone(), 0));
     run(env)
 }
 

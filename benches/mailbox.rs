@@ -18,11 +18,7 @@ const RECORDS: u64 = 1_000_000;
 struct Count(Arc<AtomicU64>);
 
 impl SinkFunction<u64> for Count {
-    fn invoke(&mut self, v: u64, _: Option<i64>) -> floe::Result<()> {
-        self.0.fetch_add(v & 1, Ordering::Relaxed);
-        Ok(())
-    }
-    fn invoke_batch(&mut self, batch: Vec<floe::Record<u64>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<floe::Record<u64>>) -> floe::Result<()> {
         let odd = batch.iter().filter(|r| r.value & 1 == 1).count() as u64;
         self.0.fetch_add(odd, Ordering::Relaxed);
         Ok(())
@@ -40,7 +36,7 @@ fn floe_channel(batch_size: usize) -> u64 {
     let n = Arc::new(AtomicU64::new(0));
     env.from_generator(RECORDS, |i| i)
         .disable_chaining()
-        .add_sink(Count(n.clone()));
+        .sink("Count", Count(n.clone()));
     env.execute().expect("bench job runs");
     n.load(Ordering::Relaxed)
 }

@@ -19,12 +19,15 @@ const RECORDS: u64 = 1_000_000;
 struct Last(Arc<AtomicU64>, u64);
 
 impl SinkFunction<(String, u64)> for Last {
-    fn invoke(&mut self, v: (String, u64), _: Option<i64>) -> floe::Result<()> {
-        self.1 = self.1.max(v.1);
+    async fn write(&mut self, batch: floe::Batch<(String, u64)>) -> floe::Result<()> {
+        for r in batch {
+            let v = r.value;
+            self.1 = self.1.max(v.1);
+        }
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.fetch_max(self.1, Ordering::Relaxed);
         Ok(())
     }
@@ -38,7 +41,7 @@ fn wordcount(parallelism: usize, words: &Arc<WordGenerator>) -> u64 {
     env.from_generator(RECORDS, move |i| (g.word(i), 1u64))
         .key_by_field(|t: &(String, u64)| &t.0)
         .sum(|t: &mut (String, u64)| &mut t.1)
-        .add_sink(Last(top.clone(), 0));
+        .sink("Last", Last(top.clone(), 0));
     env.execute().expect("bench job runs");
     top.load(Ordering::Relaxed)
 }

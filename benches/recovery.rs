@@ -42,7 +42,7 @@ const VALUE_BYTES: usize = 64;
 struct Discard;
 
 impl<T: Send + 'static> SinkFunction<T> for Discard {
-    fn invoke(&mut self, _: T, _: Option<i64>) -> floe::Result<()> {
+    async fn write(&mut self, _: floe::Batch<T>) -> floe::Result<()> {
         Ok(())
     }
 }
@@ -102,7 +102,7 @@ fn small_job(seed: u64) -> StreamExecutionEnvironment {
     env.from_generator(3_000_000, move |i| (words.word(i), 1u64))
         .key_by_field(|t: &(String, u64)| &t.0)
         .sum(|t: &mut (String, u64)| &mut t.1)
-        .add_sink(Discard);
+        .sink("Discard", Discard);
     env
 }
 
@@ -124,7 +124,7 @@ fn large_state_job(seed: u64) -> StreamExecutionEnvironment {
                 Ok(())
             },
         )
-        .add_sink(Discard);
+        .sink("Discard", Discard);
     env
 }
 

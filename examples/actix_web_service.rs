@@ -90,14 +90,7 @@ impl LatestCounts {
 }
 
 impl SinkFunction<(u64, u64)> for LatestCounts {
-    fn invoke(&mut self, (key, count): (u64, u64), _: Option<floe::Timestamp>) -> floe::Result<()> {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(key, count);
-        }
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: floe::Batch<(u64, u64)>) -> floe::Result<()> {
+    async fn write(&mut self, batch: floe::Batch<(u64, u64)>) -> floe::Result<()> {
         if let Ok(mut m) = self.0.lock() {
             for r in batch {
                 m.insert(r.value.0, r.value.1);
@@ -136,7 +129,8 @@ pub fn start_job(
         sum = sum.set_input_rate(rate);
     }
     let counts = LatestCounts::default();
-    sum.add_sink(counts.clone()).name("Latest Counts");
+    sum.sink("LatestCounts", counts.clone())
+        .name("Latest Counts");
     // A job whose handles are all gone (the service shut down) is canceled.
     Ok((env.execute_async()?.cancel_on_drop(true), counts))
 }

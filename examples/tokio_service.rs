@@ -43,14 +43,7 @@ impl LatestCounts {
 }
 
 impl SinkFunction<(u64, u64)> for LatestCounts {
-    fn invoke(&mut self, (key, count): (u64, u64), _: Option<floe::Timestamp>) -> floe::Result<()> {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(key, count);
-        }
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: floe::Batch<(u64, u64)>) -> floe::Result<()> {
+    async fn write(&mut self, batch: floe::Batch<(u64, u64)>) -> floe::Result<()> {
         // One lock per batch, not per record.
         if let Ok(mut m) = self.0.lock() {
             for r in batch {
@@ -89,7 +82,8 @@ pub fn start_job(
     if let Some(rate) = rate {
         sum = sum.set_input_rate(rate);
     }
-    sum.add_sink(counts.clone()).name("Latest Counts");
+    sum.sink("LatestCounts", counts.clone())
+        .name("Latest Counts");
     // Dropping the last handle (the program's end) cancels the job.
     Ok(env.execute_async()?.cancel_on_drop(true))
 }

@@ -61,9 +61,9 @@ pub mod time;
 pub mod window;
 
 pub use api::{
-    DataStream, FallbackEvent, JobEnd, JobEvent, JobHandle, JobResult, JobStatusSnapshot,
-    KeyedStream, RestartEvent, SkippedCheckpoint, StatusReporter, StreamExecutionEnvironment,
-    WindowedStream,
+    DataStream, DataStreamSink, FallbackEvent, JobEnd, JobEvent, JobHandle, JobResult,
+    JobStatusSnapshot, KeyedStream, RestartEvent, SkippedCheckpoint, StatusReporter,
+    StreamExecutionEnvironment, WindowedStream,
 };
 pub use checkpoint::{CheckpointConfig, CheckpointError, CheckpointStats, CheckpointingMode};
 pub use config::{Config, RestoreMode};

@@ -377,7 +377,8 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
     .rebalance()
     .map(|v: u64| v.to_string())
     .name("tag")
-    .add_two_phase_sink(
+    .sink_exactly_once(
+        "TransactionalFileSink",
         floe::connectors::transactional_file::TransactionalFileSink::new(&out).expect("sink"),
     );
     let handle = env.execute_async().expect("starts");

@@ -82,7 +82,7 @@ fn run(plan: &FaultPlan) -> ChaosRun<(u64, u64)> {
             .name("Tag")
             .key_by(|t: &(u64, u64)| t.0)
             .sum(|t: &mut (u64, u64)| &mut t.1)
-            .add_two_phase_sink(out.clone())
+            .sink_exactly_once("ExactlyOnceCollector", out.clone())
             .name("Committed");
         out
     })
@@ -284,7 +284,7 @@ fn run_pipelines(plan: &FaultPlan) -> ChaosRun<u64> {
             .name("Numbers")
             .map(scale)
             .name("Scale")
-            .add_two_phase_sink(out.clone())
+            .sink_exactly_once("ExactlyOnceCollector", out.clone())
             .name("Committed");
         out
     })
@@ -397,7 +397,7 @@ fn processing_time_timers_follow_the_harness_clock_and_replay() {
             env.from_generator(RECORDS, |i| (key(i), i))
                 .key_by(|t: &(u64, u64)| t.0)
                 .process(TimerEcho)
-                .add_two_phase_sink(out.clone());
+                .sink_exactly_once("ExactlyOnceCollector", out.clone());
             out
         })
     };

@@ -110,14 +110,7 @@ impl SignalSink {
 }
 
 impl SinkFunction<u64> for SignalSink {
-    fn invoke(&mut self, _: u64, _: Option<i64>) -> floe::Result<()> {
-        *self.received.lock().unwrap() += 1;
-        self.first.open();
-        let _ = self.async_first.unbounded_send(());
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<u64>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<u64>>) -> floe::Result<()> {
         *self.received.lock().unwrap() += batch.len() as u64;
         self.first.open();
         let _ = self.async_first.unbounded_send(());
@@ -192,7 +185,7 @@ fn two_jobs_run_concurrently_in_one_actix_system() {
         env_b
             .generate_sequence(0, 999)
             .map(|x| x as u64)
-            .add_sink(gate_sink.clone());
+            .sink("SignalSink", gate_sink.clone());
 
         let h_a = env_a.execute_async().expect("job A starts");
         let h_b = env_b.execute_async().expect("job B starts");
@@ -223,7 +216,7 @@ fn endless_env() -> (
     let (sink, rx) = SignalSink::new();
     env.from_generator_rate_limited(10_000_000, 1_000.0, |i| i)
         .rebalance()
-        .add_sink(sink.clone());
+        .sink("Sink", sink.clone());
     (env, sink, rx)
 }
 

@@ -607,7 +607,8 @@ fn library_job_restarts_with_its_strategy_and_commits_exactly_once() {
         .uid("sum")
         .map(|(w, c): (String, u64)| format!("{w},{c}"))
         .uid("format")
-        .add_two_phase_sink(
+        .sink_exactly_once(
+            "TransactionalFileSink",
             floe::connectors::transactional_file::TransactionalFileSink::new(&path).unwrap(),
         )
         .uid("sink");

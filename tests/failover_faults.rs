@@ -67,7 +67,10 @@ fn run(
     .key_by(|t: &(u64, u64)| t.0)
     .sum(|t: &mut (u64, u64)| &mut t.1)
     .map(|(k, c): (u64, u64)| format!("{k},{c}"))
-    .add_two_phase_sink(TransactionalFileSink::new(&out).unwrap());
+    .sink_exactly_once(
+        "TransactionalFileSink",
+        TransactionalFileSink::new(&out).unwrap(),
+    );
     let handle = env.execute_async().unwrap();
     drive(&handle, &gate);
     gate.open();

@@ -23,8 +23,8 @@ mod kafka_support;
 use floe::Record;
 use floe::connectors::kafka::KafkaError;
 use floe::connectors::kafka_sink::KafkaSink;
-use floe::operators::sink::{SinkContext, SinkFunction};
-use floe::operators::{SnapshotContext, StateCapture};
+use floe::operators::SnapshotContext;
+use floe::operators::sink::SinkContext;
 use floe_actors::ids::SubtaskIndex;
 use kafka_support::*;
 use std::time::Duration;
@@ -44,19 +44,13 @@ fn the_at_least_once_sink_flushes_at_a_checkpoint() {
     // The producer would hold records for 60 s: only the checkpoint's
     // flush can make them visible now.
     let mut sink = KafkaSink::<String>::lines(&b, &topic).property("linger.ms", "60000");
-    sink.open(&ctx()).expect("opens");
+    use floe::operators::sink::SinkFunction;
+    use futures::executor::block_on;
+    block_on(sink.open(&ctx())).expect("opens");
     let lines: Vec<String> = (0..100).map(|i| format!("w{},{i}", i % 7)).collect();
-    sink.invoke_batch(lines.iter().cloned().map(Record::new).collect())
-        .expect("sends");
-    let capture: StateCapture = sink
-        .snapshot_state(&SnapshotContext {
-            checkpoint: floe::CheckpointId(1),
-            savepoint: false,
-            max_parallelism: 128,
-            key_groups: 0..128,
-        })
-        .expect("flushes");
-    assert!(capture.is_empty(), "the sink keeps no state");
+    block_on(sink.write(lines.iter().cloned().map(Record::new).collect())).expect("sends");
+    // What the sink operator calls at a checkpoint barrier.
+    block_on(SinkFunction::<String>::flush(&mut sink)).expect("flushes");
     let mut got = read_all(&b, &topic);
     got.sort();
     let mut expected = lines.clone();
@@ -212,7 +206,8 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
     let gate = gated::Gate::new();
     let records = gated::gated_generator(&env, &gate, RECORDS, &[0.05], |i| format!("r{i}"));
     records
-        .add_two_phase_sink(
+        .sink_exactly_once(
+            "KafkaSink",
             KafkaSink::<String>::lines(&b, &topic)
                 .transactional_id_prefix(&unique("precommit"))
                 .exactly_once(),

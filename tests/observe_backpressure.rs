@@ -20,11 +20,7 @@ const SPIN: Duration = Duration::from_millis(2);
 struct SlowSink;
 
 impl SinkFunction<u64> for SlowSink {
-    fn invoke(&mut self, _: u64, _: Option<i64>) -> floe::Result<()> {
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, _batch: Vec<Record<u64>>) -> floe::Result<()> {
+    async fn write(&mut self, _batch: Vec<Record<u64>>) -> floe::Result<()> {
         let start = Instant::now();
         while start.elapsed() < SPIN {
             std::hint::spin_loop();
@@ -49,7 +45,7 @@ fn map_upstream_of_a_slow_sink_is_backpressured() {
     env.from_generator(RECORDS, |i| i)
         .map(|x: u64| x + 1)
         .name("Map")
-        .add_sink(SlowSink)
+        .sink("SlowSink", SlowSink)
         .name("Slow Sink");
     let handle = env.execute_async().expect("job starts");
     futures::executor::block_on(handle.wait()).expect("job finishes");

@@ -46,7 +46,7 @@ impl SourceFunction<Ev> for HeldSource {
 struct Discard;
 
 impl SinkFunction<Ev> for Discard {
-    fn invoke(&mut self, _: Ev, _: Option<i64>) -> floe::Result<()> {
+    async fn write(&mut self, _: floe::Batch<Ev>) -> floe::Result<()> {
         Ok(())
     }
 }
@@ -88,7 +88,7 @@ fn lagging_input_is_named_as_holding_the_watermark_back() {
         .key_by(|e: &Ev| e.0)
         .window(WindowAssigner::tumbling(100))
         .reduce(|x: Ev, y: Ev| (x.0, x.1.max(y.1), x.2 + y.2))
-        .add_sink(Discard);
+        .sink("Discard", Discard);
     let handle = env.execute_async().expect("job starts");
 
     // Oracle: a channel's watermark is its source's max timestamp - 0 - 1.

@@ -175,7 +175,7 @@ fn upsert_keyed_count_with_failures_equals_the_oracle() {
     .map(|(k, c): (u64, u64)| (format!("k{k}"), c));
     let config =
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Upsert).job(&job);
-    counts.add_postgres_sink(PostgresSink::new(config).expect("config"));
+    counts.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     // The snapshot fault fires while the sources hold; the other after.
     wait_for_restarts(&handle, 1);
@@ -235,7 +235,7 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
     });
     let config =
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append).job(&job);
-    records.add_postgres_sink(PostgresSink::new(config).expect("config"));
+    records.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     wait_for_restarts(&handle, 1);
     gate.open();
@@ -307,7 +307,7 @@ fn recovery_ends_a_former_attempts_session_before_resolving() {
         .key_by(|t: &(u64, u64)| t.0)
         .sum(|t: &mut (u64, u64)| &mut t.1)
         .map(|(k, c): (u64, u64)| (format!("k{k}"), c as i64));
-    counts.add_postgres_sink(PostgresSink::new(config).expect("config"));
+    counts.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
     let handle = env.execute_async().expect("starts");
     futures::executor::block_on(handle.wait()).expect("the job finishes");
     assert_eq!(handle.failover_stats().restarts, 0, "no restart");
@@ -342,7 +342,7 @@ fn a_server_down_at_start_fails_the_job_with_one_clear_error() {
     let rows = env.from_collection(vec![("a".to_string(), 1i64)]);
     let config = PostgresSinkConfig::from_url(&url, &["key", "value"], WriteMode::Upsert)
         .expect("a valid URL");
-    rows.add_postgres_sink(PostgresSink::new(config).expect("config"));
+    rows.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
     let err = env.execute().expect_err("no server");
     let message = err.to_string();
     assert!(
@@ -389,8 +389,7 @@ where
         .map(|i: i64| (format!("r{i}"), i))
         .uid("rows")
         .set_input_rate(8_000.0);
-    rows.add_async_two_phase_sink("PostgreSQL crash", sink)
-        .uid("sink");
+    rows.sink_exactly_once("PostgreSQL crash", sink).uid("sink");
 }
 
 /// Prepares like the real sink, but loses its first commit (as when the
@@ -407,6 +406,7 @@ struct Stalling {
 
 impl TwoPhaseCommitSink<(String, i64)> for Stalling {
     type Txn = PgTxn;
+    const AWAITS: bool = true;
     async fn recover(&mut self, ctx: &SinkContext, r: Recovery<PgTxn>) -> floe::Result<()> {
         self.inner.recover(ctx, r).await
     }
@@ -562,9 +562,9 @@ fn measure_rows_per_second() {
                 &format!("CREATE TABLE {table} (key text, value int8)"),
             );
             if transactional {
-                rows.add_postgres_sink(sink);
+                rows.sink_exactly_once("PostgreSQL", sink);
             } else {
-                rows.add_async_sink("PostgreSQL", sink);
+                rows.sink("PostgreSQL", sink);
             }
             let start = std::time::Instant::now();
             env.execute().expect("the job finishes");

@@ -80,19 +80,14 @@ fn spin_for(d: Duration) {
 }
 
 impl<T: Send + 'static> SinkFunction<T> for SlowSink<T> {
-    fn invoke(&mut self, value: T, _: Option<i64>) -> floe::Result<()> {
-        self.local.push(value);
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
         spin_for(self.spin);
         self.batches += 1;
         self.local.extend(batch.into_iter().map(|r| r.value));
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         let records = std::mem::take(&mut self.local);
         self.done.lock().unwrap().push((records, self.batches));
         Ok(())
@@ -139,7 +134,7 @@ fn slow_sink_bounds_queues_single_channel() {
         let env = env_with(1, 16, credits);
         let sink = SlowSink::new(Duration::from_micros(20));
         env.from_generator(N, |i| i)
-            .add_sink(sink.clone())
+            .sink("Sink", sink.clone())
             .disable_chaining();
         let result = run_ok(&env);
         assert_queues_bounded(&result, &env, 0);
@@ -164,7 +159,7 @@ fn slow_sink_bounds_queues_with_rebalance_and_env_chaining_off() {
     env.from_generator(N, |i| i * 3)
         .map(|x| x + 1)
         .rebalance()
-        .add_sink(sink.clone());
+        .sink("Sink", sink.clone());
     let result = run_ok(&env);
     assert_queues_bounded(&result, &env, 0);
     let mut all: Vec<u64> = sink.received().into_iter().flat_map(|r| r.0).collect();
@@ -180,7 +175,7 @@ fn slow_keyed_sink_gets_every_update() {
     env.from_generator(N, |i| (i % 37, i))
         .key_by_field(|t: &(u64, u64)| &t.0)
         .sum(|t: &mut (u64, u64)| &mut t.1)
-        .add_sink(sink.clone());
+        .sink("Sink", sink.clone());
     let result = run_ok(&env);
     // Key groups fill the channels unevenly: a timed flush of a partial batch
     // may add one batch to a full queue (see the test below).
@@ -219,7 +214,7 @@ fn partial_batch_flushes_exceed_capacity_by_at_most_one() {
         env.from_generator(N, |i| i)
             .filter(|x| x % 3 != 0)
             .rebalance()
-            .add_sink(sink.clone())
+            .sink("Sink", sink.clone())
             .set_parallelism(down);
         let result = run_ok(&env);
         assert_queues_bounded(&result, &env, 1);
@@ -238,7 +233,7 @@ fn multiplying_operator_exceeds_capacity_by_at_most_one_input_batch() {
     let sink = SlowSink::new(Duration::from_micros(20));
     env.from_generator(N, |i| i)
         .flat_map(|x| (0..FACTOR).map(move |k| x * FACTOR + k))
-        .add_sink(sink.clone())
+        .sink("Sink", sink.clone())
         .disable_chaining();
     let result = run_ok(&env);
     // One input batch of 16 becomes 160 records: 10 more output batches.

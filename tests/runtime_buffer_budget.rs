@@ -62,24 +62,20 @@ struct SlowSink {
 }
 
 impl SinkFunction<(u64, u64)> for SlowSink {
-    fn invoke(&mut self, (k, s): (u64, u64), _: Option<i64>) -> floe::Result<()> {
-        self.latest.insert(k, s);
-        self.updates += 1;
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<(u64, u64)>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<(u64, u64)>>) -> floe::Result<()> {
         let start = Instant::now();
         while start.elapsed() < self.spin {
             std::hint::spin_loop();
         }
         for r in batch {
-            self.invoke(r.value, r.timestamp)?;
+            let (k, s) = r.value;
+            self.latest.insert(k, s);
+            self.updates += 1;
         }
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         let latest = std::mem::take(&mut self.latest);
         self.done.lock().unwrap().push((latest, self.updates));
         Ok(())
@@ -107,7 +103,7 @@ fn high_parallelism_keeps_buffered_records_within_the_budget() {
     env.from_generator(N, |i| (i % KEYS, i))
         .key_by_field(|t: &(u64, u64)| &t.0)
         .sum(|t: &mut (u64, u64)| &mut t.1)
-        .add_sink(sink.clone());
+        .sink("Sink", sink.clone());
     let result = run_ok(&env);
 
     let budget = env.config().runtime.buffer_budget();

@@ -181,9 +181,12 @@ struct FragileSink {
 }
 
 impl SinkFunction<u64> for FragileSink {
-    fn invoke(&mut self, value: u64, _: Option<i64>) -> floe::Result<()> {
-        if value == self.fail_on {
-            panic!("sink cannot store {value}");
+    async fn write(&mut self, batch: floe::Batch<u64>) -> floe::Result<()> {
+        for r in batch {
+            let value = r.value;
+            if value == self.fail_on {
+                panic!("sink cannot store {value}");
+            }
         }
         Ok(())
     }
@@ -193,7 +196,7 @@ impl SinkFunction<u64> for FragileSink {
 fn panic_in_sink_names_the_sink() {
     let env = env_with(2);
     env.from_generator(5_000, |i| i)
-        .add_sink(FragileSink { fail_on: 4_321 })
+        .sink("FragileSink", FragileSink { fail_on: 4_321 })
         .name("fragile-sink");
     let msg = run_err(&env);
     assert_names(
@@ -266,11 +269,11 @@ fn process_function_error_names_the_operator() {
 struct FailingFlush;
 
 impl SinkFunction<u64> for FailingFlush {
-    fn invoke(&mut self, _: u64, _: Option<i64>) -> floe::Result<()> {
+    async fn write(&mut self, _: floe::Batch<u64>) -> floe::Result<()> {
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         Err(floe::Error::User("flush failed".into()))
     }
 }
@@ -279,7 +282,7 @@ impl SinkFunction<u64> for FailingFlush {
 fn sink_finish_error_fails_the_job() {
     let env = env_with(2);
     env.from_generator(1_000, |i| i)
-        .add_sink(FailingFlush)
+        .sink("FailingFlush", FailingFlush)
         .name("flushing-sink");
     let msg = run_err(&env);
     assert_names(&msg, &["flushing-sink", "flush failed"]);

@@ -34,12 +34,15 @@ struct GapSink {
 }
 
 impl SinkFunction<u64> for GapSink {
-    fn invoke(&mut self, value: u64, _: Option<i64>) -> floe::Result<()> {
-        assert_eq!(value, self.next, "records out of order or lost");
-        self.next += 1;
-        let received = self.received.fetch_add(1, Ordering::Relaxed) + 1;
-        let gap = self.produced.load(Ordering::Relaxed) - received;
-        self.max_gap.fetch_max(gap, Ordering::Relaxed);
+    async fn write(&mut self, batch: floe::Batch<u64>) -> floe::Result<()> {
+        for r in batch {
+            let value = r.value;
+            assert_eq!(value, self.next, "records out of order or lost");
+            self.next += 1;
+            let received = self.received.fetch_add(1, Ordering::Relaxed) + 1;
+            let gap = self.produced.load(Ordering::Relaxed) - received;
+            self.max_gap.fetch_max(gap, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
@@ -81,12 +84,15 @@ fn exploding_record(edge_before: bool) {
             })
         })
         .rebalance()
-        .add_sink(GapSink {
-            produced: produced.clone(),
-            received: received.clone(),
-            max_gap: max_gap.clone(),
-            next: 0,
-        })
+        .sink(
+            "GapSink",
+            GapSink {
+                produced: produced.clone(),
+                received: received.clone(),
+                max_gap: max_gap.clone(),
+                next: 0,
+            },
+        )
         .set_input_rate(400_000.0);
     env.execute().expect("job runs");
     assert_eq!(received.load(Ordering::Relaxed), PER_RECORD);

@@ -20,8 +20,11 @@ use std::sync::{Arc, Mutex};
 struct Keep(Arc<Mutex<Vec<(String, u64)>>>);
 
 impl SinkFunction<(String, u64)> for Keep {
-    fn invoke(&mut self, value: (String, u64), _: Option<i64>) -> floe::Result<()> {
-        self.0.lock().expect("the test's sink").push(value);
+    async fn write(&mut self, batch: floe::Batch<(String, u64)>) -> floe::Result<()> {
+        for r in batch {
+            let value = r.value;
+            self.0.lock().expect("the test's sink").push(value);
+        }
         Ok(())
     }
 }
@@ -41,7 +44,7 @@ fn a_throttled_sink_behind_a_keyed_sum_counts_the_sums_it_receives() {
     env.from_collection(words.clone())
         .key_by(|t: &(String, u64)| t.0.clone())
         .sum_at_end_of_input(|t: &mut (String, u64)| &mut t.1)
-        .add_sink(kept.clone())
+        .sink("Keep", kept.clone())
         .name("Throttled Sink")
         .set_input_rate(1_000_000.0);
     let handle = env.execute_async().expect("the job starts");

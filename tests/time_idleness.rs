@@ -47,8 +47,11 @@ impl SourceFunction<Ev> for HeldSource {
 struct Report(Arc<Mutex<mpsc::Sender<(i64, i64)>>>);
 
 impl SinkFunction<(i64, i64)> for Report {
-    fn invoke(&mut self, v: (i64, i64), _: Option<i64>) -> floe::Result<()> {
-        let _ = self.0.lock().expect("sender lock").send(v);
+    async fn write(&mut self, batch: floe::Batch<(i64, i64)>) -> floe::Result<()> {
+        for r in batch {
+            let v = r.value;
+            let _ = self.0.lock().expect("sender lock").send(v);
+        }
         Ok(())
     }
 }
@@ -106,7 +109,7 @@ fn idle_source_does_not_hold_back_windows() {
             Sum,
             |_: &u32, w: &TimeWindow, s: i64, out: &mut Vec<(i64, i64)>| out.push((w.start, s)),
         )
-        .add_sink(Report(Arc::new(Mutex::new(tx))));
+        .sink("Report", Report(Arc::new(Mutex::new(tx))));
     let handle = env.execute_async().expect("job starts");
 
     // A's watermark ends at 1999: windows [0,100) .. [1900,2000) can fire.

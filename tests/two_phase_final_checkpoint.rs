@@ -63,13 +63,13 @@ fn a_sink_that_ended_early_never_takes_back_committed_output() {
                 chaos::run(plan.config(base), Duration::from_secs(60), move |env| {
                     env.from_generator(SHORT, short)
                         .name("Short Numbers")
-                        .add_two_phase_sink(early)
+                        .sink_exactly_once("ExactlyOnceCollector", early)
                         .name("Short Committed");
                     env.from_generator(LONG, |i| i)
                         .name("Long Numbers")
                         .map(long)
                         .name("Long")
-                        .add_two_phase_sink(late.clone())
+                        .sink_exactly_once("ExactlyOnceCollector", late.clone())
                         .name("Long Committed");
                     late
                 })

@@ -624,7 +624,10 @@ fn job_without_checkpoints_writes_everything_at_the_end() {
         env.set_parallelism(parallelism).set_batch_size(64);
         env.from_collection(input.clone())
             .rebalance()
-            .add_two_phase_sink(TransactionalFileSink::new(&path).unwrap());
+            .sink_exactly_once(
+                "TransactionalFileSink",
+                TransactionalFileSink::new(&path).unwrap(),
+            );
         env.execute().expect("job finishes");
         let expected = sorted(input.iter().map(u64::to_string).collect());
         assert_eq!(
@@ -669,7 +672,10 @@ fn checkpointed_job(
     .uid("records");
     records
         .rebalance()
-        .add_two_phase_sink(TransactionalFileSink::new(out).unwrap())
+        .sink_exactly_once(
+            "TransactionalFileSink",
+            TransactionalFileSink::new(out).unwrap(),
+        )
         .uid("sink");
     env
 }

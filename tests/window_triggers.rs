@@ -225,8 +225,11 @@ impl floe::connectors::SourceFunction<Ev> for Held {
 struct Report(std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Sender<(u32, i64, i64)>>>);
 
 impl floe::operators::sink::SinkFunction<(u32, i64, i64)> for Report {
-    fn invoke(&mut self, v: (u32, i64, i64), _: Option<i64>) -> floe::Result<()> {
-        let _ = self.0.lock().expect("sender").send(v);
+    async fn write(&mut self, batch: floe::Batch<(u32, i64, i64)>) -> floe::Result<()> {
+        for r in batch {
+            let v = r.value;
+            let _ = self.0.lock().expect("sender").send(v);
+        }
         Ok(())
     }
 }
@@ -259,7 +262,7 @@ fn processing_time_windows_fire_when_the_clock_passes_their_end() {
             out.push((*k, w.start, s))
         },
     )
-    .add_sink(Report(Arc::new(Mutex::new(tx))));
+    .sink("Report", Report(Arc::new(Mutex::new(tx))));
     let handle = env.execute_async().expect("job starts");
     let mut want: HashMap<u32, i64> = HashMap::new();
     for e in &input {

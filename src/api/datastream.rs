@@ -2,14 +2,10 @@
 
 use super::environment::StreamExecutionEnvironment;
 use super::keyed::KeyedStream;
-use crate::connectors::collect::Collected;
-use crate::connectors::file_sink::FileSink;
-use crate::connectors::print::PrintSink;
 use crate::operators::basic::{FilterOp, MapOp, SuspendingFlatMap, TryMapOp};
 use crate::operators::keyed::KeyFn;
 use crate::operators::node::OperatorNode;
 use crate::operators::process::{ProcessFunction, ProcessOp};
-use crate::operators::sink::{SinkContext, SinkFunction, SinkOp};
 use crate::operators::{Operator, OutputTag};
 use crate::runtime::graph::{
     BuildOperator, Edge, ErasedChain, Node, NodeCtx, NodeId, NodeKind, Partition, Port, ops,
@@ -17,10 +13,8 @@ use crate::runtime::graph::{
 };
 use crate::{Error, Result};
 use floe_actors::chain::ChainInput;
-use std::fmt::Display;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -426,89 +420,6 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     /// Keeps the operator that produced this stream out of any chain.
     pub fn disable_chaining(self) -> Self {
         self.with_node(|n| n.chainable = false)
-    }
-
-    /// Writes the stream to a sink; one sink instance is cloned per subtask.
-    pub fn add_sink<S>(&self, sink: S) -> DataStream<()>
-    where
-        S: SinkFunction<T> + Clone + Sync,
-    {
-        let name = std::any::type_name::<S>()
-            .rsplit("::")
-            .next()
-            .unwrap_or("Sink")
-            .to_string();
-        self.add_named_sink(&name, sink)
-    }
-
-    /// Writes the stream to a two-phase-commit sink (exactly-once) whose
-    /// calls finish before they return, run on the subtask's thread
-    /// ([`TwoPhaseCommitSinkOp`](crate::connectors::two_phase::TwoPhaseCommitSinkOp)):
-    /// records become visible when the checkpoint after them completes, or
-    /// at the end of the input. One sink instance is cloned per subtask.
-    pub fn add_two_phase_sink<S>(&self, sink: S) -> DataStream<()>
-    where
-        S: crate::connectors::two_phase::TwoPhaseCommitSink<T> + Clone,
-    {
-        let name = std::any::type_name::<S>()
-            .rsplit("::")
-            .next()
-            .unwrap_or("Sink")
-            .to_string();
-        let sink = Arc::new(std::sync::Mutex::new(sink));
-        self.transform(&name, move |ctx| {
-            let s = sink.lock().expect("sink template lock poisoned").clone();
-            crate::connectors::two_phase::TwoPhaseCommitSinkOp::new(
-                s,
-                SinkContext {
-                    subtask: floe_actors::ids::SubtaskIndex(ctx.subtask as u32),
-                    parallelism: ctx.parallelism,
-                },
-            )
-            .commit_on_final_checkpoint(ctx.final_checkpoint)
-        })
-        .with_node(|n| n.transactional = true)
-    }
-
-    fn add_named_sink<S>(&self, name: &str, sink: S) -> DataStream<()>
-    where
-        S: SinkFunction<T> + Clone + Sync,
-    {
-        let sink = Arc::new(std::sync::Mutex::new(sink));
-        self.transform(name, move |ctx| {
-            let s = sink.lock().expect("sink template lock poisoned").clone();
-            SinkOp::new(
-                s,
-                SinkContext {
-                    subtask: floe_actors::ids::SubtaskIndex(ctx.subtask as u32),
-                    parallelism: ctx.parallelism,
-                },
-            )
-        })
-    }
-
-    /// Collects the stream into memory; read it after the job ends.
-    pub fn collect(&self) -> Collected<T> {
-        let c = Collected::new();
-        self.add_named_sink("Collect Sink", c.sink());
-        c
-    }
-
-    /// Writes `T: Display` lines to a file (a directory of `part-N` files when
-    /// the sink runs in parallel).
-    pub fn write_as_text(&self, path: impl Into<PathBuf>) -> DataStream<()>
-    where
-        T: Display,
-    {
-        self.add_named_sink("Text File Sink", FileSink::new(path))
-    }
-
-    /// Prints every record on stdout.
-    pub fn print(&self) -> DataStream<()>
-    where
-        T: Display,
-    {
-        self.add_named_sink("Print Sink", PrintSink::default())
     }
 }
 

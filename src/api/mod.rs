@@ -11,6 +11,7 @@ mod connected;
 mod datastream;
 mod environment;
 mod keyed;
+mod sinks;
 mod windowed;
 
 pub use crate::runtime::FailoverStats;
@@ -18,6 +19,7 @@ pub use connected::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastCon
 pub use datastream::DataStream;
 pub use environment::StreamExecutionEnvironment;
 pub use keyed::KeyedStream;
+pub use sinks::DataStreamSink;
 // The job handle, its events and the status types live in the runtime (which
 // makes them); these are the paths programs name.
 pub use crate::runtime::status;

@@ -90,15 +90,11 @@ pub fn mailbox(args: &MailboxArgs) -> floe::Result<()> {
 struct SumSink(Arc<AtomicU64>, u64);
 
 impl SinkFunction<u64> for SumSink {
-    fn invoke(&mut self, v: u64, _: Option<i64>) -> floe::Result<()> {
-        self.1 = self.1.wrapping_add(v);
-        Ok(())
-    }
-    fn invoke_batch(&mut self, batch: Vec<Record<u64>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<u64>>) -> floe::Result<()> {
         self.1 = batch.iter().fold(self.1, |s, r| s.wrapping_add(r.value));
         Ok(())
     }
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.fetch_add(self.1, Ordering::Relaxed);
         Ok(())
     }
@@ -117,7 +113,8 @@ fn floe_hops(n: u64, hops: usize, batch_size: usize) -> floe::Result<(Duration, 
     for _ in 1..hops {
         s = s.map(|x| x).disable_chaining();
     }
-    s.add_sink(SumSink(total.clone(), 0)).disable_chaining();
+    s.sink("SumSink", SumSink(total.clone(), 0))
+        .disable_chaining();
     let r = env.execute()?;
     Ok((r.elapsed, total.load(Ordering::Relaxed)))
 }

@@ -94,17 +94,13 @@ impl SourceFunction<(u64, i64, i64)> for Events {
 struct Checksum(Arc<AtomicU64>, u64);
 
 impl SinkFunction<(u64, i64, i64)> for Checksum {
-    fn invoke(&mut self, v: (u64, i64, i64), _: Option<i64>) -> floe::Result<()> {
-        self.1 = self.1.wrapping_add(v.2 as u64);
-        Ok(())
-    }
-    fn invoke_batch(&mut self, batch: Vec<Record<(u64, i64, i64)>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<(u64, i64, i64)>>) -> floe::Result<()> {
         self.1 = batch
             .iter()
             .fold(self.1, |s, r| s.wrapping_add(r.value.2 as u64));
         Ok(())
     }
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.fetch_add(self.1, Ordering::Relaxed);
         Ok(())
     }
@@ -152,7 +148,7 @@ fn run_once(args: &WindowBenchArgs, sliding: bool) -> floe::Result<(f64, u64, u6
                 out.push((*k, w.end, sum))
             },
         )
-        .add_sink(Checksum(total.clone(), 0));
+        .sink("Checksum", Checksum(total.clone(), 0));
     let handle = env.execute_async()?;
     let result = {
         let _p = Progress::start(&handle, "Events", Some(records));

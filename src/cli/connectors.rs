@@ -154,7 +154,7 @@ pub struct KafkaOutput {
 #[cfg(feature = "kafka")]
 impl KafkaOutput {
     /// Adds the sink writing `stream`'s lines to the topic.
-    pub fn sink<T>(&self, stream: &floe::DataStream<T>) -> floe::DataStream<()>
+    pub fn sink<T>(&self, stream: &floe::DataStream<T>) -> floe::DataStreamSink
     where
         T: std::fmt::Display + Clone + Send + 'static,
     {
@@ -164,11 +164,9 @@ impl KafkaOutput {
             sink = sink.request_timeout(timeout);
         }
         if self.exactly_once {
-            stream
-                .add_two_phase_sink(sink.exactly_once())
-                .name("Kafka Sink")
+            stream.sink_exactly_once("Kafka Sink", sink.exactly_once())
         } else {
-            stream.add_sink(sink).name("Kafka Sink")
+            stream.sink("Kafka Sink", sink)
         }
     }
 }
@@ -279,7 +277,7 @@ impl PostgresOutput {
     pub fn sink_window_lines<T>(
         &self,
         stream: &floe::DataStream<T>,
-    ) -> floe::Result<floe::DataStream<()>>
+    ) -> floe::Result<floe::DataStreamSink>
     where
         T: std::fmt::Display + Clone + Send + 'static,
     {
@@ -302,7 +300,8 @@ impl PostgresOutput {
                 }
             })
             .name("Rows");
-        Ok(rows.add_postgres_sink(PostgresSink::<(String, i64, i64, i64)>::new(config)?))
+        let sink = PostgresSink::<(String, i64, i64, i64)>::new(config)?;
+        Ok(rows.sink_exactly_once(&sink.operator_name(), sink))
     }
 }
 

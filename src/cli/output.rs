@@ -120,16 +120,14 @@ impl Output {
 
     /// Adds the sink writing `stream` to this output, named as the job's
     /// sinks were (`Print Sink`, `Text File Sink`, `TransactionalFileSink`).
-    pub fn sink<T>(self, stream: &DataStream<T>) -> floe::Result<DataStream<()>>
+    pub fn sink<T>(self, stream: &DataStream<T>) -> floe::Result<floe::DataStreamSink>
     where
         T: Display + Clone + Send + 'static,
     {
         Ok(match self {
-            Output::Stdout => stream.add_sink(Lines::stdout()).name("Print Sink"),
-            Output::Direct(path) => stream
-                .add_sink(Lines::create(&path)?)
-                .name("Text File Sink"),
-            Output::Transactional(tx) => stream.add_two_phase_sink(tx),
+            Output::Stdout => stream.sink("Print Sink", Lines::stdout()),
+            Output::Direct(path) => stream.sink("Text File Sink", Lines::create(&path)?),
+            Output::Transactional(tx) => stream.sink_exactly_once("TransactionalFileSink", tx),
             #[cfg(feature = "kafka")]
             Output::Kafka(kafka) => kafka.sink(stream),
             #[cfg(feature = "postgres")]
@@ -141,17 +139,18 @@ impl Output {
     /// take each record's line from [`WriteLine`] (bytewise, into the
     /// batch's buffer) instead of `Display`; the other outputs use
     /// `Display`, which must give the same line.
-    pub fn sink_lines<T>(self, stream: &DataStream<T>) -> floe::Result<DataStream<()>>
+    pub fn sink_lines<T>(self, stream: &DataStream<T>) -> floe::Result<floe::DataStreamSink>
     where
         T: WriteLine + Display + Clone + Send + 'static,
     {
         Ok(match self {
-            Output::Stdout => stream
-                .add_sink(RawLines(Lines::stdout(), T::Memo::default()))
-                .name("Print Sink"),
-            Output::Direct(path) => stream
-                .add_sink(RawLines(Lines::create(&path)?, T::Memo::default()))
-                .name("Text File Sink"),
+            Output::Stdout => {
+                stream.sink("Print Sink", RawLines(Lines::stdout(), T::Memo::default()))
+            }
+            Output::Direct(path) => stream.sink(
+                "Text File Sink",
+                RawLines(Lines::create(&path)?, T::Memo::default()),
+            ),
             other => other.sink(stream)?,
         })
     }
@@ -165,17 +164,15 @@ impl Output {
         stream: &DataStream<B>,
         pool: B::Pool,
         lines: Arc<AtomicU64>,
-    ) -> floe::Result<DataStream<()>>
+    ) -> floe::Result<floe::DataStreamSink>
     where
         B: WriteBlock + Clone + Send + 'static,
     {
         Ok(match self {
-            Output::Stdout => stream
-                .add_sink(Blocks(Lines::stdout(), pool, lines))
-                .name("Print Sink"),
-            Output::Direct(path) => stream
-                .add_sink(Blocks(Lines::create(&path)?, pool, lines))
-                .name("Text File Sink"),
+            Output::Stdout => stream.sink("Print Sink", Blocks(Lines::stdout(), pool, lines)),
+            Output::Direct(path) => {
+                stream.sink("Text File Sink", Blocks(Lines::create(&path)?, pool, lines))
+            }
             _ => {
                 return Err(floe::Error::Config(
                     "blocks of lines are written to stdout or a file only".into(),
@@ -397,11 +394,7 @@ impl Lines {
 }
 
 impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
-    fn invoke(&mut self, value: T, _: Option<i64>) -> floe::Result<()> {
-        self.invoke_batch(vec![Record::new(value)])
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
         for r in batch {
             // Writing to a Vec cannot fail.
             let _ = writeln!(self.buf, "{}", r.value);
@@ -415,7 +408,7 @@ impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
         self.write_buf(false)
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.write_buf(true)
     }
 }
@@ -425,11 +418,7 @@ impl<T: Display + Send + 'static> SinkFunction<T> for Lines {
 pub struct RawLines<M>(Lines, M);
 
 impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines<T::Memo> {
-    fn invoke(&mut self, value: T, _: Option<i64>) -> floe::Result<()> {
-        self.invoke_batch(vec![Record::new(value)])
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<T>>) -> floe::Result<()> {
         let (lines, memo) = (&mut self.0, &mut self.1);
         for r in batch {
             r.value.write_line(&mut lines.buf, memo);
@@ -440,7 +429,7 @@ impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines<T::Memo> {
         lines.write_buf(false)
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.write_buf(true)
     }
 }
@@ -453,11 +442,7 @@ impl<T: WriteLine + Send + 'static> SinkFunction<T> for RawLines<T::Memo> {
 pub struct Blocks<P>(Lines, P, Arc<AtomicU64>);
 
 impl<B: WriteBlock + Send + 'static> SinkFunction<B> for Blocks<B::Pool> {
-    fn invoke(&mut self, value: B, _: Option<i64>) -> floe::Result<()> {
-        self.invoke_batch(vec![Record::new(value)])
-    }
-
-    fn invoke_batch(&mut self, batch: Vec<Record<B>>) -> floe::Result<()> {
+    async fn write(&mut self, batch: Vec<Record<B>>) -> floe::Result<()> {
         for r in batch {
             let block = r.value;
             self.0.write_bytes(block.as_bytes(), false)?;
@@ -467,7 +452,7 @@ impl<B: WriteBlock + Send + 'static> SinkFunction<B> for Blocks<B::Pool> {
         Ok(())
     }
 
-    fn finish(&mut self) -> floe::Result<()> {
+    async fn finish(&mut self) -> floe::Result<()> {
         self.0.write_bytes(&[], true)
     }
 }

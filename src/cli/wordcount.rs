@@ -235,43 +235,44 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
             .name("Format")
             .uid("format")
     };
-    let sink =
-        match &output {
-            // An upsert changelog: every updated count, keyed by its word.
-            #[cfg(feature = "kafka")]
-            Output::Kafka(kafka) => kafka
-                .sink(
-                    &counts
-                        .map(|(word, count): (Word, u64)| format!("{word},{count}"))
-                        .name("Format")
-                        .uid("format"),
-                )
-                .uid("kafka-sink"),
-            // Upserts `word TEXT PRIMARY KEY, count BIGINT`: every updated count,
-            // exactly once through two-phase commit.
-            #[cfg(feature = "postgres")]
-            Output::Postgres(pg) => {
-                use floe::connectors::postgres::{PostgresSink, WriteMode};
-                let rows = counts
-                    .map(|(word, count): (Word, u64)| (String::from(word), count as i64))
-                    .name("Rows")
-                    .uid("rows");
-                rows.add_postgres_sink(PostgresSink::<(String, i64)>::new(
-                    pg.config(&["word", "count"], WriteMode::Upsert)?,
-                )?)
+    let sink = match &output {
+        // An upsert changelog: every updated count, keyed by its word.
+        #[cfg(feature = "kafka")]
+        Output::Kafka(kafka) => kafka
+            .sink(
+                &counts
+                    .map(|(word, count): (Word, u64)| format!("{word},{count}"))
+                    .name("Format")
+                    .uid("format"),
+            )
+            .uid("kafka-sink"),
+        // Upserts `word TEXT PRIMARY KEY, count BIGINT`: every updated count,
+        // exactly once through two-phase commit.
+        #[cfg(feature = "postgres")]
+        Output::Postgres(pg) => {
+            use floe::connectors::postgres::{PostgresSink, WriteMode};
+            let rows = counts
+                .map(|(word, count): (Word, u64)| (String::from(word), count as i64))
+                .name("Rows")
+                .uid("rows");
+            let sink = PostgresSink::<(String, i64)>::new(
+                pg.config(&["word", "count"], WriteMode::Upsert)?,
+            )?;
+            rows.sink_exactly_once(&sink.operator_name(), sink)
                 .uid("postgres-sink")
-            }
-            Output::Transactional(tx) => lines()
-                .add_two_phase_sink(tx.clone())
-                .name("Committed Counts")
-                .uid("committed-counts"),
-            Output::Stdout | Output::Direct(_) => lines()
-                .add_sink(output.open()?.ok_or_else(|| {
+        }
+        Output::Transactional(tx) => lines()
+            .sink_exactly_once("Committed Counts", tx.clone())
+            .uid("committed-counts"),
+        Output::Stdout | Output::Direct(_) => lines()
+            .sink(
+                "Final Counts",
+                output.open()?.ok_or_else(|| {
                     floe::Error::User("stdout or a file is written directly".into())
-                })?)
-                .name("Final Counts")
-                .uid("final-counts"),
-        };
+                })?,
+            )
+            .uid("final-counts"),
+    };
     if let Some(rate) = args.checkpoints.sink_rate {
         sink.set_input_rate(rate);
     }

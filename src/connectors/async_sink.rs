@@ -1,12 +1,10 @@
-//! Async sinks: a sink whose writes `.await`, run on its subtask's arbiter.
+//! The task runner of a [`SinkFunction`] whose calls `.await`
+//! ([`SinkFunction::AWAITS`]), and the queue it shares with the two-phase
+//! task runner.
 //!
-//! An [`AsyncSink`] is what a network connector implements when it needs
-//! no transactions (at-least-once);
-//! [`TwoPhaseCommitSink`](crate::connectors::two_phase::TwoPhaseCommitSink)
-//! is the exactly-once variant. The operator that runs one hands each batch to a
-//! *driver* task spawned on the subtask's arbiter (its current-thread tokio
-//! runtime), which owns the sink and awaits its calls one at a time, in
-//! order:
+//! The operator that runs one hands each batch to a *driver* task spawned
+//! on the subtask's arbiter (its current-thread tokio runtime), which owns
+//! the sink and awaits its calls one at a time, in order:
 //!
 //! - **Backpressure.** At most `capacity` batches wait for the driver; past
 //!   that the sink's gate reports backpressure and the subtask takes no
@@ -23,12 +21,12 @@
 //!
 //! [`ChannelSink`] sends into a bounded tokio `mpsc` channel and
 //! [`FuturesSink`] into any `futures::Sink`;
-//! [`DataStream::add_async_sink`](crate::DataStream::add_async_sink),
+//! [`DataStream::sink`](crate::DataStream::sink),
 //! [`to_channel`](crate::DataStream::to_channel) and
 //! [`to_futures_sink`](crate::DataStream::to_futures_sink) add them to a
 //! stream.
 
-use crate::operators::sink::SinkContext;
+use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::operators::{Operator, Output, SnapshotContext, StateCapture};
 use crate::{Error, Result};
 use floe_actors::element::Batch;
@@ -41,57 +39,6 @@ use std::future::Future;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
-
-/// A sink of records of type `T` whose calls are asynchronous; one
-/// instance per subtask, cloned from the one given to
-/// [`DataStream::add_async_sink`](crate::DataStream::add_async_sink).
-///
-/// The calls, in order, each awaited before the next: [`open`](Self::open),
-/// then [`write`](Self::write) per batch with [`flush`](Self::flush) at
-/// every checkpoint barrier (the checkpoint completes only after the
-/// flush returned), and at the end of the input `flush` then
-/// [`close`](Self::close). A failure restarts the job from the last
-/// checkpoint, so batches after it are written again: at-least-once.
-///
-/// # Example
-///
-/// ```
-/// use floe::connectors::async_sink::AsyncSink;
-/// use floe_actors::element::Batch;
-///
-/// #[derive(Clone)]
-/// struct Forward(tokio::sync::mpsc::Sender<u64>);
-///
-/// impl AsyncSink<u64> for Forward {
-///     async fn write(&mut self, batch: Batch<u64>) -> floe::Result<()> {
-///         for r in batch {
-///             // Waits while the channel is full: the job slows down.
-///             self.0.send(r.value).await.map_err(|_| floe::Error::User("closed".into()))?;
-///         }
-///         Ok(())
-///     }
-/// }
-/// ```
-pub trait AsyncSink<T>: Send + 'static {
-    /// Called once before the first write.
-    fn open(&mut self, _ctx: &SinkContext) -> impl Future<Output = Result<()>> + Send {
-        async { Ok(()) }
-    }
-
-    /// Writes one batch.
-    fn write(&mut self, batch: Batch<T>) -> impl Future<Output = Result<()>> + Send;
-
-    /// Makes everything written so far durable (at a checkpoint barrier and
-    /// at the end of the input).
-    fn flush(&mut self) -> impl Future<Output = Result<()>> + Send {
-        async { Ok(()) }
-    }
-
-    /// The input ended (after a last [`flush`](Self::flush)).
-    fn close(&mut self) -> impl Future<Output = Result<()>> + Send {
-        async { Ok(()) }
-    }
-}
 
 /// The queue between an async sink's operator and its driver task, shared
 /// with the gate the subtask asks about backpressure.
@@ -324,7 +271,8 @@ enum Command<T> {
     Close,
 }
 
-/// Runs an [`AsyncSink`] as the last operator of a chain (see the module doc).
+/// Runs a [`SinkFunction`] whose calls `.await` as the last operator of a
+/// chain, as a task (see the module doc).
 pub struct AsyncSinkOp<T: Send + 'static> {
     queue: Shared<Command<T>>,
     arbiter: std::thread::ThreadId,
@@ -335,7 +283,7 @@ impl<T: Send + 'static> AsyncSinkOp<T> {
     /// Starts `sink`'s driver on the arbiter of the subtask being built
     /// (call it from the operator factory); at most `capacity` batches
     /// wait for it. `name` names the operator in errors.
-    pub fn new<S: AsyncSink<T>>(
+    pub fn new<S: SinkFunction<T>>(
         mut sink: S,
         ctx: SinkContext,
         name: String,
@@ -366,7 +314,7 @@ impl<T: Send + 'static> AsyncSinkOp<T> {
                         }
                     }
                     Command::Close => match sink.flush().await {
-                        Ok(()) => sink.close().await,
+                        Ok(()) => sink.finish().await,
                         Err(e) => Err(e),
                     },
                 };
@@ -471,7 +419,9 @@ where
 #[derive(Clone)]
 pub struct ChannelSink<T>(pub tokio::sync::mpsc::Sender<T>);
 
-impl<T: Send + 'static> AsyncSink<T> for ChannelSink<T> {
+impl<T: Send + 'static> SinkFunction<T> for ChannelSink<T> {
+    const AWAITS: bool = true;
+
     async fn write(&mut self, batch: Batch<T>) -> Result<()> {
         for r in batch {
             self.0
@@ -501,12 +451,14 @@ impl<Si> FuturesSink<Si> {
     }
 }
 
-impl<T, Si> AsyncSink<T> for FuturesSink<Si>
+impl<T, Si> SinkFunction<T> for FuturesSink<Si>
 where
     T: Send + 'static,
     Si: futures::Sink<T> + Send + Unpin + 'static,
     Si::Error: std::fmt::Display,
 {
+    const AWAITS: bool = true;
+
     async fn write(&mut self, batch: Batch<T>) -> Result<()> {
         use futures::SinkExt;
         let mut sink = self.0.lock().await;

@@ -2,7 +2,7 @@
 
 use crate::operators::sink::SinkFunction;
 use crate::{Error, Result};
-use floe_actors::element::{Batch, Timestamp};
+use floe_actors::element::Batch;
 use std::sync::{Arc, Mutex};
 
 /// The collected records of a stream, readable once the job has finished.
@@ -54,12 +54,7 @@ impl<T> Clone for CollectSink<T> {
 }
 
 impl<T: Send + 'static> SinkFunction<T> for CollectSink<T> {
-    fn invoke(&mut self, value: T, _: Option<Timestamp>) -> Result<()> {
-        self.lock()?.push(value);
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
+    async fn write(&mut self, batch: Batch<T>) -> Result<()> {
         self.lock()?.extend(batch.into_iter().map(|r| r.value));
         Ok(())
     }

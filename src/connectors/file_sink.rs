@@ -14,7 +14,7 @@
 use super::transactional_file::OutputLock;
 use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::{Error, Result};
-use floe_actors::element::{Batch, Timestamp};
+use floe_actors::element::Batch;
 use std::fmt::Display;
 use std::fs::File;
 use std::io::Write;
@@ -70,7 +70,7 @@ impl FileSink {
 }
 
 impl<T: Display + Send + 'static> SinkFunction<T> for FileSink {
-    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.target = if ctx.parallelism > 1 {
             std::fs::create_dir_all(&self.path)
                 .map_err(|e| Error::io("cannot create output directory", &self.path, e))?;
@@ -93,17 +93,9 @@ impl<T: Display + Send + 'static> SinkFunction<T> for FileSink {
         Ok(())
     }
 
-    fn invoke(&mut self, value: T, _: Option<Timestamp>) -> Result<()> {
-        // Writing to a Vec cannot fail.
-        let _ = writeln!(self.buf, "{value}");
-        if self.buf.len() >= FLUSH_AT {
-            self.write_buf()?;
-        }
-        Ok(())
-    }
-
-    fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
+    async fn write(&mut self, batch: Batch<T>) -> Result<()> {
         for r in batch {
+            // Writing to a Vec cannot fail.
             let _ = writeln!(self.buf, "{}", r.value);
             // A huge batch goes in chunks, so the buffer stays bounded.
             if self.buf.len() >= FLUSH_AT {
@@ -113,7 +105,7 @@ impl<T: Display + Send + 'static> SinkFunction<T> for FileSink {
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<()> {
+    async fn finish(&mut self) -> Result<()> {
         self.write_buf()
     }
 }

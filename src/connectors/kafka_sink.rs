@@ -35,7 +35,7 @@ use super::kafka::txn_recovery::{self, CoordinatorClient, Ended, ProducerIdentit
 use super::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::Result;
 use crate::operators::sink::{SinkContext, SinkFunction};
-use floe_actors::element::{Batch, Record, Timestamp};
+use floe_actors::element::Batch;
 use floe_actors::ids::CheckpointId;
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
@@ -366,7 +366,7 @@ impl<T> KafkaSink<T> {
 
     /// Waits until everything sent is acknowledged; fails on an undelivered
     /// record.
-    fn flush(&self, producer: &Client, deliveries: &Deliveries) -> Result<()> {
+    fn flush_deliveries(&self, producer: &Client, deliveries: &Deliveries) -> Result<()> {
         producer
             .flush(self.timeout)
             .map_err(KafkaError::client("flush"))?;
@@ -381,18 +381,16 @@ impl<T> KafkaSink<T> {
     }
 }
 
+/// At least once; each call finishes before it returns (librdkafka's
+/// calls block for at most the request timeout).
 impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
-    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.subtask = ctx.subtask.0 as usize;
         self.producer = Some(self.producer(None)?);
         Ok(())
     }
 
-    fn invoke(&mut self, value: T, timestamp: Option<Timestamp>) -> Result<()> {
-        self.invoke_batch(vec![Record { value, timestamp }])
-    }
-
-    fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
+    async fn write(&mut self, batch: Batch<T>) -> Result<()> {
         let (producer, _) = self
             .producer
             .as_ref()
@@ -407,22 +405,13 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
         )
     }
 
-    fn finish(&mut self) -> Result<()> {
+    /// At a barrier and at the end of the input: every record sent is
+    /// delivered (what came before the barrier is in the topic).
+    async fn flush(&mut self) -> Result<()> {
         if let Some((producer, deliveries)) = &self.producer {
-            self.flush(producer, deliveries)?;
+            self.flush_deliveries(producer, deliveries)?;
         }
         Ok(())
-    }
-
-    fn snapshot_state(
-        &mut self,
-        _: &crate::operators::SnapshotContext,
-    ) -> Result<crate::operators::StateCapture> {
-        // At least once: what came before the barrier is in the topic.
-        if let Some((producer, deliveries)) = &self.producer {
-            self.flush(producer, deliveries)?;
-        }
-        Ok(Default::default())
     }
 }
 
@@ -746,7 +735,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         _checkpoint: Option<CheckpointId>,
     ) -> Result<()> {
         if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
-            self.sink.flush(producer, deliveries)?;
+            self.sink.flush_deliveries(producer, deliveries)?;
             txn.producer =
                 Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
         }

@@ -4,28 +4,25 @@
 //! wait (rate limit) or is exhausted. [`SourceNode`] drives one inside a source
 //! subtask: it counts records, runs the function under `catch_unwind`, and at
 //! exhaustion sends the final watermark and end-of-input down the chain.
-//! Sinks implement [`SinkFunction`](crate::operators::sink::SinkFunction).
 //!
-//! Connectors to network services implement either kind of trait:
+//! Sinks implement one of two traits:
+//! [`SinkFunction`](crate::operators::sink::SinkFunction) (at-least-once)
+//! or [`two_phase::TwoPhaseCommitSink`] (exactly-once). Their methods are
+//! `async fn`s. A sink whose calls finish before they return (memory, a
+//! file, the Kafka connectors, whose flush and transaction steps block
+//! the subtask's thread for at most the sink's request timeout) runs on
+//! the subtask's thread; one that waits on I/O (the PostgreSQL sink,
+//! feature `postgres`, [`async_sink::ChannelSink`],
+//! [`async_sink::FuturesSink`]) sets `AWAITS` and runs as a task on the
+//! subtask's arbiter with backpressure ([`async_sink`]).
 //!
-//! - **Blocking**: the Kafka connectors (feature `kafka`). The source's
-//!   reader, `kafka::KafkaSourceReader`, is a [`SourceFunction`] that polls
-//!   librdkafka without waiting (librdkafka runs its own network threads);
-//!   the sink, `kafka_sink::KafkaSink`, is a
-//!   [`SinkFunction`](crate::operators::sink::SinkFunction) and, made
-//!   exactly-once (`KafkaSink::exactly_once`), a
-//!   [`two_phase::TwoPhaseCommitSink`] whose methods never wait, run on the
-//!   subtask's thread; its flush at a checkpoint and its transaction steps
-//!   block the subtask's arbiter thread for at most the sink's request
-//!   timeout.
-//! - **Async**: [`async_source::AsyncSource`], [`async_sink::AsyncSink`] and
-//!   [`two_phase::TwoPhaseCommitSink`] run by its task runner have methods
-//!   that `.await`, run on the subtask's arbiter with backpressure; the
-//!   PostgreSQL sink (feature `postgres`, `postgres::PostgresSink`)
-//!   implements the last two. [`async_source::StreamSource`],
-//!   [`async_source::ChannelSource`], [`async_sink::ChannelSink`] and
-//!   [`async_sink::FuturesSink`] bridge `futures` streams and sinks and
-//!   bounded tokio channels.
+//! Sources: the Kafka source's reader, `kafka::KafkaSourceReader` (feature
+//! `kafka`), is a [`SourceFunction`] that polls librdkafka without waiting
+//! (librdkafka runs its own network threads);
+//! [`async_source::AsyncSource`] has methods that `.await`, run on the
+//! subtask's arbiter; [`async_source::StreamSource`] and
+//! [`async_source::ChannelSource`] bridge `futures` streams and bounded
+//! tokio channels.
 
 pub mod async_sink;
 pub mod async_source;

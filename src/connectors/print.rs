@@ -7,7 +7,7 @@
 
 use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::{Error, Result};
-use floe_actors::element::{Batch, Timestamp};
+use floe_actors::element::Batch;
 use std::fmt::Display;
 use std::io::Write;
 
@@ -20,21 +20,14 @@ pub struct PrintSink {
 }
 
 impl<T: Display + Send + 'static> SinkFunction<T> for PrintSink {
-    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         if ctx.parallelism > 1 {
             self.prefix = format!("{}> ", ctx.subtask.0 + 1);
         }
         Ok(())
     }
 
-    fn invoke(&mut self, value: T, ts: Option<Timestamp>) -> Result<()> {
-        self.invoke_batch(vec![floe_actors::element::Record {
-            value,
-            timestamp: ts,
-        }])
-    }
-
-    fn invoke_batch(&mut self, batch: Batch<T>) -> Result<()> {
+    async fn write(&mut self, batch: Batch<T>) -> Result<()> {
         self.buf.clear();
         for r in batch {
             // Writing to a Vec cannot fail.

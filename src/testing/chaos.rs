@@ -309,7 +309,7 @@ impl FaultPlan {
 ///
 /// let env = StreamExecutionEnvironment::new();
 /// let out = ExactlyOnceCollector::new();
-/// env.from_collection(vec![1u32, 2, 3]).add_two_phase_sink(out.clone());
+/// env.from_collection(vec![1u32, 2, 3]).sink_exactly_once("ExactlyOnceCollector", out.clone());
 /// env.execute().unwrap();
 /// let mut got = out.committed();
 /// got.sort(); // the sink's subtasks commit in any order

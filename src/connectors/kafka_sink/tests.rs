@@ -2,6 +2,7 @@
 //! its statistics, and a send whose queue stays full.
 
 use super::*;
+use floe_actors::element::Record;
 
 /// With no broker to deliver to and a queue of one record, the second
 /// record finds the queue full: the send retries, then fails after its

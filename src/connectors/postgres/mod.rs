@@ -38,14 +38,14 @@
 //!     WriteMode::Upsert, // `word TEXT PRIMARY KEY, count BIGINT`, created if missing
 //! )?
 //! .job("wordcount");
-//! counts.add_postgres_sink(PostgresSink::new(config)?);
+//! counts.sink_exactly_once("PostgreSQL counts", PostgresSink::new(config)?);
 //! # Ok(())
 //! # }
 //! ```
 
-use super::async_sink::AsyncSink;
 use super::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::operators::sink::SinkContext;
+use crate::operators::sink::SinkFunction;
 use crate::{Error, Result};
 use floe_actors::element::Batch;
 use floe_actors::ids::CheckpointId;
@@ -303,9 +303,8 @@ struct Connected {
 }
 
 /// The PostgreSQL sink: a [`TwoPhaseCommitSink`] (exactly-once; add
-/// it with [`DataStream::add_postgres_sink`](crate::DataStream::add_postgres_sink)
-/// or [`add_async_two_phase_sink`](crate::DataStream::add_async_two_phase_sink))
-/// and an [`AsyncSink`] writing each batch in
+/// it with [`DataStream::sink_exactly_once`](crate::DataStream::sink_exactly_once))
+/// and a [`SinkFunction`] writing each batch in
 /// its own transaction (at-least-once, without checkpoints).
 pub struct PostgresSink<R> {
     config: Arc<PostgresSinkConfig>,
@@ -618,6 +617,7 @@ impl<R: PostgresRow> PostgresSink<R> {
 
 impl<R: PostgresRow> TwoPhaseCommitSink<R> for PostgresSink<R> {
     type Txn = PgTxn;
+    const AWAITS: bool = true;
 
     async fn recover(&mut self, ctx: &SinkContext, recovery: Recovery<PgTxn>) -> Result<()> {
         self.subtask = ctx.subtask.0;
@@ -718,7 +718,9 @@ impl<R: PostgresRow> TwoPhaseCommitSink<R> for PostgresSink<R> {
 
 /// Without transactions: each batch is its own statement (autocommit),
 /// at-least-once.
-impl<R: PostgresRow> AsyncSink<R> for PostgresSink<R> {
+impl<R: PostgresRow> SinkFunction<R> for PostgresSink<R> {
+    const AWAITS: bool = true;
+
     async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.subtask = ctx.subtask.0;
         self.writes = true;

@@ -390,7 +390,7 @@ impl TransactionalFileSink {
 }
 
 /// The transaction steps; each finishes before it returns (the sink runs
-/// on the inline runner, [`DataStream::add_two_phase_sink`](crate::DataStream::add_two_phase_sink)).
+/// on the subtask's thread, [`DataStream::sink_exactly_once`](crate::DataStream::sink_exactly_once)).
 impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSink {
     type Txn = FileTransaction;
 

@@ -4,26 +4,13 @@
 
 use super::ledger::{Ledger, recovery};
 use super::{AFTER_END, Recovery, TwoPhaseCommitSink};
-use crate::operators::sink::SinkContext;
+use crate::operators::sink::{SinkContext, ready_now as now};
 use crate::operators::{Operator, Output, RestoredState, SnapshotContext, StateCapture};
 use crate::{Error, Result};
 use floe_actors::element::Batch;
 use floe_actors::ids::CheckpointId;
-use futures::FutureExt;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-
-/// The result of a call of the sink: its future must be ready when polled
-/// once, since nothing here waits.
-fn now<R>(call: &str, f: impl Future<Output = Result<R>>) -> Result<R> {
-    f.now_or_never().unwrap_or_else(|| {
-        Err(Error::Config(format!(
-            "a two-phase sink added with add_two_phase_sink returned a future that waits \
-             (in {call}): add it with add_async_two_phase_sink"
-        )))
-    })
-}
 
 /// Runs a [`TwoPhaseCommitSink`] as the last operator of a chain, on the
 /// subtask's thread.
@@ -352,6 +339,6 @@ mod tests {
     fn a_sink_that_waits_is_refused_with_the_runner_to_use() {
         let mut op = TwoPhaseCommitSinkOp::new(Waits, ctx(0, 1));
         let e = op.write_batch(Vec::new()).expect_err("waits");
-        assert!(e.to_string().contains("add_async_two_phase_sink"), "{e}");
+        assert!(e.to_string().contains("AWAITS"), "{e}");
     }
 }

@@ -25,19 +25,19 @@
 //! FLIP-147) completes, so committed output is never taken back; without
 //! checkpoints it is committed at once.
 //!
-//! One trait, two runners, one bookkeeping ([`ledger`]):
+//! One trait, two runners, one bookkeeping ([`ledger`]); a sink is added
+//! with [`DataStream::sink_exactly_once`](crate::DataStream::sink_exactly_once),
+//! which picks the runner by [`TwoPhaseCommitSink::AWAITS`]:
 //! - [`TwoPhaseCommitSinkOp`] runs the sink on the subtask's own thread,
 //!   for a connector whose calls finish before they return (a file, a
-//!   blocking client): its methods are `async fn`s that never wait, polled
-//!   once; one that waits is an error.
-//!   Add it with [`DataStream::add_two_phase_sink`](crate::DataStream::add_two_phase_sink).
+//!   blocking client such as the Kafka sink): its methods are `async fn`s
+//!   that never wait, polled once; one that waits is an error.
 //! - [`AsyncTwoPhaseCommitSinkOp`] runs it as two tasks on the subtask's
 //!   arbiter, the writer and a committer (a clone of the sink taken before
 //!   `recover`, as Flink's `Committer`) that commits concurrently with the
 //!   writes, with a bounded queue and backpressure (see
 //!   [`async_sink`](crate::connectors::async_sink)): for clients whose calls
-//!   `.await` (PostgreSQL). Add it with
-//!   [`DataStream::add_async_two_phase_sink`](crate::DataStream::add_async_two_phase_sink).
+//!   `.await` (PostgreSQL).
 
 pub(crate) mod inline;
 pub(crate) mod ledger;
@@ -102,9 +102,8 @@ impl<Txn> Recovery<Txn> {
 
 /// A sink that writes in transactions and publishes them in two phases;
 /// one instance per subtask, cloned from the one given to
-/// [`DataStream::add_two_phase_sink`](crate::DataStream::add_two_phase_sink)
-/// or [`DataStream::add_async_two_phase_sink`](crate::DataStream::add_async_two_phase_sink)
-/// (see the [module docs](self) for which).
+/// [`DataStream::sink_exactly_once`](crate::DataStream::sink_exactly_once)
+/// (see the [module docs](self) for how it runs).
 ///
 /// Call order on the writer, each finished before the next:
 /// [`recover`](Self::recover), [`open`](Self::open), then cycles of
@@ -116,11 +115,18 @@ impl<Txn> Recovery<Txn> {
 /// state; the inline runner calls it on the writer itself.
 ///
 /// A connector whose calls block implements the methods as `async fn`s
-/// that do not `.await` and runs on the inline runner.
+/// that do not `.await`; one whose calls wait sets [`AWAITS`](Self::AWAITS).
 pub trait TwoPhaseCommitSink<T>: Send + 'static {
     /// A transaction handle, persisted in checkpoints (e.g. a pending
     /// file's name, a prepared transaction's id).
     type Txn: Serialize + DeserializeOwned + Clone + Send + std::fmt::Debug + 'static;
+
+    /// `true`: the sink's futures wait on I/O, so it runs as a writer and a
+    /// committer task on the subtask's arbiter
+    /// ([`AsyncTwoPhaseCommitSinkOp`]); `false` (the default): its calls
+    /// finish before they return and it runs on the subtask's thread
+    /// ([`TwoPhaseCommitSinkOp`]; a future that waits is then an error).
+    const AWAITS: bool = false;
 
     /// Called first on every subtask (fresh start or restore): commit
     /// `recovery.pending` if `recovery.commit_pending` (idempotently), and

@@ -1,6 +1,6 @@
 //! The task runner: a [`TwoPhaseCommitSink`] whose calls `.await`, driven
 //! by a writer task and a committer task on its subtask's arbiter, as an
-//! [`AsyncSink`](crate::connectors::async_sink::AsyncSink) is (bounded
+//! [`SinkFunction`](crate::operators::sink::SinkFunction) that awaits is (bounded
 //! queue, backpressure, wake-ups; see
 //! [`async_sink`](crate::connectors::async_sink)). The protocol is the one
 //! of the [module docs](super); here the checkpoint's asynchronous part
