@@ -129,8 +129,7 @@ pub fn start_job(
         sum = sum.set_input_rate(rate);
     }
     let counts = LatestCounts::default();
-    sum.sink("LatestCounts", counts.clone())
-        .name("Latest Counts");
+    sum.sink("Latest Counts", counts.clone());
     // A job whose handles are all gone (the service shut down) is canceled.
     Ok((env.execute_async()?.cancel_on_drop(true), counts))
 }

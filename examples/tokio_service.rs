@@ -82,8 +82,7 @@ pub fn start_job(
     if let Some(rate) = rate {
         sum = sum.set_input_rate(rate);
     }
-    sum.sink("LatestCounts", counts.clone())
-        .name("Latest Counts");
+    sum.sink("Latest Counts", counts.clone());
     // Dropping the last handle (the program's end) cancels the job.
     Ok(env.execute_async()?.cancel_on_drop(true))
 }

@@ -82,8 +82,7 @@ fn run(plan: &FaultPlan) -> ChaosRun<(u64, u64)> {
             .name("Tag")
             .key_by(|t: &(u64, u64)| t.0)
             .sum(|t: &mut (u64, u64)| &mut t.1)
-            .sink_exactly_once("ExactlyOnceCollector", out.clone())
-            .name("Committed");
+            .sink_exactly_once("Committed", out.clone());
         out
     })
 }
@@ -284,8 +283,7 @@ fn run_pipelines(plan: &FaultPlan) -> ChaosRun<u64> {
             .name("Numbers")
             .map(scale)
             .name("Scale")
-            .sink_exactly_once("ExactlyOnceCollector", out.clone())
-            .name("Committed");
+            .sink_exactly_once("Committed", out.clone());
         out
     })
 }

@@ -207,12 +207,11 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
     let records = gated::gated_generator(&env, &gate, RECORDS, &[0.05], |i| format!("r{i}"));
     records
         .sink_exactly_once(
-            "KafkaSink",
+            "Kafka Sink",
             KafkaSink::<String>::lines(&b, &topic)
                 .transactional_id_prefix(&unique("precommit"))
                 .exactly_once(),
-        )
-        .name("Kafka Sink");
+        );
     let handle = env.execute_async().expect("starts");
     gated::wait_for_restarts(&handle, 1);
     gate.open();

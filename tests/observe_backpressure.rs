@@ -45,8 +45,7 @@ fn map_upstream_of_a_slow_sink_is_backpressured() {
     env.from_generator(RECORDS, |i| i)
         .map(|x: u64| x + 1)
         .name("Map")
-        .sink("SlowSink", SlowSink)
-        .name("Slow Sink");
+        .sink("Slow Sink", SlowSink);
     let handle = env.execute_async().expect("job starts");
     futures::executor::block_on(handle.wait()).expect("job finishes");
     let s = handle.status_snapshot();

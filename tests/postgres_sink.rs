@@ -175,7 +175,9 @@ fn upsert_keyed_count_with_failures_equals_the_oracle() {
     .map(|(k, c): (u64, u64)| (format!("k{k}"), c));
     let config =
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Upsert).job(&job);
-    counts.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
+    let sink = PostgresSink::new(config).expect("config");
+
+    counts.sink_exactly_once(&sink.operator_name(), sink);
     let handle = env.execute_async().expect("starts");
     // The snapshot fault fires while the sources hold; the other after.
     wait_for_restarts(&handle, 1);
@@ -235,7 +237,9 @@ fn a_failure_between_pre_commit_and_commit_leaves_no_duplicates() {
     });
     let config =
         PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Append).job(&job);
-    records.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
+    let sink = PostgresSink::new(config).expect("config");
+
+    records.sink_exactly_once(&sink.operator_name(), sink);
     let handle = env.execute_async().expect("starts");
     wait_for_restarts(&handle, 1);
     gate.open();
@@ -307,7 +311,9 @@ fn recovery_ends_a_former_attempts_session_before_resolving() {
         .key_by(|t: &(u64, u64)| t.0)
         .sum(|t: &mut (u64, u64)| &mut t.1)
         .map(|(k, c): (u64, u64)| (format!("k{k}"), c as i64));
-    counts.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
+    let sink = PostgresSink::new(config).expect("config");
+
+    counts.sink_exactly_once(&sink.operator_name(), sink);
     let handle = env.execute_async().expect("starts");
     futures::executor::block_on(handle.wait()).expect("the job finishes");
     assert_eq!(handle.failover_stats().restarts, 0, "no restart");
@@ -342,7 +348,9 @@ fn a_server_down_at_start_fails_the_job_with_one_clear_error() {
     let rows = env.from_collection(vec![("a".to_string(), 1i64)]);
     let config = PostgresSinkConfig::from_url(&url, &["key", "value"], WriteMode::Upsert)
         .expect("a valid URL");
-    rows.sink_exactly_once("PostgreSQL", PostgresSink::new(config).expect("config"));
+    let sink = PostgresSink::new(config).expect("config");
+
+    rows.sink_exactly_once(&sink.operator_name(), sink);
     let err = env.execute().expect_err("no server");
     let message = err.to_string();
     assert!(
@@ -562,9 +570,9 @@ fn measure_rows_per_second() {
                 &format!("CREATE TABLE {table} (key text, value int8)"),
             );
             if transactional {
-                rows.sink_exactly_once("PostgreSQL", sink);
+                rows.sink_exactly_once(&sink.operator_name(), sink);
             } else {
-                rows.sink("PostgreSQL", sink);
+                rows.sink(&sink.operator_name(), sink);
             }
             let start = std::time::Instant::now();
             env.execute().expect("the job finishes");

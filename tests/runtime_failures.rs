@@ -196,8 +196,7 @@ impl SinkFunction<u64> for FragileSink {
 fn panic_in_sink_names_the_sink() {
     let env = env_with(2);
     env.from_generator(5_000, |i| i)
-        .sink("FragileSink", FragileSink { fail_on: 4_321 })
-        .name("fragile-sink");
+        .sink("fragile-sink", FragileSink { fail_on: 4_321 });
     let msg = run_err(&env);
     assert_names(
         &msg,
@@ -282,8 +281,7 @@ impl SinkFunction<u64> for FailingFlush {
 fn sink_finish_error_fails_the_job() {
     let env = env_with(2);
     env.from_generator(1_000, |i| i)
-        .sink("FailingFlush", FailingFlush)
-        .name("flushing-sink");
+        .sink("flushing-sink", FailingFlush);
     let msg = run_err(&env);
     assert_names(&msg, &["flushing-sink", "flush failed"]);
 }

@@ -44,8 +44,7 @@ fn a_throttled_sink_behind_a_keyed_sum_counts_the_sums_it_receives() {
     env.from_collection(words.clone())
         .key_by(|t: &(String, u64)| t.0.clone())
         .sum_at_end_of_input(|t: &mut (String, u64)| &mut t.1)
-        .sink("Keep", kept.clone())
-        .name("Throttled Sink")
+        .sink("Throttled Sink", kept.clone())
         .set_input_rate(1_000_000.0);
     let handle = env.execute_async().expect("the job starts");
     let result = futures::executor::block_on(handle.wait()).expect("the job finishes");

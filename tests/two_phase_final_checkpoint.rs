@@ -63,14 +63,12 @@ fn a_sink_that_ended_early_never_takes_back_committed_output() {
                 chaos::run(plan.config(base), Duration::from_secs(60), move |env| {
                     env.from_generator(SHORT, short)
                         .name("Short Numbers")
-                        .sink_exactly_once("ExactlyOnceCollector", early)
-                        .name("Short Committed");
+                        .sink_exactly_once("Short Committed", early);
                     env.from_generator(LONG, |i| i)
                         .name("Long Numbers")
                         .map(long)
                         .name("Long")
-                        .sink_exactly_once("ExactlyOnceCollector", late.clone())
-                        .name("Long Committed");
+                        .sink_exactly_once("Long Committed", late.clone());
                     late
                 })
             };
