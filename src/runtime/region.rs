@@ -173,7 +173,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         // Not in deterministic execution, which measures no wall-clock time.
         if let (Some(failed_at), None) = (failed_at, deterministic) {
             // Woken by the region's first record (an event, not a poll);
-            // cancelled if the region stops before it.
+            // canceled if the region stops before it.
             actix::spawn(async move {
                 if let Some(ms) = recovery_ms(first_activity, failed_at).await
                     && let Ok(mut f) = failover.lock()
