@@ -11,7 +11,8 @@
 use super::events::{EventLog, JobEvent};
 use super::status::{FailoverStats, JobGraphInfo, JobStatusSnapshot, StatusReporter};
 use crate::checkpoint::CheckpointStats;
-use crate::checkpoint::coordinator::{CheckpointCoordinator, StopWithCheckpoint, TriggerSavepoint};
+use crate::checkpoint::coordinator::CheckpointCoordinator;
+use crate::checkpoint::requests::{StopWithCheckpoint, TriggerSavepoint};
 use crate::{Error, Result};
 use actix::Addr;
 use floe_actors::messages::CancelJob;

@@ -30,7 +30,7 @@ use super::pool::ArbiterPool;
 use super::region::recovery_ms;
 use super::shared::Shared;
 use crate::Result;
-use crate::checkpoint::coordinator::CheckpointStats;
+use crate::checkpoint::CheckpointStats;
 use crate::config::Config;
 use crate::failover::{JobObserver, Latch, RestartTracker};
 use floe_actors::error::Error;
@@ -223,7 +223,7 @@ impl Manager {
                 // attempt: stop it before anything reads what it completed.
                 let _ = attempt
                     .coordinator
-                    .send(crate::checkpoint::coordinator::StopCoordinator)
+                    .send(floe_actors::checkpoint::messages::StopCoordinator)
                     .await;
             }
             if let Err(e) = &outcome

@@ -8,8 +8,9 @@ use super::shared::Shared;
 use super::spawn::Spawner;
 use super::status::FailoverStats;
 use crate::Error;
+use crate::checkpoint::CheckpointStats;
 use crate::checkpoint::CheckpointStore;
-use crate::checkpoint::coordinator::{CheckpointCoordinator, CheckpointStats};
+use crate::checkpoint::coordinator::CheckpointCoordinator;
 use crate::checkpoint::restore::RestorePlan;
 use floe_actors::ids::{SubtaskIndex, VertexId};
 use floe_actors::supervisor::SubtaskKey;
@@ -188,7 +189,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             .map_err(Error::into_runtime)?;
         let subtasks = self.spawner.subtasks(&spawned);
         self.coordinator
-            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks });
+            .do_send(floe_actors::checkpoint::messages::ReplaceSubtasks { subtasks });
         if let Ok(mut f) = self.fail.lock() {
             for (&(v, j), s) in &spawned {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());

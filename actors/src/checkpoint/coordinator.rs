@@ -174,8 +174,7 @@ pub struct CheckpointCoordinator {
 
 impl CheckpointCoordinator {
     /// A coordinator; subtasks come with [`RegisterSubtasks`].
-    pub fn new(setup: impl Into<CoordinatorSetup>) -> Self {
-        let setup = setup.into();
+    pub fn new(setup: CoordinatorSetup) -> Self {
         let tracker = Tracker::new(
             setup.tracker.clone(),
             setup.shape.clone(),
