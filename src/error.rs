@@ -28,7 +28,7 @@ pub enum Error {
     },
     /// The job was canceled ([`JobHandle::cancel`](crate::JobHandle::cancel),
     /// a dropped handle with `cancel_on_drop`) before it finished.
-    #[error("job was cancelled")]
+    #[error("job was canceled")]
     Canceled,
     /// A bounded wait ran out.
     #[error("timed out after {after:?} waiting for {waiting_for}")]

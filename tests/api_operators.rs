@@ -40,7 +40,7 @@ fn random_i64s(seed: u64, n: usize) -> Vec<i64> {
 /// Upper bound on the run time of one job; only reached if it hangs.
 const JOB_LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs the job, cancelling it (and failing the test) if it does not finish
+/// Runs the job, canceling it (and failing the test) if it does not finish
 /// within [`JOB_LIMIT`], and aborting if even the cancel does not end it.
 fn run(env: &StreamExecutionEnvironment) -> floe::Result<JobResult> {
     let handle = env.execute_async()?;
@@ -49,7 +49,7 @@ fn run(env: &StreamExecutionEnvironment) -> floe::Result<JobResult> {
         let handle = handle.clone();
         std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(JOB_LIMIT) {
-                eprintln!("job did not finish within {JOB_LIMIT:?}; cancelling it");
+                eprintln!("job did not finish within {JOB_LIMIT:?}; canceling it");
                 handle.cancel();
                 if let Err(mpsc::RecvTimeoutError::Timeout) =
                     done_rx.recv_timeout(Duration::from_secs(10))

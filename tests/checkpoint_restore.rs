@@ -1,5 +1,5 @@
 //! Checkpoints end to end: a keyed sum checkpoints while it runs, the job is
-//! cancelled, and a new job restored from the checkpoint directory finishes
+//! canceled, and a new job restored from the checkpoint directory finishes
 //! with the counts a plain HashMap computes over the whole input.
 
 mod gated;

@@ -2,8 +2,8 @@
 //!
 //! The bug: the coordinator triggered periodic checkpoints while a savepoint
 //! was pending. A newer (here unaligned) barrier reaching a subtask before
-//! the savepoint's aligned barrier was dequeued cancelled the savepoint
-//! there ("declined … cancelled by a newer checkpoint"), or left its
+//! the savepoint's aligned barrier was dequeued canceled the savepoint
+//! there ("declined … canceled by a newer checkpoint"), or left its
 //! barriers ignored until the subtasks finished. The periodic trigger now
 //! waits behind a pending savepoint, as Flink's does.
 //!

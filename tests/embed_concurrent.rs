@@ -9,7 +9,7 @@
 //!   thread.
 //! - `execute_async` from plain threads (each job gets its own system),
 //!   waited on with `futures::executor::block_on`, several at once; a handle
-//!   can be waited on twice and from clones on other threads, and cancelling a
+//!   can be waited on twice and from clones on other threads, and canceling a
 //!   finished job changes nothing.
 
 use floe::operators::sink::SinkFunction;
@@ -33,7 +33,7 @@ impl Watchdog {
         let (tx, rx) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(JOB_LIMIT) {
-                eprintln!("jobs did not end within {JOB_LIMIT:?}; cancelling them");
+                eprintln!("jobs did not end within {JOB_LIMIT:?}; canceling them");
                 for h in &handles {
                     h.cancel();
                 }
@@ -61,7 +61,7 @@ impl Drop for Watchdog {
 }
 
 /// A canceled job's `wait` error: its own variant, not a failure.
-fn is_cancelled(e: &floe::Error) -> bool {
+fn is_canceled(e: &floe::Error) -> bool {
     matches!(e, floe::Error::Canceled)
 }
 
@@ -210,7 +210,7 @@ fn endless_env() -> (
     SignalSink,
     futures::channel::mpsc::UnboundedReceiver<()>,
 ) {
-    // Ten million records at 1000 per second: hours, unless cancelled.
+    // Ten million records at 1000 per second: hours, unless canceled.
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(2).set_arbiters(2);
     let (sink, rx) = SignalSink::new();
@@ -236,9 +236,9 @@ fn cancel_inside_actix_system_after_first_record() {
         let err = handle
             .wait()
             .await
-            .expect_err("a cancelled job has no result");
+            .expect_err("a canceled job has no result");
         assert!(
-            is_cancelled(&err),
+            is_canceled(&err),
             "expected the cancellation error, got {err}"
         );
         assert_eq!(handle.status(), JobStatus::Canceled);
@@ -256,9 +256,9 @@ fn cancel_right_after_start() {
         let err = handle
             .wait()
             .await
-            .expect_err("a cancelled job has no result");
+            .expect_err("a canceled job has no result");
         assert!(
-            is_cancelled(&err),
+            is_canceled(&err),
             "expected the cancellation error, got {err}"
         );
         assert_eq!(handle.status(), JobStatus::Canceled);
@@ -275,9 +275,9 @@ fn cancel_from_a_plain_thread() {
         "no record reached the sink"
     );
     handle.cancel();
-    let err = futures::executor::block_on(handle.wait()).expect_err("cancelled");
+    let err = futures::executor::block_on(handle.wait()).expect_err("canceled");
     assert!(
-        is_cancelled(&err),
+        is_canceled(&err),
         "expected the cancellation error, got {err}"
     );
     assert_eq!(handle.status(), JobStatus::Canceled);
@@ -329,7 +329,7 @@ fn a_handle_can_be_waited_on_twice_and_from_clones() {
     // Counters read through the handle agree with the result.
     assert_eq!(handle.operator_metrics(), first.operators);
 
-    // Cancelling a finished job changes nothing.
+    // Canceling a finished job changes nothing.
     handle.cancel();
     assert_eq!(
         futures::executor::block_on(handle.wait()).expect("still ok"),

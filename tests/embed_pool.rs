@@ -23,7 +23,7 @@ fn running(job: &JobHandle) {
     wait_until("the job running", || job.status() == JobStatus::Running);
 }
 
-/// A job that runs until it is cancelled (a throttled endless source whose
+/// A job that runs until it is canceled (a throttled endless source whose
 /// records are dropped).
 fn endless(env: &StreamExecutionEnvironment) {
     env.from_generator_rate_limited(u64::MAX, 100.0, |i| i)
@@ -72,7 +72,7 @@ fn jobs_share_a_pool_of_arbiter_threads() {
         h.cancel();
     }
     for h in handles {
-        assert!(futures::executor::block_on(h.wait()).is_err(), "cancelled");
+        assert!(futures::executor::block_on(h.wait()).is_err(), "canceled");
     }
 
     // A bounded job on the pool computes what it computes alone.

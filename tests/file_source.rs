@@ -11,7 +11,7 @@
 //! - Exactly-once across injected failures: the word count of a file,
 //!   restarted five times from its checkpoints, commits the HashMap's counts.
 //! - Rescale: a job whose source subtasks hold mid-file (a gate, no timing)
-//!   checkpoints, is cancelled, and is restored at another parallelism; a
+//!   checkpoints, is canceled, and is restored at another parallelism; a
 //!   keyed count per line must end at exactly 1 for every line of the file.
 
 mod cli_common;

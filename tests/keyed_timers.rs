@@ -53,7 +53,7 @@ fn run(env: &StreamExecutionEnvironment) -> floe::Result<JobResult> {
         let handle = handle.clone();
         std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(JOB_LIMIT) {
-                eprintln!("job did not finish within {JOB_LIMIT:?}; cancelling it");
+                eprintln!("job did not finish within {JOB_LIMIT:?}; canceling it");
                 handle.cancel();
                 if let Err(mpsc::RecvTimeoutError::Timeout) =
                     done_rx.recv_timeout(Duration::from_secs(10))

@@ -38,7 +38,7 @@ fn run_ok(env: &StreamExecutionEnvironment) -> JobResult {
         let handle = handle.clone();
         std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(JOB_LIMIT) {
-                eprintln!("job did not finish within {JOB_LIMIT:?}; cancelling it");
+                eprintln!("job did not finish within {JOB_LIMIT:?}; canceling it");
                 handle.cancel();
             }
         })

@@ -36,7 +36,7 @@ fn run(env: &StreamExecutionEnvironment) -> (floe::Result<JobResult>, Option<Job
         let handle = handle.clone();
         std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(JOB_LIMIT) {
-                eprintln!("job did not end within {JOB_LIMIT:?}; cancelling it");
+                eprintln!("job did not end within {JOB_LIMIT:?}; canceling it");
                 handle.cancel();
                 if let Err(mpsc::RecvTimeoutError::Timeout) =
                     done_rx.recv_timeout(Duration::from_secs(10))
@@ -61,7 +61,7 @@ fn run_err(env: &StreamExecutionEnvironment) -> String {
         Err(e) => e,
     };
     assert!(
-        !matches!(err, floe::Error::Runtime(floe_actors::Error::Cancelled)),
+        !matches!(err, floe::Error::Runtime(floe_actors::Error::Canceled)),
         "the watchdog had to cancel the job: it hung"
     );
     if let Some(status) = status {

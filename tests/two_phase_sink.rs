@@ -15,7 +15,7 @@
 //!   transactions commit with the next one, the union list state restores on
 //!   subtask 0 only;
 //! - whole jobs: without checkpoints all lines appear at the end; with
-//!   checkpoints, a job cancelled mid-run and restored (at another parallelism,
+//!   checkpoints, a job canceled mid-run and restored (at another parallelism,
 //!   and from an older checkpoint) writes every record exactly once.
 
 mod gated;
@@ -710,7 +710,7 @@ fn job_restored_after_cancel_writes_every_record_once() {
     for (before, after) in [(2, 2), (2, 3), (3, 1)] {
         let dir = tempfile::tempdir().unwrap();
         let (checkpoints, out) = (dir.path().join("chk"), dir.path().join("out.txt"));
-        // Cancelled while its sources hold at half of their input, once
+        // Canceled while its sources hold at half of their input, once
         // that half is committed.
         let gate = Gate::new();
         let env = checkpointed_job(before, &checkpoints, &out, Some((&gate, &[0.5])), None);
@@ -723,7 +723,7 @@ fn job_restored_after_cancel_writes_every_record_once() {
             "{emitted} before the stop"
         );
         let committed = read_lines(&out).len() as u64;
-        assert_eq!(committed, emitted, "the cancelled job's committed output");
+        assert_eq!(committed, emitted, "the canceled job's committed output");
         let env = checkpointed_job(after, &checkpoints, &out, None, Some(&checkpoints));
         let result = env.execute().expect("restored job finishes");
         // It resumed from the checkpoint rather than starting over.

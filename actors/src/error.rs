@@ -40,9 +40,9 @@ pub enum Error {
     /// The job graph or configuration is invalid.
     #[error("invalid job: {0}")]
     InvalidJob(String),
-    /// The job was cancelled before it finished.
-    #[error("job was cancelled")]
-    Cancelled,
+    /// The job was canceled before it finished.
+    #[error("job was canceled")]
+    Canceled,
     /// The runtime could not start or lost its actor system.
     #[error("runtime error: {0}")]
     Runtime(String),
@@ -189,6 +189,6 @@ mod tests {
             "operator 'Source' subtask #0 failed: injected failure"
         );
         assert_eq!(kill.clone().non_retriable().injected(), Some(&kill));
-        assert_eq!(Error::Cancelled.injected(), None);
+        assert_eq!(Error::Canceled.injected(), None);
     }
 }

@@ -54,7 +54,7 @@ pub struct GrantCredit {
 #[rtype(result = "()")]
 pub struct Step;
 
-/// Stops a subtask at once (job cancelled or failed elsewhere).
+/// Stops a subtask at once (job canceled or failed elsewhere).
 #[derive(Message, Clone, Copy, Debug)]
 #[rtype(result = "()")]
 pub struct CancelSubtask;

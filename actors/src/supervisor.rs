@@ -2,12 +2,12 @@
 //!
 //! It learns the job's subtasks once they are deployed, counts the ones that
 //! finish, and turns the first failure into the job's failure: every other
-//! subtask is cancelled and the job's result becomes that error, naming the
+//! subtask is canceled and the job's result becomes that error, naming the
 //! operator and subtask. Restart strategies build on this actor.
 //!
 //! It also publishes the job's counters into the `metrics` crate facade on an
 //! interval and once at the end, and logs the job's lifecycle at `info`
-//! (started, finished, failed, cancelled; a subtask failed at `warn`).
+//! (started, finished, failed, canceled; a subtask failed at `warn`).
 
 use crate::error::{Error, Result};
 use crate::ids::{SubtaskIndex, VertexId};
@@ -32,7 +32,7 @@ pub enum JobStatus {
     Created,
     /// Subtasks are running.
     Running,
-    /// A subtask failed; the others are being cancelled.
+    /// A subtask failed; the others are being canceled.
     Failing,
     /// Restarting from the latest checkpoint.
     Restarting,
@@ -42,7 +42,7 @@ pub enum JobStatus {
     Failed,
     /// Cancel was requested; subtasks are stopping.
     Canceling,
-    /// The job was cancelled.
+    /// The job was canceled.
     Canceled,
 }
 
@@ -96,7 +96,7 @@ pub trait RegionFailover: Send + 'static {
     /// A subtask failed: the delay before restarting its region, or `None`
     /// when the restart strategy is exhausted.
     fn on_failure(&mut self) -> Option<Duration>;
-    /// The region is about to restart: its subtasks are being cancelled,
+    /// The region is about to restart: its subtasks are being canceled,
     /// so what they report from now on is stale.
     fn restarting(&mut self, _region: usize) {}
     /// Deploys the region's subtasks anew from the latest completed
@@ -266,8 +266,8 @@ impl JobSupervisor {
         self.set_status(match &outcome {
             Ok(_) if self.restartable => JobStatus::Running,
             Ok(_) => JobStatus::Finished,
-            Err(Error::Cancelled) if self.restartable => JobStatus::Canceling,
-            Err(Error::Cancelled) => JobStatus::Canceled,
+            Err(Error::Canceled) if self.restartable => JobStatus::Canceling,
+            Err(Error::Canceled) => JobStatus::Canceled,
             Err(_) if self.restartable => JobStatus::Failing,
             Err(_) => JobStatus::Failed,
         });
@@ -275,7 +275,7 @@ impl JobSupervisor {
         let elapsed_ms = self.started.elapsed().as_millis() as u64;
         match &outcome {
             Ok(_) => tracing::info!(job = %self.name, elapsed_ms, "job finished"),
-            Err(Error::Cancelled) => tracing::info!(job = %self.name, elapsed_ms, "job cancelled"),
+            Err(Error::Canceled) => tracing::info!(job = %self.name, elapsed_ms, "job canceled"),
             Err(error) => tracing::info!(job = %self.name, elapsed_ms, %error, "job failed"),
         }
         // Every thread of the job ends before its result is reported: the
@@ -333,7 +333,7 @@ impl JobSupervisor {
             ctx.address().do_send(RedeployRegion(region));
             return true;
         }
-        // The cancelled subtasks release their files meanwhile.
+        // The canceled subtasks release their files meanwhile.
         let delay = delay.max(Duration::from_millis(20));
         ctx.run_later(delay, move |actor, ctx| actor.redeploy_region(region, ctx));
         true
@@ -362,7 +362,7 @@ impl JobSupervisor {
             self.set_status(JobStatus::Failing);
             return;
         }
-        self.set_status(if error == Error::Cancelled {
+        self.set_status(if error == Error::Canceled {
             JobStatus::Canceling
         } else {
             JobStatus::Failing
@@ -437,7 +437,7 @@ impl Handler<SubtaskFailed> for JobSupervisor {
         // is known only then.
         if self.expected.is_none()
             && self.done.is_some()
-            && msg.error != Error::Cancelled
+            && msg.error != Error::Canceled
             && msg.error.is_retriable()
         {
             self.early_failures.push(msg);
@@ -451,7 +451,7 @@ impl JobSupervisor {
     /// A subtask failed: restarts its region when region failover allows,
     /// else fails the attempt.
     fn on_failed(&mut self, msg: SubtaskFailed, ctx: &mut Context<Self>) {
-        if self.done.is_some() && msg.error != Error::Cancelled {
+        if self.done.is_some() && msg.error != Error::Canceled {
             tracing::warn!(
                 job = %self.name,
                 vertex = %msg.vertex,
@@ -463,7 +463,7 @@ impl JobSupervisor {
                 .record_failure(Some(msg.vertex), Some(msg.subtask), msg.error.to_string());
             // A failure no restart can mend fails the job at once, without
             // spending the restart strategy's attempts.
-            if msg.error != Error::Cancelled
+            if msg.error != Error::Canceled
                 && msg.error.is_retriable()
                 && self.expected.is_some()
                 && self.restart_region((msg.vertex, msg.subtask), ctx)
@@ -493,7 +493,7 @@ impl Handler<CancelJob> for JobSupervisor {
     type Result = ();
 
     fn handle(&mut self, _: CancelJob, ctx: &mut Context<Self>) {
-        self.fail(Error::Cancelled, ctx);
+        self.fail(Error::Canceled, ctx);
     }
 }
 

@@ -77,7 +77,7 @@ struct Checkpoint {
     /// Records of the input channel state handed over on completion.
     channel_state: Vec<u32>,
     completed: usize,
-    cancelled: usize,
+    canceled: usize,
     event_after_end: bool,
     complete_before_snapshot: bool,
 }
@@ -234,7 +234,7 @@ impl Sim {
                     prop_assert_eq!(watermark, self.emitted, "the chain's watermark");
                     let state = self.processed.iter().copied().collect();
                     let cp = self.checkpoints.entry(barrier.checkpoint_id.0).or_default();
-                    cp.event_after_end |= cp.completed + cp.cancelled > 0;
+                    cp.event_after_end |= cp.completed + cp.canceled > 0;
                     cp.snapshots.push((state, unaligned));
                 }
                 GateAction::Complete {
@@ -248,15 +248,15 @@ impl Sim {
                         }
                     }
                     let cp = self.checkpoints.entry(checkpoint.0).or_default();
-                    cp.event_after_end |= cp.completed + cp.cancelled > 0;
+                    cp.event_after_end |= cp.completed + cp.canceled > 0;
                     cp.completed += 1;
                     cp.complete_before_snapshot |= cp.snapshots.is_empty();
                     cp.channel_state = records;
                 }
-                GateAction::Cancelled(id) => {
+                GateAction::Canceled(id) => {
                     let cp = self.checkpoints.entry(id.0).or_default();
-                    cp.event_after_end |= cp.completed + cp.cancelled > 0;
-                    cp.cancelled += 1;
+                    cp.event_after_end |= cp.completed + cp.canceled > 0;
+                    cp.canceled += 1;
                 }
             }
         }
@@ -484,7 +484,7 @@ fn simulate(channels: &[Vec<Elem>], setup: Setup, choices: &[u16]) -> Result<(),
             !cp.complete_before_snapshot,
             "chk-{id}: complete before snapshot"
         );
-        prop_assert_eq!(cp.completed + cp.cancelled, 1, "chk-{} resolved once", id);
+        prop_assert_eq!(cp.completed + cp.canceled, 1, "chk-{} resolved once", id);
         prop_assert!(cp.snapshots.len() <= 1, "chk-{id}: one snapshot at most");
         if cp.completed == 0 {
             continue;
@@ -520,13 +520,13 @@ fn simulate(channels: &[Vec<Elem>], setup: Setup, choices: &[u16]) -> Result<(),
         let union: BTreeSet<u32> = state.union(&channel_state).copied().collect();
         prop_assert_eq!(&union, &expected, "chk-{} is not exact", id);
     }
-    // Aligned checkpoints are only cancelled by aborts or, once timed out, by
+    // Aligned checkpoints are only canceled by aborts or, once timed out, by
     // a newer barrier: a blocked channel cannot deliver the next barrier.
     if matches!(setup.kind, BarrierKind::Aligned | BarrierKind::Savepoint)
         && !setup.aborts
         && !setup.may_be_unaligned()
     {
-        prop_assert!(sim.checkpoints.values().all(|cp| cp.cancelled == 0));
+        prop_assert!(sim.checkpoints.values().all(|cp| cp.canceled == 0));
     }
     Ok(())
 }

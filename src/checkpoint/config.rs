@@ -13,7 +13,7 @@ pub enum CheckpointingMode {
     AtLeastOnce,
 }
 
-/// What happens to retained checkpoints when the job is cancelled.
+/// What happens to retained checkpoints when the job is canceled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExternalizedRetention {
     /// Keep them, so the job can be resumed (the default).
@@ -41,7 +41,7 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Completed checkpoints kept in the directory.
     pub retained: usize,
-    /// What cancelling does to them.
+    /// What canceling does to them.
     pub retention_on_cancel: ExternalizedRetention,
     /// Exactly-once barriers overtake in-flight data.
     pub unaligned: bool,

@@ -1,14 +1,16 @@
 //! Checkpoints and savepoints, as a floe job uses them: the settings
-//! ([`config`]), how a job sets up its coordinator ([`coordinator`]) and
-//! restores ([`restore`]). The protocol itself — tracker, coordinator
-//! actor, messages, metadata format and storage — is
-//! [`floe_actors::checkpoint`], re-exported here under its usual paths.
+//! ([`config`]), how they become the coordinator's setup (`setup.rs`), the
+//! job handle's requests to the coordinator (`requests.rs`) and restores
+//! (`restore.rs`). The protocol itself — tracker, coordinator actor,
+//! messages, metadata format and storage — is [`floe_actors::checkpoint`],
+//! re-exported here under its usual paths.
 //!
 //! See `docs/checkpointing.md` for the protocol and how to choose a mode.
 
 pub mod config;
-pub mod coordinator;
+pub(crate) mod requests;
 pub(crate) mod restore;
+pub(crate) mod setup;
 
 pub use config::{CheckpointConfig, CheckpointingMode, ExternalizedRetention};
 pub use floe_actors::checkpoint::{
@@ -17,5 +19,5 @@ pub use floe_actors::checkpoint::{
     OperatorState, SavepointWriter, SnapshotKind, SubtaskOperatorState, SubtaskRuntimeState,
     load_latest, load_snapshot,
 };
-pub use floe_actors::checkpoint::{format, savepoint, store};
+pub use floe_actors::checkpoint::{coordinator, format, savepoint, store};
 pub use floe_actors::ids::CheckpointId;

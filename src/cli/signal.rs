@@ -11,7 +11,7 @@
 //! then exits with 128 + the signal's number (130 for SIGINT, 143 for
 //! SIGTERM) and `--from-checkpoint` resumes exactly from there. A second
 //! signal exits at once with the same code. When the final checkpoint
-//! fails, the job is cancelled (its checkpoints are kept).
+//! fails, the job is canceled (its checkpoints are kept).
 
 use floe::JobHandle;
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -80,7 +80,7 @@ pub fn stop_on_signal(
                         Ok(None) => {}
                         Err(e) => {
                             eprintln!(
-                                "warning: cannot stop with a final checkpoint ({e}); cancelling"
+                                "warning: cannot stop with a final checkpoint ({e}); canceling"
                             );
                             job.cancel();
                         }

@@ -266,7 +266,7 @@ impl Handler<SubtaskFailed> for FailureTap {
     type Result = ();
 
     fn handle(&mut self, msg: SubtaskFailed, _: &mut Context<Self>) {
-        if msg.error != floe_actors::Error::Cancelled {
+        if msg.error != floe_actors::Error::Canceled {
             let error = msg.error.to_string();
             self.mode.record(TraceEvent::SubtaskFailed {
                 vertex: msg.vertex.0,

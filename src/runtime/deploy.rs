@@ -13,18 +13,17 @@ use super::region::Regions;
 use super::shared::Shared;
 use super::spawn::Spawner;
 use crate::Result;
-use crate::checkpoint::CheckpointStore;
-use crate::checkpoint::coordinator::{
-    BlobRouter, CheckpointCoordinator, CheckpointStats, CoordinatorSetup, RegisterSubtasks,
-    RequestSavepoint,
-};
+use crate::checkpoint::coordinator::{BlobRouter, CheckpointCoordinator, CoordinatorSetup};
 use crate::checkpoint::restore::RestorePlan;
+use crate::checkpoint::{CheckpointStorage, CheckpointStore, ExternalizedRetention, setup};
 use crate::config::Config;
 use actix::{Actor, Arbiter};
+use floe_actors::checkpoint::messages::{RegisterSubtasks, RequestSavepoint};
+use floe_actors::checkpoint::tracker::JobShape;
 use floe_actors::ids::{SubtaskIndex, VertexId};
 use floe_actors::snapshot::CheckpointLink;
 use floe_actors::supervisor::SubtaskKey;
-use floe_actors::supervisor::{JobStatus, JobSupervisor, Supervise};
+use floe_actors::supervisor::{JobSupervisor, Supervise};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -85,18 +84,20 @@ pub(crate) fn deploy_attempt(
     };
     let restored = restore.as_ref().map(|r| r.checkpoint_id);
     let restore = Arc::new(restore);
-    let mut checkpoints = checkpoint_setup(
+    // `launch` gives checkpointing jobs a directory (a temporary one if
+    // none was configured), shared by every attempt.
+    let store = match &config.checkpoint.dir {
+        Some(dir) if config.checkpoint.enabled() => Some(Arc::new(CheckpointStore::open(dir)?)),
+        _ => None,
+    };
+    let checkpoints = checkpoint_setup(
         &plan,
         &config,
         restore.as_ref().as_ref(),
-        status.clone(),
-        shared.stats.clone(),
-        shared.checkpoint_ids.clone(),
-        shared.region_fence.clone(),
+        store.clone(),
+        shared,
     )?;
-    checkpoints.observer = Some(shared.observers.clone());
     let router = checkpoints.router.clone();
-    let store = checkpoints.store.clone();
     let coordinator_arbiter = new_arbiter();
     let coordinator =
         CheckpointCoordinator::start_in_arbiter(&handle_of(&coordinator_arbiter), move |_| {
@@ -206,61 +207,61 @@ pub(crate) fn deploy_attempt(
     })
 }
 
-/// The coordinator's settings: the store (the configured directory, or a
-/// temporary one when checkpoints are on without a directory) and the next id.
+/// The coordinator's setup: the job's checkpoint settings, the store
+/// (`None` without checkpointing), and the next id, never below what the
+/// store or the restored snapshot used.
 fn checkpoint_setup(
     plan: &Job,
     config: &Config,
     restore: Option<&RestorePlan>,
-    status: Arc<Mutex<JobStatus>>,
-    stats: Arc<Mutex<CheckpointStats>>,
-    ids: Arc<std::sync::atomic::AtomicU64>,
-    region_fence: crate::checkpoint::coordinator::RegionFence,
+    store: Option<Arc<CheckpointStore>>,
+    shared: &Shared,
 ) -> Result<CoordinatorSetup> {
     let cp = &config.checkpoint;
-    // `launch` gives checkpointing jobs a directory (a temporary one if
-    // none was configured), shared by every attempt.
-    let store = match &cp.dir {
-        Some(dir) if cp.enabled() => Some(Arc::new(CheckpointStore::open(dir)?)),
-        _ => None,
-    };
     let stored = match &store {
         Some(s) => s.max_id()?.0,
         None => 0,
     };
     let restored = restore.map_or(0, |r| r.checkpoint_id.0);
+    let ids = shared.checkpoint_ids.clone();
+    ids.fetch_max(
+        stored.max(restored) + 1,
+        std::sync::atomic::Ordering::AcqRel,
+    );
     let operators = plan
         .nodes
         .iter()
         .enumerate()
         .map(|(id, n)| (node_uid(id, n), (n.name.clone(), n.parallelism as u32)))
         .collect();
+    let transactional_sinks = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.transactional)
+        .map(|(id, n)| node_uid(id, n))
+        .collect();
     Ok(CoordinatorSetup {
-        config: cp.clone(),
+        tracker: setup::tracker_config(cp),
+        interval: cp.interval,
+        retained: cp.retained,
+        delete_on_cancel: cp.retention_on_cancel == ExternalizedRetention::Delete,
         router: Arc::new(BlobRouter::new(store.clone())),
-        store,
-        max_parallelism: config.max_parallelism,
-        next_id: {
-            // Never below what the store or the restored snapshot used.
-            ids.fetch_max(
-                stored.max(restored) + 1,
-                std::sync::atomic::Ordering::AcqRel,
-            );
-            ids
+        store: store.map(|s| s as Arc<dyn CheckpointStorage>),
+        next_id: ids,
+        shape: JobShape {
+            max_parallelism: config.max_parallelism,
+            operators,
+            transactional_sinks,
         },
-        operators,
-        transactional_sinks: plan
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.transactional)
-            .map(|(id, n)| node_uid(id, n))
-            .collect(),
-        stats,
-        status,
+        stats: shared.stats.clone(),
+        status: shared.status.clone(),
         job: config.job_name.clone().unwrap_or_default(),
-        deterministic: config.deterministic().cloned(),
-        observer: None,
-        region_fence,
+        region_fence: shared.region_fence.clone(),
+        clock: setup::clock(config.deterministic()),
+        observer: Some(setup::observer(
+            config.deterministic().cloned(),
+            shared.observers.clone(),
+        )),
     })
 }

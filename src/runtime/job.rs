@@ -11,7 +11,8 @@
 use super::events::{EventLog, JobEvent};
 use super::status::{FailoverStats, JobGraphInfo, JobStatusSnapshot, StatusReporter};
 use crate::checkpoint::CheckpointStats;
-use crate::checkpoint::coordinator::{CheckpointCoordinator, StopWithCheckpoint, TriggerSavepoint};
+use crate::checkpoint::coordinator::CheckpointCoordinator;
+use crate::checkpoint::requests::{StopWithCheckpoint, TriggerSavepoint};
 use crate::{Error, Result};
 use actix::Addr;
 use floe_actors::messages::CancelJob;
@@ -63,7 +64,7 @@ pub(crate) struct JobControl {
     /// Why the first deployment failed, as its typed error: handed to the
     /// first waiter (later ones get the runtime error's text).
     deploy_error: Mutex<Option<Error>>,
-    cancelled: std::sync::atomic::AtomicBool,
+    canceled: std::sync::atomic::AtomicBool,
     failover: Arc<Mutex<FailoverStats>>,
     events: Arc<EventLog>,
     observers: Arc<crate::failover::Observers>,
@@ -81,7 +82,7 @@ impl JobControl {
             deployed_tx: Mutex::new(Some(deployed_tx)),
             deployed: deployed_rx.map(|r| r.is_ok()).boxed().shared(),
             deploy_error: Mutex::new(None),
-            cancelled: Default::default(),
+            canceled: Default::default(),
             failover,
             events,
             observers,
@@ -99,7 +100,7 @@ impl JobControl {
         if let Some(tx) = self.deployed_tx.lock().ok().and_then(|mut t| t.take()) {
             let _ = tx.send(());
         }
-        if self.cancelled() {
+        if self.canceled() {
             self.cancel();
         }
     }
@@ -113,12 +114,12 @@ impl JobControl {
         drop(self.deployed_tx.lock().ok().and_then(|mut t| t.take()));
     }
 
-    pub fn cancelled(&self) -> bool {
-        self.cancelled.load(std::sync::atomic::Ordering::Acquire)
+    pub fn canceled(&self) -> bool {
+        self.canceled.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn cancel(&self) {
-        self.cancelled
+        self.canceled
             .store(true, std::sync::atomic::Ordering::Release);
         if let Ok(c) = self.current.lock()
             && let Some((supervisor, _)) = c.as_ref()
@@ -330,7 +331,7 @@ impl JobHandle {
         let control = self.control.clone();
         self.done.clone().map(move |r| {
             r.map_err(|e| match e {
-                floe_actors::Error::Cancelled => Error::Canceled,
+                floe_actors::Error::Canceled => Error::Canceled,
                 e => match control.deploy_error.lock().ok().and_then(|mut d| d.take()) {
                     Some(typed) => typed,
                     None => Error::Runtime(e),

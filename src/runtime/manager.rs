@@ -30,7 +30,7 @@ use super::pool::ArbiterPool;
 use super::region::recovery_ms;
 use super::shared::Shared;
 use crate::Result;
-use crate::checkpoint::coordinator::CheckpointStats;
+use crate::checkpoint::CheckpointStats;
 use crate::config::Config;
 use crate::failover::{JobObserver, Latch, RestartTracker};
 use floe_actors::error::Error;
@@ -158,8 +158,8 @@ impl Manager {
 
     /// Deploys the first attempt, then runs the job to its end.
     async fn run(mut self) {
-        let first = match self.control.cancelled() {
-            true => Err(Error::Cancelled),
+        let first = match self.control.canceled() {
+            true => Err(Error::Canceled),
             false => deploy_attempt(
                 &self.plan,
                 &self.config,
@@ -223,7 +223,7 @@ impl Manager {
                 // attempt: stop it before anything reads what it completed.
                 let _ = attempt
                     .coordinator
-                    .send(crate::checkpoint::coordinator::StopCoordinator)
+                    .send(floe_actors::checkpoint::messages::StopCoordinator)
                     .await;
             }
             if let Err(e) = &outcome
@@ -235,8 +235,8 @@ impl Manager {
             }
             let error = match outcome {
                 Ok(o) => break Ok(o),
-                Err(e) if e == Error::Cancelled || self.control.cancelled() => {
-                    break Err(Error::Cancelled);
+                Err(e) if e == Error::Canceled || self.control.canceled() => {
+                    break Err(Error::Canceled);
                 }
                 Err(e) => e,
             };
@@ -265,8 +265,8 @@ impl Manager {
             if !delay.is_zero() && self.config.deterministic().is_none() {
                 actix_rt::time::sleep(delay).await;
             }
-            if self.control.cancelled() {
-                break Err(Error::Cancelled);
+            if self.control.canceled() {
+                break Err(Error::Canceled);
             }
             let completed = self.shared.stats.lock().ok().and_then(|s| s.last_completed);
             let restore: Option<PathBuf> = match completed {
@@ -354,7 +354,7 @@ impl Manager {
     fn end(&mut self, result: floe_actors::Result<JobOutcome>) {
         self.set_status(match &result {
             Ok(_) => JobStatus::Finished,
-            Err(Error::Cancelled) => JobStatus::Canceled,
+            Err(Error::Canceled) => JobStatus::Canceled,
             Err(_) => JobStatus::Failed,
         });
         if self.config.deterministic().is_some() {

@@ -8,8 +8,9 @@ use super::shared::Shared;
 use super::spawn::Spawner;
 use super::status::FailoverStats;
 use crate::Error;
+use crate::checkpoint::CheckpointStats;
 use crate::checkpoint::CheckpointStore;
-use crate::checkpoint::coordinator::{CheckpointCoordinator, CheckpointStats};
+use crate::checkpoint::coordinator::CheckpointCoordinator;
 use crate::checkpoint::restore::RestorePlan;
 use floe_actors::ids::{SubtaskIndex, VertexId};
 use floe_actors::supervisor::SubtaskKey;
@@ -173,7 +174,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         // Not in deterministic execution, which measures no wall-clock time.
         if let (Some(failed_at), None) = (failed_at, deterministic) {
             // Woken by the region's first record (an event, not a poll);
-            // cancelled if the region stops before it.
+            // canceled if the region stops before it.
             actix::spawn(async move {
                 if let Some(ms) = recovery_ms(first_activity, failed_at).await
                     && let Ok(mut f) = failover.lock()
@@ -188,7 +189,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
             .map_err(Error::into_runtime)?;
         let subtasks = self.spawner.subtasks(&spawned);
         self.coordinator
-            .do_send(crate::checkpoint::coordinator::ReplaceSubtasks { subtasks });
+            .do_send(floe_actors::checkpoint::messages::ReplaceSubtasks { subtasks });
         if let Ok(mut f) = self.fail.lock() {
             for (&(v, j), s) in &spawned {
                 f.insert((VertexId(v as u32), SubtaskIndex(j as u32)), s.fail.clone());

@@ -10,7 +10,7 @@ use super::events::EventLog;
 use super::instrumentation::Instrumentation;
 use super::pool::ArbiterPool;
 use super::status::FailoverStats;
-use crate::checkpoint::coordinator::CheckpointStats;
+use crate::checkpoint::CheckpointStats;
 use floe_actors::metrics::JobMetrics;
 use floe_actors::supervisor::JobStatus;
 use std::sync::{Arc, Mutex};

@@ -8,10 +8,10 @@ use super::graph::{
 };
 use super::instrumentation::Instrumentation;
 use super::job_graph::Job;
-use crate::checkpoint::coordinator::SubtaskInfo;
 use crate::checkpoint::restore::RestorePlan;
 use crate::config::Config;
 use crate::{Error, Result};
+use floe_actors::checkpoint::messages::SubtaskInfo;
 use floe_actors::ids::{SubtaskIndex, VertexId};
 use floe_actors::metrics::{JobMetrics, QueueMetrics};
 use floe_actors::partitioner::connected;

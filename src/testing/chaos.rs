@@ -523,7 +523,7 @@ impl<T> ChaosRun<T> {
 /// result, trace and committed output.
 ///
 /// The job runs on a thread of its own; if it has not ended after
-/// `give_up`, it is cancelled and the run reports that it hung (a hang is
+/// `give_up`, it is canceled and the run reports that it hung (a hang is
 /// a finding too: something waited for an event that never came).
 pub fn run<T, F>(config: Config, give_up: Duration, build: F) -> ChaosRun<T>
 where

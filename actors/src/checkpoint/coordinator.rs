@@ -127,7 +127,7 @@ pub struct CoordinatorSetup {
     pub interval: Option<Duration>,
     /// Completed checkpoints kept by the store.
     pub retained: usize,
-    /// Cancelling the job deletes its checkpoints.
+    /// Canceling the job deletes its checkpoints.
     pub delete_on_cancel: bool,
     /// Where checkpoints go; `None` without checkpointing.
     pub store: Option<Arc<dyn CheckpointStorage>>,
@@ -139,7 +139,7 @@ pub struct CoordinatorSetup {
     pub shape: JobShape,
     /// The job's checkpoint stats.
     pub stats: Arc<Mutex<CheckpointStats>>,
-    /// The job's status (cancelled: `delete_on_cancel` applies).
+    /// The job's status (canceled: `delete_on_cancel` applies).
     pub status: Arc<Mutex<JobStatus>>,
     /// The job's name: the `job` label of the checkpoint metrics.
     pub job: String,
@@ -174,8 +174,7 @@ pub struct CheckpointCoordinator {
 
 impl CheckpointCoordinator {
     /// A coordinator; subtasks come with [`RegisterSubtasks`].
-    pub fn new(setup: impl Into<CoordinatorSetup>) -> Self {
-        let setup = setup.into();
+    pub fn new(setup: CoordinatorSetup) -> Self {
         let tracker = Tracker::new(
             setup.tracker.clone(),
             setup.shape.clone(),
@@ -514,8 +513,8 @@ impl Actor for CheckpointCoordinator {
             }
         }
         let status = self.setup.status.lock().map(|s| *s).ok();
-        let cancelled = status == Some(JobStatus::Canceled) || status == Some(JobStatus::Canceling);
-        if cancelled
+        let canceled = status == Some(JobStatus::Canceled) || status == Some(JobStatus::Canceling);
+        if canceled
             && self.setup.delete_on_cancel
             && let Some(store) = &self.setup.store
         {

@@ -130,7 +130,7 @@ impl QueueMetrics {
         }
     }
 
-    /// Marks the subtask ended (finished, failed or cancelled).
+    /// Marks the subtask ended (finished, failed or canceled).
     pub fn end(&self, state: WaitState) {
         self.transition(state, WaitState::Busy);
         let _ = self.ended_ns.compare_exchange(

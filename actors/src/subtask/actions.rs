@@ -77,7 +77,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                     checkpoint,
                     input_channel_state,
                 } => self.complete_checkpoint(checkpoint, input_channel_state, ctx),
-                GateAction::Cancelled(checkpoint) => self.cancel_checkpoint(checkpoint),
+                GateAction::Canceled(checkpoint) => self.cancel_checkpoint(checkpoint),
             }
         }
         Ok(())

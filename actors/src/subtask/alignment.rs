@@ -49,7 +49,7 @@
 //!    to [`BarrierHandler::on_end_of_input_arrival`] once it is recorded.
 //! 5. Queued elements recorded as channel state are still processed normally
 //!    after the snapshot; the recording only copies them.
-//! 6. On `Cancelled(n)` drop channel state recorded for n, unblock, and report
+//! 6. On `Canceled(n)` drop channel state recorded for n, unblock, and report
 //!    n declined if its snapshot was taken.
 
 use crate::element::{Barrier, BarrierKind};
@@ -90,7 +90,7 @@ pub enum BarrierAction {
     /// called): unblock everything, drop any recorded channel state for it. If
     /// its `Snapshot` was already emitted the subtask must report it
     /// declined/aborted.
-    Cancelled(CheckpointId),
+    Canceled(CheckpointId),
 }
 
 /// How the pending checkpoint is being handled.
@@ -135,7 +135,7 @@ pub struct BarrierHandler {
     /// Channels not ended.
     live: usize,
     pending: Option<Pending>,
-    /// The newest checkpoint completed, cancelled or aborted: barriers of it
+    /// The newest checkpoint completed, canceled or aborted: barriers of it
     /// and of older checkpoints are ignored.
     finished: Option<CheckpointId>,
 }
@@ -159,7 +159,7 @@ impl BarrierHandler {
     /// it are processed).
     ///
     /// Ignored (empty result): barriers of a checkpoint not newer than the
-    /// last completed, cancelled or aborted one, barriers older than the
+    /// last completed, canceled or aborted one, barriers older than the
     /// pending one, duplicates, and barriers on an ended or unknown channel.
     pub fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Vec<BarrierAction> {
         let id = barrier.checkpoint_id;
@@ -239,7 +239,7 @@ impl BarrierHandler {
     /// The coordinator aborted checkpoint `id`: cancel it if pending; ignore
     /// its barriers (and those of any older id) from now on.
     ///
-    /// A pending checkpoint older than `id` is cancelled too: its remaining
+    /// A pending checkpoint older than `id` is canceled too: its remaining
     /// barriers could only arrive after barrier `id` on their channels, and
     /// those are ignored now, so it could never complete.
     pub fn abort(&mut self, id: CheckpointId) -> Vec<BarrierAction> {
@@ -382,7 +382,7 @@ impl BarrierHandler {
     /// Gives up the pending checkpoint `id`.
     fn cancel(&mut self, id: CheckpointId, actions: &mut Vec<BarrierAction>) {
         self.pending = None;
-        actions.push(BarrierAction::Cancelled(id));
+        actions.push(BarrierAction::Canceled(id));
         self.finish(id);
     }
 
@@ -395,7 +395,7 @@ impl BarrierHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use BarrierAction::{Cancelled, Complete, Snapshot};
+    use BarrierAction::{Canceled, Complete, Snapshot};
 
     fn barrier(id: u64, kind: BarrierKind) -> Barrier {
         Barrier {
@@ -424,8 +424,8 @@ mod tests {
         Complete(CheckpointId(id))
     }
 
-    fn cancelled(id: u64) -> BarrierAction {
-        Cancelled(CheckpointId(id))
+    fn canceled(id: u64) -> BarrierAction {
+        Canceled(CheckpointId(id))
     }
 
     #[test]
@@ -554,7 +554,7 @@ mod tests {
         );
         assert_eq!(
             h.on_barrier(0, unaligned(2)),
-            vec![cancelled(1), snap(unaligned(2), true)]
+            vec![canceled(1), snap(unaligned(2), true)]
         );
         assert_eq!(h.pending(), Some(CheckpointId(2)));
         assert!(h.is_recording(1));
@@ -568,7 +568,7 @@ mod tests {
     fn newer_aligned_barrier_cancels_and_unblocks() {
         let mut h = BarrierHandler::new(3);
         assert!(h.on_barrier(0, aligned(1)).is_empty());
-        assert_eq!(h.on_barrier(1, aligned(3)), vec![cancelled(1)]);
+        assert_eq!(h.on_barrier(1, aligned(3)), vec![canceled(1)]);
         assert!(!h.is_blocked(0));
         assert!(h.is_blocked(1));
         assert_eq!(h.pending(), Some(CheckpointId(3)));
@@ -591,7 +591,7 @@ mod tests {
     fn abort_cancels_pending_and_ignores_its_barriers() {
         let mut h = BarrierHandler::new(2);
         assert!(h.on_barrier(0, aligned(1)).is_empty());
-        assert_eq!(h.abort(CheckpointId(1)), vec![cancelled(1)]);
+        assert_eq!(h.abort(CheckpointId(1)), vec![canceled(1)]);
         assert!(!h.is_blocked(0));
         assert_eq!(h.pending(), None);
         assert!(h.on_barrier(1, aligned(1)).is_empty());
@@ -615,7 +615,7 @@ mod tests {
     fn abort_of_newer_id_cancels_older_pending() {
         let mut h = BarrierHandler::new(2);
         assert!(h.on_barrier(0, aligned(1)).is_empty());
-        assert_eq!(h.abort(CheckpointId(2)), vec![cancelled(1)]);
+        assert_eq!(h.abort(CheckpointId(2)), vec![canceled(1)]);
         // Abort of an older id leaves a pending checkpoint alone.
         assert!(h.on_barrier(0, aligned(3)).is_empty());
         assert!(h.abort(CheckpointId(2)).is_empty());
@@ -736,11 +736,11 @@ mod tests {
     }
 
     #[test]
-    fn timed_out_checkpoint_is_cancelled_by_newer_barrier() {
+    fn timed_out_checkpoint_is_canceled_by_newer_barrier() {
         let mut h = BarrierHandler::new(2);
         h.on_barrier(0, aligned(1));
         assert_eq!(h.alignment_timeout().len(), 1);
-        assert_eq!(h.on_barrier(0, aligned(2)), vec![cancelled(1)]);
+        assert_eq!(h.on_barrier(0, aligned(2)), vec![canceled(1)]);
         assert!(h.is_blocked(0) && !h.is_recording(1));
     }
 }

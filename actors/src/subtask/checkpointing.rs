@@ -181,7 +181,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 checkpoint: id,
                 vertex: self.setup.vertex,
                 subtask: self.setup.index,
-                reason: "cancelled by a newer checkpoint or an abort".into(),
+                reason: "canceled by a newer checkpoint or an abort".into(),
             });
         }
     }

@@ -111,7 +111,7 @@ pub enum GateAction<T> {
     },
     /// The checkpoint was given up (a newer barrier or an abort); if its
     /// snapshot was taken, the subtask declines it.
-    Cancelled(CheckpointId),
+    Canceled(CheckpointId),
 }
 
 /// A timer the gate asked for with [`GateAction::ScheduleTimeout`].
@@ -501,7 +501,7 @@ impl<T: 'static> InputGate<T> {
     }
 
     /// The coordinator aborted checkpoint `id`: a pending checkpoint not newer
-    /// is cancelled; barriers of `id` and older are ignored from now on.
+    /// is canceled; barriers of `id` and older are ignored from now on.
     pub fn abort(&mut self, id: CheckpointId, out: &mut Vec<GateAction<T>>) {
         if let Some(alignment) = self.alignment.as_mut() {
             let actions = alignment.abort(id);
@@ -702,9 +702,9 @@ impl<T: 'static> InputGate<T> {
                         input_channel_state,
                     });
                 }
-                BarrierAction::Cancelled(id) => {
+                BarrierAction::Canceled(id) => {
                     self.recorded.take_if(|(r, _)| *r == id);
-                    out.push(GateAction::Cancelled(id));
+                    out.push(GateAction::Canceled(id));
                 }
             }
         }

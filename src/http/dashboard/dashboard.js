@@ -166,7 +166,7 @@ function render() {
   } else {
     banner.hidden = true;
   }
-  const running = S.status && !["Finished", "Failed", "Canceled", "Cancelled"].includes(S.status.state);
+  const running = S.status && !["Finished", "Failed", "Canceled"].includes(S.status.state);
   for (const id of ["btn-savepoint", "btn-stop", "btn-cancel"]) document.getElementById(id).disabled = !running;
   if (!S.status) return;
   // The snapshot drawn, for a browser test to compare the page with.
