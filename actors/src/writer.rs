@@ -13,16 +13,14 @@
 //! with many channels, smaller batches keep the partly filled and queued
 //! batches of all the subtask's writers, and the receivers' queues, within it.
 
-use crate::chain::ChainInput;
-use crate::element::{
-    Barrier, BarrierKind, Batch, Record, StreamElement, Timestamp, WatermarkStatus,
-};
+use crate::chain::{ChainEvent, ChainInput, Control};
+use crate::element::{BarrierKind, Batch, Record, StreamElement, Timestamp, WatermarkStatus};
 use crate::error::Result;
 use crate::ids::{ChannelId, CheckpointId};
 use crate::messages::{ConnectChannel, Deliver, GrantCredit};
 use crate::metrics::{OutputChannelMetrics, QueueMetrics};
 use crate::partitioner::{Partitioner, Target};
-use crate::snapshot::{ChainSnapshot, ElementCodec};
+use crate::snapshot::ElementCodec;
 use actix::Recipient;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -422,75 +420,67 @@ pub struct WriterInput<T: Send + 'static>(Rc<RefCell<RecordWriter<T>>>);
 
 impl<T: Send + Clone + 'static> ChainInput<T> for WriterInput<T> {
     #[inline]
-    fn process(&mut self, batch: Batch<T>) -> Result<()> {
-        self.0.borrow_mut().write_batch(batch);
-        Ok(())
-    }
-
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        let mut w = self.0.borrow_mut();
-        if watermark > w.last_watermark {
-            w.last_watermark = watermark;
-            w.broadcast_event(StreamElement::Watermark(watermark));
-        }
-        Ok(())
-    }
-
-    fn end_of_input(&mut self) -> Result<()> {
-        self.0
-            .borrow_mut()
-            .broadcast_event(StreamElement::EndOfInput);
-        Ok(())
-    }
-
-    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
-        let mut w = self.0.borrow_mut();
-        if w.last_status != status {
-            w.last_status = status;
-            w.broadcast_event(StreamElement::WatermarkStatus(status));
-        }
-        Ok(())
-    }
-
-    fn checkpoint(
-        &mut self,
-        barrier: Barrier,
-        unaligned: bool,
-        out: &mut ChainSnapshot,
-    ) -> Result<()> {
+    fn handle(&mut self, event: ChainEvent<'_, T>) -> Result<()> {
         let mut w = self.0.borrow_mut();
         let w = &mut *w;
-        match (&w.codec, unaligned) {
-            (Some(codec), true) => {
-                // The barrier overtakes everything queued; what it overtook is
-                // output channel state (it is still sent, after the barrier).
-                for (i, ch) in w.channels.iter_mut().enumerate() {
-                    if !ch.buffer.is_empty() {
-                        let full =
-                            std::mem::replace(&mut ch.buffer, Vec::with_capacity(w.batch_size));
-                        ch.queue.push_back(StreamElement::Records(full));
-                        ch.queued_batches += 1;
-                        ch.gauge.queue.set(ch.queued_batches);
-                    }
-                    for element in &ch.queue {
-                        out.output_channel_state
-                            .push((w.index, i as u32, codec.encode(element)?));
-                    }
-                    ch.deliver(StreamElement::Barrier(barrier));
-                }
-                // A queue may now hold a batch that credit can send at once.
-                for ch in &mut w.channels {
-                    ch.grant(0, &w.metrics);
+        let c = match event {
+            ChainEvent::Records(batch) => {
+                w.write_batch(batch);
+                return Ok(());
+            }
+            ChainEvent::Control(c) => c,
+        };
+        match c {
+            Control::Watermark(watermark) => {
+                if watermark > w.last_watermark {
+                    w.last_watermark = watermark;
+                    w.broadcast_event(StreamElement::Watermark(watermark));
                 }
             }
-            _ => w.broadcast_event(StreamElement::Barrier(barrier)),
+            Control::Status(status) => {
+                if w.last_status != status {
+                    w.last_status = status;
+                    w.broadcast_event(StreamElement::WatermarkStatus(status));
+                }
+            }
+            Control::EndOfInput => w.broadcast_event(StreamElement::EndOfInput),
+            Control::Barrier {
+                barrier,
+                unaligned,
+                snapshot,
+            } => match (&w.codec, unaligned) {
+                (Some(codec), true) => {
+                    // The barrier overtakes everything queued; what it overtook is
+                    // output channel state (it is still sent, after the barrier).
+                    for (i, ch) in w.channels.iter_mut().enumerate() {
+                        if !ch.buffer.is_empty() {
+                            let full =
+                                std::mem::replace(&mut ch.buffer, Vec::with_capacity(w.batch_size));
+                            ch.queue.push_back(StreamElement::Records(full));
+                            ch.queued_batches += 1;
+                            ch.gauge.queue.set(ch.queued_batches);
+                        }
+                        for element in &ch.queue {
+                            snapshot.output_channel_state.push((
+                                w.index,
+                                i as u32,
+                                codec.encode(element)?,
+                            ));
+                        }
+                        ch.deliver(StreamElement::Barrier(barrier));
+                    }
+                    // A queue may now hold a batch that credit can send at once.
+                    for ch in &mut w.channels {
+                        ch.grant(0, &w.metrics);
+                    }
+                }
+                _ => w.broadcast_event(StreamElement::Barrier(barrier)),
+            },
+            // The writer ends the chain: the receiving subtasks hear of
+            // completed checkpoints from the coordinator and restore their
+            // own watermarks, and processing time is the subtask's own.
+            Control::Tick(_) | Control::Notify { .. } | Control::RestoreWatermark(_) => {}
         }
-        Ok(())
-    }
-
-    // The writer ends the chain: the receiving subtasks hear of completed
-    // checkpoints from the coordinator, not through the channel.
-    fn notify_checkpoint(&mut self, _checkpoint: CheckpointId, _completed: bool) -> Result<()> {
         Ok(())
     }
 }

@@ -44,7 +44,7 @@ pub mod two_phase;
 
 use crate::Result;
 use crate::operators::node::NodeInfo;
-use floe_actors::chain::ChainInput;
+use floe_actors::chain::{ChainEvent, ChainInput, Control, Next, Pending};
 use floe_actors::element::{MAX_WATERMARK, Record};
 use floe_actors::ids::{CheckpointId, SubtaskIndex};
 use floe_actors::source::{SourceDriver, SourceStep};
@@ -278,7 +278,14 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         // The barrier follows every record emitted so far; an unaligned one
         // overtakes those still queued for the network (output channel state).
         let unaligned = barrier.kind == floe_actors::element::BarrierKind::Unaligned;
-        self.next.checkpoint(barrier, unaligned, out)
+        self.next.handle(
+            Control::Barrier {
+                barrier,
+                unaligned,
+                snapshot: out,
+            }
+            .into(),
+        )
     }
 
     fn notify_checkpoint(
@@ -293,7 +300,13 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             }));
             self.info.check(r)?;
         }
-        self.next.notify_checkpoint(checkpoint, completed)
+        self.next.handle(
+            Control::Notify {
+                checkpoint,
+                completed,
+            }
+            .into(),
+        )
     }
 
     fn step(&mut self) -> floe_actors::Result<SourceStep> {
@@ -307,7 +320,8 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
                 }
                 // Parked until the savepoint's barrier (`checkpoint`) wakes
                 // the subtask: nothing polls meanwhile.
-                self.next.processing_time(floe_actors::element::now_ms())?;
+                self.next
+                    .handle(Control::Tick(floe_actors::element::now_ms()).into())?;
                 return Ok(SourceStep::Parked);
             }
             max = max.min(p.remaining as usize);
@@ -327,10 +341,10 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
         }
         if !batch.is_empty() {
             self.info.metrics.add_out(batch.len());
-            self.next.process(batch)?;
+            self.next.handle(ChainEvent::Records(batch))?;
             // A source's position is snapshotted between steps: what its
             // chain holds back must be out by then.
-            while self.next.has_pending() {
+            while self.next.pending(Next::Other) != Pending::None {
                 self.next.resume()?;
             }
             if !self.info.faults.is_empty() {
@@ -349,10 +363,11 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
             && w > self.watermark
         {
             self.watermark = w;
-            self.next.watermark(w)?;
+            self.next.handle(Control::Watermark(w).into())?;
         }
         // Periodic watermarks and idleness advance even when nothing came.
-        self.next.processing_time(floe_actors::element::now_ms())?;
+        self.next
+            .handle(Control::Tick(floe_actors::element::now_ms()).into())?;
         Ok(match poll {
             SourcePoll::Ready => SourceStep::Emitted,
             SourcePoll::Wait(d) => SourceStep::Wait(d),
@@ -366,8 +381,8 @@ impl<T: 'static> SourceDriver for SourceNode<T> {
                 SourceStep::Wait(std::time::Duration::from_millis(2))
             }
             SourcePoll::Finished => {
-                self.next.watermark(MAX_WATERMARK)?;
-                self.next.end_of_input()?;
+                self.next.handle(Control::Watermark(MAX_WATERMARK).into())?;
+                self.next.handle(Control::EndOfInput.into())?;
                 SourceStep::Finished
             }
         })

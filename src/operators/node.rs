@@ -6,7 +6,7 @@
 
 use super::Marker;
 use super::{Operator, Output, SnapshotContext, StateCapture};
-use floe_actors::chain::ChainInput;
+use floe_actors::chain::{ChainEvent, ChainInput, Control, Next, Pending};
 use floe_actors::element::{Barrier, BarrierKind, Batch, Record, Timestamp, WatermarkStatus};
 use floe_actors::error::panic_message;
 use floe_actors::ids::CheckpointId;
@@ -26,29 +26,8 @@ pub trait SidePort {
     fn buffer(&mut self) -> &mut dyn Any;
     /// Pushes the buffered records on.
     fn flush(&mut self) -> floe_actors::Result<()>;
-    /// Forwards a watermark.
-    fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()>;
-    /// Forwards end of input.
-    fn end_of_input(&mut self) -> floe_actors::Result<()>;
-    /// Forwards a watermark status change.
-    fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()>;
-    /// Forwards a processing-time tick.
-    fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()>;
-    /// Forwards a checkpoint.
-    fn checkpoint(
-        &mut self,
-        barrier: Barrier,
-        unaligned: bool,
-        out: &mut ChainSnapshot,
-    ) -> floe_actors::Result<()>;
-    /// Forwards a restored watermark.
-    fn restore_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()>;
-    /// Forwards a checkpoint notification.
-    fn notify_checkpoint(
-        &mut self,
-        checkpoint: CheckpointId,
-        completed: bool,
-    ) -> floe_actors::Result<()>;
+    /// Passes a control event on (a barrier after the buffered records).
+    fn control(&mut self, event: Control<'_>) -> floe_actors::Result<()>;
 }
 
 /// The side port of records of type `X`.
@@ -70,38 +49,13 @@ impl<X: 'static> SidePort for TypedSidePort<X> {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.buffer);
-        self.next.process(batch)
+        self.next.handle(ChainEvent::Records(batch))
     }
-    fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
-        self.next.watermark(watermark)
-    }
-    fn end_of_input(&mut self) -> floe_actors::Result<()> {
-        self.next.end_of_input()
-    }
-    fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {
-        self.next.watermark_status(status)
-    }
-    fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()> {
-        self.next.processing_time(now_ms)
-    }
-    fn checkpoint(
-        &mut self,
-        barrier: Barrier,
-        unaligned: bool,
-        out: &mut ChainSnapshot,
-    ) -> floe_actors::Result<()> {
-        self.flush()?;
-        self.next.checkpoint(barrier, unaligned, out)
-    }
-    fn notify_checkpoint(
-        &mut self,
-        checkpoint: CheckpointId,
-        completed: bool,
-    ) -> floe_actors::Result<()> {
-        self.next.notify_checkpoint(checkpoint, completed)
-    }
-    fn restore_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
-        self.next.restore_watermark(watermark)
+    fn control(&mut self, event: Control<'_>) -> floe_actors::Result<()> {
+        if matches!(event, Control::Barrier { .. }) {
+            self.flush()?;
+        }
+        self.next.handle(ChainEvent::Control(event))
     }
 }
 
@@ -238,7 +192,7 @@ where
         self.info.metrics.add_out(records.len());
         if watermarks.is_empty() {
             if !records.is_empty() {
-                self.next.process(records)?;
+                self.next.handle(ChainEvent::Records(records))?;
             }
         } else {
             // Records and the watermarks emitted between them, in order.
@@ -248,16 +202,17 @@ where
                 let segment: Vec<_> = it.by_ref().take(pos - sent).collect();
                 sent = pos;
                 if !segment.is_empty() {
-                    self.next.process(segment)?;
+                    self.next.handle(ChainEvent::Records(segment))?;
                 }
-                match marker {
-                    Marker::Watermark(wm) => self.next.watermark(wm)?,
-                    Marker::Status(st) => self.next.watermark_status(st)?,
-                }
+                let control = match marker {
+                    Marker::Watermark(wm) => Control::Watermark(wm),
+                    Marker::Status(st) => Control::Status(st),
+                };
+                self.next.handle(control.into())?;
             }
             let rest: Vec<_> = it.collect();
             if !rest.is_empty() {
-                self.next.process(rest)?;
+                self.next.handle(ChainEvent::Records(rest))?;
             }
         }
         for s in &mut self.sides {
@@ -275,9 +230,14 @@ where
         if !self.op.forwards_watermarks() && watermark != floe_actors::element::MAX_WATERMARK {
             return Ok(());
         }
-        self.next.watermark(watermark)?;
+        self.pass_on(Control::Watermark(watermark))
+    }
+
+    /// Passes a control event to the next element and the side outputs.
+    fn pass_on(&mut self, mut event: Control<'_>) -> floe_actors::Result<()> {
+        self.next.handle(event.reborrow().into())?;
         for s in &mut self.sides {
-            s.watermark(watermark)?;
+            s.control(event.reborrow())?;
         }
         Ok(())
     }
@@ -312,17 +272,17 @@ where
     }
 }
 
-impl<IN, OUT, O> ChainInput<IN> for OperatorNode<IN, OUT, O>
+impl<IN, OUT, O> OperatorNode<IN, OUT, O>
 where
     IN: 'static,
     OUT: 'static,
     O: Operator<IN, OUT>,
 {
     #[inline]
-    fn process(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
+    fn records(&mut self, batch: Batch<IN>) -> floe_actors::Result<()> {
         // A batch the operator admits goes in ahead of its pending output
         // (which nothing it emits precedes); any other waits for all of it.
-        if !self.admits_while_pending(&batch) {
+        if self.pending(Next::Records(&batch)) != Pending::Admits {
             self.finish_pending()?;
         }
         let n = batch.len();
@@ -342,25 +302,8 @@ where
         Ok(())
     }
 
-    fn has_pending(&self) -> bool {
-        self.op.has_pending() || self.next.has_pending()
-    }
-
-    fn admits_while_pending(&self, batch: &Batch<IN>) -> bool {
-        self.op.has_pending() && !self.next.has_pending() && self.op.admits_while_pending(batch)
-    }
-
-    fn resume(&mut self) -> floe_actors::Result<()> {
-        // What this operator emitted earlier goes on first.
-        if self.next.has_pending() {
-            return self.next.resume();
-        }
-        self.run(|op, out| op.resume(out))?;
-        self.release_held_watermark()
-    }
-
-    fn watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
-        if !self.admits_watermark_while_pending() {
+    fn on_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
+        if self.pending(Next::Watermark) != Pending::Admits {
             self.finish_pending()?;
         }
         self.run(|op, out| op.on_watermark(watermark, out))?;
@@ -375,51 +318,28 @@ where
         self.forward_watermark(watermark)
     }
 
-    fn admits_watermark_while_pending(&self) -> bool {
-        self.op.has_pending()
-            && !self.next.has_pending()
-            && self.op.admits_watermark_while_pending()
-    }
-
-    fn watermark_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {
+    fn on_status(&mut self, status: WatermarkStatus) -> floe_actors::Result<()> {
         self.finish_pending()?;
         if !self.op.forwards_watermarks() {
             // A watermark generator decides the status of its own output.
             return Ok(());
         }
-        self.next.watermark_status(status)?;
-        for s in &mut self.sides {
-            s.watermark_status(status)?;
-        }
-        Ok(())
+        self.pass_on(Control::Status(status))
     }
 
-    fn processing_time(&mut self, now_ms: Timestamp) -> floe_actors::Result<()> {
-        self.run(|op, out| op.on_processing_time(now_ms, out))?;
-        self.next.processing_time(now_ms)?;
-        for s in &mut self.sides {
-            s.processing_time(now_ms)?;
-        }
-        Ok(())
-    }
-
-    fn end_of_input(&mut self) -> floe_actors::Result<()> {
+    fn on_end_of_input(&mut self) -> floe_actors::Result<()> {
         self.finish_pending()?;
         self.run(|op, out| op.on_end_of_input(out))?;
         // The final values, whatever the sampling round.
         self.sample_metrics();
-        self.next.end_of_input()?;
-        for s in &mut self.sides {
-            s.end_of_input()?;
-        }
-        Ok(())
+        self.pass_on(Control::EndOfInput)
     }
 
-    fn checkpoint(
+    fn on_barrier(
         &mut self,
         barrier: Barrier,
         unaligned: bool,
-        out: &mut ChainSnapshot,
+        snapshot: &mut ChainSnapshot,
     ) -> floe_actors::Result<()> {
         self.finish_pending()?;
         if !self.info.faults.is_empty() {
@@ -439,7 +359,7 @@ where
         let mut capture = self.info.check(r)?;
         if !capture.is_empty() {
             let info = self.info.clone();
-            out.operators.push(OperatorCapture {
+            snapshot.operators.push(OperatorCapture {
                 persisted: capture.keyed_persisted.take(),
                 uid: self.info.uid.clone(),
                 finish: Box::new(move || {
@@ -448,29 +368,14 @@ where
                 }),
             });
         }
-        self.next.checkpoint(barrier, unaligned, out)?;
-        for s in &mut self.sides {
-            s.checkpoint(barrier, unaligned, out)?;
-        }
-        Ok(())
+        self.pass_on(Control::Barrier {
+            barrier,
+            unaligned,
+            snapshot,
+        })
     }
 
-    fn restore_watermark(&mut self, watermark: Timestamp) -> floe_actors::Result<()> {
-        let op = &mut self.op;
-        let r = catch_unwind(AssertUnwindSafe(|| op.restore_watermark(watermark)));
-        self.info.check(r)?;
-        self.next.restore_watermark(watermark)?;
-        for s in &mut self.sides {
-            s.restore_watermark(watermark)?;
-        }
-        Ok(())
-    }
-
-    fn notify_checkpoint(
-        &mut self,
-        checkpoint: CheckpointId,
-        completed: bool,
-    ) -> floe_actors::Result<()> {
+    fn on_notify(&mut self, checkpoint: CheckpointId, completed: bool) -> floe_actors::Result<()> {
         let op = &mut self.op;
         let r = catch_unwind(AssertUnwindSafe(|| {
             if completed {
@@ -480,11 +385,78 @@ where
             }
         }));
         self.info.check(r)?;
-        self.next.notify_checkpoint(checkpoint, completed)?;
-        for s in &mut self.sides {
-            s.notify_checkpoint(checkpoint, completed)?;
+        self.pass_on(Control::Notify {
+            checkpoint,
+            completed,
+        })
+    }
+}
+
+impl<IN, OUT, O> ChainInput<IN> for OperatorNode<IN, OUT, O>
+where
+    IN: 'static,
+    OUT: 'static,
+    O: Operator<IN, OUT>,
+{
+    #[inline]
+    fn handle(&mut self, event: ChainEvent<'_, IN>) -> floe_actors::Result<()> {
+        let control = match event {
+            ChainEvent::Records(batch) => return self.records(batch),
+            ChainEvent::Control(c) => c,
+        };
+        match control {
+            Control::Watermark(watermark) => self.on_watermark(watermark),
+            Control::Status(status) => self.on_status(status),
+            Control::Tick(now_ms) => {
+                self.run(|op, out| op.on_processing_time(now_ms, out))?;
+                self.pass_on(Control::Tick(now_ms))
+            }
+            Control::EndOfInput => self.on_end_of_input(),
+            Control::Barrier {
+                barrier,
+                unaligned,
+                snapshot,
+            } => self.on_barrier(barrier, unaligned, snapshot),
+            Control::Notify {
+                checkpoint,
+                completed,
+            } => self.on_notify(checkpoint, completed),
+            Control::RestoreWatermark(watermark) => {
+                let op = &mut self.op;
+                let r = catch_unwind(AssertUnwindSafe(|| op.restore_watermark(watermark)));
+                self.info.check(r)?;
+                self.pass_on(Control::RestoreWatermark(watermark))
+            }
         }
-        Ok(())
+    }
+
+    fn pending(&self, next: Next<'_, IN>) -> Pending {
+        // What this operator emitted earlier goes on first.
+        if self.next.pending(Next::Other) != Pending::None {
+            return Pending::Holds;
+        }
+        if !self.op.has_pending() {
+            return Pending::None;
+        }
+        let admits = match next {
+            Next::Records(batch) => self.op.admits_while_pending(batch),
+            Next::Watermark => self.op.admits_watermark_while_pending(),
+            Next::Other => false,
+        };
+        if admits {
+            Pending::Admits
+        } else {
+            Pending::Holds
+        }
+    }
+
+    fn resume(&mut self) -> floe_actors::Result<()> {
+        // What this operator emitted earlier goes on first.
+        if self.next.pending(Next::Other) != Pending::None {
+            return self.next.resume();
+        }
+        self.run(|op, out| op.resume(out))?;
+        self.release_held_watermark()
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! 1. **Capture (synchronous).** When a checkpoint's barrier is complete at a
 //!    subtask (or the coordinator triggers a source), the actor walks its chain
-//!    with [`ChainInput::snapshot`](crate::chain::ChainInput::snapshot): each
+//!    with a [`Control::Barrier`](crate::chain::Control::Barrier) event: each
 //!    stateful operator adds an [`OperatorCapture`] whose `finish` closure
 //!    holds cheap references (or already-encoded bytes) to its state.
 //! 2. **Write (asynchronous).** The actor moves the captures to a blocking

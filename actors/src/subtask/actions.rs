@@ -4,7 +4,7 @@
 
 use super::gate::{self, GateAction};
 use super::{Head, Phase, SubtaskActor};
-use crate::chain::ChainInput;
+use crate::chain::{ChainEvent, ChainInput, Control};
 use crate::error::Result;
 use crate::messages::GrantCredit;
 use actix::prelude::*;
@@ -22,7 +22,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             match action {
                 GateAction::Process(batch) => {
                     if let Some(Head::Inputs(chain)) = self.head.as_mut() {
-                        chain.process(batch)?;
+                        chain.handle(ChainEvent::Records(batch))?;
                     }
                     self.mark_active();
                 }
@@ -37,17 +37,17 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 }
                 GateAction::Watermark(wm) => {
                     if let Some(Head::Inputs(chain)) = self.head.as_mut() {
-                        chain.watermark(wm)?;
+                        chain.handle(Control::Watermark(wm).into())?;
                     }
                 }
                 GateAction::WatermarkStatus(status) => {
                     if let Some(Head::Inputs(chain)) = self.head.as_mut() {
-                        chain.watermark_status(status)?;
+                        chain.handle(Control::Status(status).into())?;
                     }
                 }
                 GateAction::EndOfInput => {
                     if let Some(Head::Inputs(chain)) = self.head.as_mut() {
-                        chain.end_of_input()?;
+                        chain.handle(Control::EndOfInput.into())?;
                     }
                     self.phase = Phase::Finishing;
                 }

@@ -18,6 +18,7 @@
 
 use super::gate::{ChannelState, remaining};
 use super::{Head, Phase, SubtaskActor};
+use crate::chain::{Control, Next, Pending};
 use crate::checkpoint::files::{channel_blob_name, operator_blob_name};
 use crate::element::{Barrier, BarrierKind, Timestamp};
 use crate::error::{Error, Result};
@@ -118,10 +119,17 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         let mut snapshot = ChainSnapshot::default();
         match self.head.as_mut() {
             Some(Head::Inputs(chain)) => {
-                while chain.has_pending() {
+                while chain.pending(Next::Other) != Pending::None {
                     chain.resume()?;
                 }
-                chain.checkpoint(barrier, unaligned, &mut snapshot)?
+                chain.handle(
+                    Control::Barrier {
+                        barrier,
+                        unaligned,
+                        snapshot: &mut snapshot,
+                    }
+                    .into(),
+                )?
             }
             Some(Head::Source(driver)) => driver.checkpoint(barrier, &mut snapshot)?,
             None => return Ok(()),
@@ -414,7 +422,13 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 a.execute(&mut actions, ctx)?;
             }
             match a.head.as_mut() {
-                Some(Head::Inputs(chain)) => chain.notify_checkpoint(msg.checkpoint, msg.completed),
+                Some(Head::Inputs(chain)) => chain.handle(
+                    Control::Notify {
+                        checkpoint: msg.checkpoint,
+                        completed: msg.completed,
+                    }
+                    .into(),
+                ),
                 Some(Head::Source(driver)) => {
                     driver.notify_checkpoint(msg.checkpoint, msg.completed)
                 }

@@ -48,7 +48,7 @@ mod throttle;
 pub use activity::FirstActivity;
 pub use restore::SubtaskRestore;
 
-use crate::chain::ChainInput;
+use crate::chain::{ChainInput, Control, Next, Pending};
 use crate::config::RuntimeConfig;
 use crate::element::{MAX_WATERMARK, StreamElement};
 use crate::error::{Error, Result, panic_message};
@@ -298,7 +298,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
     /// flat_map suspended in the middle of a record): it goes on before
     /// any new input element, and no snapshot cuts through it.
     fn chain_pending(&self) -> bool {
-        matches!(&self.head, Some(Head::Inputs(chain)) if chain.has_pending())
+        matches!(&self.head, Some(Head::Inputs(chain)) if chain.pending(Next::Other) != Pending::None)
     }
 
     /// Whether an unblocked channel holds an element (a channel blocked by
@@ -433,17 +433,18 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
                 while budget > 0 && !self.backpressured() {
                     let mut admitted = None;
                     if let Some(Head::Inputs(chain)) = self.head.as_mut()
-                        && chain.has_pending()
+                        && chain.pending(Next::Other) != Pending::None
                     {
                         // A ready batch of records (or a watermark) the
                         // chain admits while pending goes in after each part
                         // of its pending output: its input channels keep
                         // returning credit through a long firing.
                         if self.resumed {
-                            let watermarks = chain.admits_watermark_while_pending();
-                            admitted = self
-                                .gate
-                                .next_ready_admitted(|b| chain.admits_while_pending(b), watermarks);
+                            let watermarks = chain.pending(Next::Watermark) == Pending::Admits;
+                            admitted = self.gate.next_ready_admitted(
+                                |b| chain.pending(Next::Records(b)) == Pending::Admits,
+                                watermarks,
+                            );
                         }
                         if admitted.is_none() {
                             chain.resume()?;
@@ -498,7 +499,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
         }
         let now = crate::element::now_ms();
         self.guard(ctx, |a, _| match a.head.as_mut() {
-            Some(Head::Inputs(chain)) => chain.processing_time(now),
+            Some(Head::Inputs(chain)) => chain.handle(Control::Tick(now).into()),
             _ => Ok(()),
         });
     }
@@ -569,8 +570,8 @@ impl<IN: Send + 'static> Actor for SubtaskActor<IN> {
                 // A chain without inputs (an empty union) is complete at once.
                 if let Some(Head::Inputs(chain)) = self.head.as_mut() {
                     let done = chain
-                        .watermark(MAX_WATERMARK)
-                        .and_then(|_| chain.end_of_input());
+                        .handle(Control::Watermark(MAX_WATERMARK).into())
+                        .and_then(|_| chain.handle(Control::EndOfInput.into()));
                     if let Err(e) = done {
                         self.fail(e, ctx);
                         return;

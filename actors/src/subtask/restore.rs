@@ -7,6 +7,7 @@
 //! credit.
 
 use super::{Head, SubtaskActor};
+use crate::chain::Control;
 use crate::element::{MIN_WATERMARK, Timestamp};
 use crate::error::{Error, Result};
 
@@ -74,7 +75,7 @@ impl<IN: Send + 'static> SubtaskActor<IN> {
             && let Some(Head::Inputs(chain)) = self.head.as_mut()
         {
             self.gate.restore_watermark(r.watermark);
-            chain.restore_watermark(r.watermark)?;
+            chain.handle(Control::RestoreWatermark(r.watermark).into())?;
         }
         Ok(())
     }
