@@ -205,13 +205,12 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
     env.set_config(config);
     let gate = gated::Gate::new();
     let records = gated::gated_generator(&env, &gate, RECORDS, &[0.05], |i| format!("r{i}"));
-    records
-        .sink_exactly_once(
-            "Kafka Sink",
-            KafkaSink::<String>::lines(&b, &topic)
-                .transactional_id_prefix(&unique("precommit"))
-                .exactly_once(),
-        );
+    records.sink_exactly_once(
+        "Kafka Sink",
+        KafkaSink::<String>::lines(&b, &topic)
+            .transactional_id_prefix(&unique("precommit"))
+            .exactly_once(),
+    );
     let handle = env.execute_async().expect("starts");
     gated::wait_for_restarts(&handle, 1);
     gate.open();
