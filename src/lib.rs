@@ -85,3 +85,39 @@ pub use text::tokenize;
 /// default (`error,floe::recovery=warn`), so that nothing is retried in
 /// silence; a service that installs its own subscriber can match the target.
 pub const RECOVERY_LOG_TARGET: &str = "floe::recovery";
+
+// The Rust examples of the README and the guides in docs/, compiled (and
+// run, unless marked `no_run`) by `cargo test --doc` so that they follow
+// the API. Each Markdown file is the documentation of an item that exists
+// only when doc tests are collected.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/checkpointing.md")]
+pub struct CheckpointingDoctests;
+
+#[cfg(all(doctest, feature = "http"))]
+#[doc = include_str!("../docs/embedding.md")]
+pub struct EmbeddingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fault-tolerance.md")]
+pub struct FaultToleranceDoctests;
+
+#[cfg(all(doctest, feature = "kafka"))]
+#[doc = include_str!("../docs/kafka.md")]
+pub struct KafkaDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/state.md")]
+pub struct StateDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/time-and-windows.md")]
+pub struct TimeAndWindowsDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/user-guide.md")]
+pub struct UserGuideDoctests;
