@@ -46,6 +46,9 @@ fn jobs_share_a_pool_of_arbiter_threads() {
     let own_threads = threads() - before;
     own.cancel();
     let _ = futures::executor::block_on(own.wait());
+    // The result is out before the job's teardown thread has joined its
+    // arbiters: count from when they are gone.
+    wait_until("the first job's threads to end", || threads() <= before);
 
     // Three jobs on one pool.
     let pool = ArbiterPool::new(ARBITERS).expect("a pool");
