@@ -80,11 +80,7 @@ fn environment(dir: Checkpointing) -> StreamExecutionEnvironment {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(PARALLELISM);
     if let Some((dir, interval)) = dir {
-        env.set_checkpoint_config(CheckpointConfig {
-            interval: Some(interval),
-            dir: Some(dir.path().to_path_buf()),
-            ..Default::default()
-        });
+        env.set_checkpoint_config(CheckpointConfig::every(interval).with_dir(dir.path()));
     }
     env
 }

@@ -110,11 +110,10 @@ pub fn start_job(
     env.set_job_name(req.name.clone())
         .set_parallelism(2)
         .set_batch_size(256);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_secs(10)),
-        dir: Some(work.join("checkpoints").join(&req.name)),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(
+        CheckpointConfig::every(Duration::from_secs(10))
+            .with_dir(work.join("checkpoints").join(&req.name)),
+    );
     if let Some(from) = &req.restore_from {
         env.restore_from(from);
     }

@@ -117,11 +117,9 @@ pub fn start_job(
     env.set_job_name(req.name.clone())
         .set_parallelism(2)
         .set_batch_size(256);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_secs(10)),
-        dir: Some(checkpoints.join(&req.name)),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(
+        CheckpointConfig::every(Duration::from_secs(10)).with_dir(checkpoints.join(&req.name)),
+    );
     if let Some(from) = &req.restore_from {
         env.restore_from(from);
     }

@@ -68,10 +68,7 @@ pub fn start_job(
 ) -> floe::Result<JobHandle> {
     let env = StreamExecutionEnvironment::new();
     env.set_job_name("numbers").set_parallelism(2);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(CHECKPOINT_INTERVAL),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(CheckpointConfig::every(CHECKPOINT_INTERVAL));
     env.set_config(env.config().resume_latest(work.join("checkpoints")));
     let mut sum = env
         .from_generator(records, |i| (i % 100, 1u64))

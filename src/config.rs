@@ -58,7 +58,12 @@ pub enum RestoreMode {
 }
 
 /// The settings of a job, set on the environment before operators are added.
+///
+/// Start from [`Config::default`] and set fields (`config.parallelism = 4`):
+/// the struct is `#[non_exhaustive]`, so settings can be added without
+/// breaking code written that way.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
     /// Default parallelism of operators (sources of collections and files
     /// use 1); by default one per core, at most the max parallelism.

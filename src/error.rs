@@ -75,9 +75,67 @@ pub enum Error {
     /// A checkpoint or savepoint could not be written, read or restored.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
-    /// User code returned an error.
-    #[error("{0}")]
-    User(String),
+    /// User code returned an error: a message (`Error::User("closed".into())`)
+    /// or the user's own error, kept as it is (`Error::User(Box::new(e))`,
+    /// found again with `downcast_ref`).
+    #[error(transparent)]
+    User(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// State, a source position or a pending transaction could not be
+    /// encoded or decoded (the codec's error is the source). The same
+    /// bytes fail the same way again, so restarting the job cannot help.
+    #[error("cannot {what}: {source}")]
+    Encoding {
+        /// What was being encoded or decoded ("decode keyed state of key
+        /// group 3").
+        what: String,
+        /// The codec's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// An exactly-once sink could not commit a pre-committed transaction
+    /// (the sink's error is the source). Retriable as that error is: a
+    /// restart commits the transaction again.
+    #[error("cannot commit transaction {txn} of checkpoint {checkpoint}: {source}")]
+    Commit {
+        /// The transaction, as the sink shows it (`Debug`).
+        txn: String,
+        /// The checkpoint it belongs to.
+        checkpoint: u64,
+        /// The sink's error.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Code that floe runs outside an operator's guard (a sink's recovery
+    /// of its transactions) panicked; the panic message is kept.
+    #[error("panic while {during}: {message}")]
+    Panicked {
+        /// What was being done ("recovering transactions").
+        during: &'static str,
+        /// The panic payload, when it was a string.
+        message: String,
+    },
+    /// An output file no longer matches the commit log of the job that
+    /// writes it: something else changed it. The job does not repair what
+    /// it cannot explain.
+    #[error(
+        "output file '{path}' holds {actual} bytes, its commit log records {logged}: \
+         it was changed by something else"
+    )]
+    OutputChanged {
+        /// The output file.
+        path: PathBuf,
+        /// Its length now.
+        actual: u64,
+        /// The length its commit log records.
+        logged: u64,
+    },
+    /// A dynamic session gap extractor returned a gap that is not positive
+    /// (as Flink, the job fails).
+    #[error("dynamic session gap must be positive (got {gap} ms)")]
+    SessionGap {
+        /// The gap returned (ms).
+        gap: i64,
+    },
     /// The PostgreSQL sink failed (its message is the connector error's).
     #[cfg(feature = "postgres")]
     #[error("{0}")]
@@ -183,7 +241,11 @@ impl Error {
             | Error::TimestampOutOfRange { .. }
             | Error::TooManyWindows { .. }
             | Error::SumOverflow { .. }
+            | Error::Encoding { .. }
+            | Error::OutputChanged { .. }
+            | Error::SessionGap { .. }
             | Error::Internal(_) => false,
+            Error::Commit { source, .. } => source.is_retriable(),
             Error::Io { source, .. } => !matches!(
                 source.kind(),
                 K::PermissionDenied
@@ -201,9 +263,11 @@ impl Error {
                 | C::UnknownOperator { .. }
                 | C::NotFound { .. },
             ) => false,
-            Error::State(_) | Error::Checkpoint(_) | Error::User(_) | Error::TimedOut { .. } => {
-                true
-            }
+            Error::State(_)
+            | Error::Checkpoint(_)
+            | Error::User(_)
+            | Error::Panicked { .. }
+            | Error::TimedOut { .. } => true,
             // As when it came as an `Error::User`: the restart strategy
             // bounds the attempts.
             #[cfg(feature = "postgres")]
@@ -262,6 +326,17 @@ impl Error {
             field_type,
             sum,
             add,
+        }
+    }
+
+    /// The failure to encode or decode `what`, keeping the codec's error.
+    pub(crate) fn encoding(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Encoding {
+            what: what.into(),
+            source: Box::new(source),
         }
     }
 
@@ -342,6 +417,45 @@ mod tests {
         e: &'a (dyn std::error::Error + 'static),
     ) -> Option<&'a T> {
         std::iter::successors(Some(e), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    #[test]
+    fn errors_keep_their_sources() {
+        // A user's own error comes back out of `Error::User` as it was.
+        #[derive(Debug, thiserror::Error)]
+        #[error("quota exceeded")]
+        struct Quota;
+        let e = Error::User(Box::new(Quota));
+        assert_eq!(e.to_string(), "quota exceeded");
+        let Error::User(inner) = &e else {
+            unreachable!()
+        };
+        assert!(inner.downcast_ref::<Quota>().is_some());
+        assert!(e.is_retriable());
+
+        // A codec's error is the source of `Encoding`, which no restart mends.
+        let bad = postcard::from_bytes::<String>(&[0xff]).unwrap_err();
+        let e = Error::encoding("decode state", bad);
+        assert!(cause::<postcard::Error>(&e).is_some(), "{e}");
+        assert!(e.to_string().starts_with("cannot decode state: "), "{e}");
+        assert!(!e.is_retriable());
+
+        // A failed commit keeps the sink's error and is retriable as it is.
+        let commit = |source: Error| Error::Commit {
+            txn: "t1".into(),
+            checkpoint: 3,
+            source: Box::new(source),
+        };
+        let e = commit(io(ErrorKind::Interrupted));
+        assert!(cause::<std::io::Error>(&e).is_some());
+        assert!(e.is_retriable());
+        assert!(
+            e.to_string().starts_with(
+                "cannot commit transaction t1 of checkpoint 3: cannot write 'out.txt'"
+            ),
+            "{e}"
+        );
+        assert!(!commit(io(ErrorKind::PermissionDenied)).is_retriable());
     }
 
     #[test]

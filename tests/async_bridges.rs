@@ -140,11 +140,8 @@ fn a_stream_source_with_a_failure_is_at_least_once() {
     env.set_parallelism(2);
     env.set_batch_size(64);
     let mut config = env.config();
-    config.checkpoint = CheckpointConfig {
-        interval: Some(Duration::from_millis(10)),
-        dir: Some(dir.path().join("ck")),
-        ..Default::default()
-    };
+    config.checkpoint =
+        CheckpointConfig::every(Duration::from_millis(10)).with_dir(dir.path().join("ck"));
     config.restart = Some(RestartStrategy::FixedDelay {
         attempts: 3,
         delay: Duration::ZERO,
@@ -335,11 +332,8 @@ fn an_async_source_with_a_position_is_exactly_once_across_a_failure() {
     env.set_parallelism(2);
     env.set_batch_size(64);
     let mut config = env.config();
-    config.checkpoint = CheckpointConfig {
-        interval: Some(Duration::from_millis(10)),
-        dir: Some(dir.path().join("ck")),
-        ..Default::default()
-    };
+    config.checkpoint =
+        CheckpointConfig::every(Duration::from_millis(10)).with_dir(dir.path().join("ck"));
     config.restart = Some(RestartStrategy::FixedDelay {
         attempts: 3,
         delay: Duration::ZERO,

@@ -44,11 +44,9 @@ fn a_tiny_library_job_takes_the_checkpoints_it_waits_for() {
     let wanted = 3u64;
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(2);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_millis(30)),
-        finish_after_checkpoints: wanted,
-        ..Default::default()
-    });
+    let mut checkpoints = CheckpointConfig::every(Duration::from_millis(30));
+    checkpoints.finish_after_checkpoints = wanted;
+    env.set_checkpoint_config(checkpoints);
     let generator = std::sync::Arc::new(floe::text::WordGenerator::new(VOCABULARY, SEED));
     let counts = env
         .from_generator(records, move |i| (generator.word(i), 1u64))
@@ -140,10 +138,9 @@ fn the_hold_needs_checkpoints() {
     ]);
     assert!(line.contains("checkpoint-interval"), "{line}");
     let env = StreamExecutionEnvironment::new();
-    env.set_checkpoint_config(CheckpointConfig {
-        finish_after_checkpoints: 1,
-        ..Default::default()
-    });
+    let mut checkpoints = CheckpointConfig::default();
+    checkpoints.finish_after_checkpoints = 1;
+    env.set_checkpoint_config(checkpoints);
     env.from_generator(10, |i| i).collect();
     assert!(
         matches!(env.execute(), Err(floe::Error::Config(_))),

@@ -40,11 +40,7 @@ fn job(
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(parallelism);
     env.set_batch_size(64);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_millis(40)),
-        dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(CheckpointConfig::every(Duration::from_millis(40)).with_dir(dir));
     if restore {
         env.restore_from(dir);
     }

@@ -46,13 +46,10 @@ fn job(
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(2);
     env.set_batch_size(64);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_millis(1)),
-        unaligned: true,
-        timeout: Duration::from_secs(120),
-        dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    });
+    let mut checkpoints = CheckpointConfig::every(Duration::from_millis(1)).with_dir(dir);
+    checkpoints.unaligned = true;
+    checkpoints.timeout = Duration::from_secs(120);
+    env.set_checkpoint_config(checkpoints);
     if let Some(path) = restore {
         env.restore_from(path);
     }

@@ -62,15 +62,9 @@ fn job(
 }
 
 fn checkpointing(dir: &Path) -> Config {
-    let mut config = Config {
-        parallelism: P,
-        ..Default::default()
-    };
-    config.checkpoint = CheckpointConfig {
-        interval: Some(Duration::from_millis(30)),
-        dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    };
+    let mut config = Config::default();
+    config.parallelism = P;
+    config.checkpoint = CheckpointConfig::every(Duration::from_millis(30)).with_dir(dir);
     config
 }
 
@@ -347,9 +341,10 @@ fn cancel_on_drop_cancels_with_the_last_handle_and_is_off_by_default() {
 #[test]
 fn cancel_and_wait_reports_a_job_that_ended_before_the_cancel() {
     let (env, counts) = job(
-        Config {
-            parallelism: P,
-            ..Default::default()
+        {
+            let mut config = Config::default();
+            config.parallelism = P;
+            config
         },
         None,
     );

@@ -45,11 +45,7 @@ fn run(
     env.set_parallelism(2);
     env.set_batch_size(64);
     let mut config = env.config();
-    config.checkpoint = CheckpointConfig {
-        interval: Some(Duration::from_millis(20)),
-        dir: Some(dir.join("ck")),
-        ..Default::default()
-    };
+    config.checkpoint = CheckpointConfig::every(Duration::from_millis(20)).with_dir(dir.join("ck"));
     config.restart = Some(RestartStrategy::FixedDelay {
         attempts: 5,
         delay: Duration::ZERO,

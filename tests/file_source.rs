@@ -246,11 +246,7 @@ fn count_lines(
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(parallelism);
     env.set_batch_size(32);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_millis(30)),
-        dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(CheckpointConfig::every(Duration::from_millis(30)).with_dir(dir));
     if restore {
         env.restore_from(dir);
     }

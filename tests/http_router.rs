@@ -76,11 +76,9 @@ fn router_serves_metrics_status_jobs_savepoint_and_cancel() {
     env.set_batch_size(64);
     env.set_job_name(JOB);
     // Checkpoints only when asked (the savepoint): no timer races the test.
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_secs(3600)),
-        dir: Some(dir.path().join("checkpoints")),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(
+        CheckpointConfig::every(Duration::from_secs(3600)).with_dir(dir.path().join("checkpoints")),
+    );
     let gate = Gate::new();
     gated_generator(&env, &gate, RECORDS, &[0.5], |i| (i % KEYS, 1u64))
         .uid("numbers")
@@ -218,11 +216,9 @@ fn removed_jobs_leave_no_series_in_the_recorder() {
     env.set_parallelism(2);
     env.set_batch_size(64);
     env.set_job_name(LIVE);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_millis(50)),
-        dir: Some(dir.path().join("checkpoints")),
-        ..Default::default()
-    });
+    env.set_checkpoint_config(
+        CheckpointConfig::every(Duration::from_millis(50)).with_dir(dir.path().join("checkpoints")),
+    );
     let gate = Gate::new();
     gated_generator(&env, &gate, RECORDS, &[0.5], |i| (i % KEYS, 1u64))
         .uid("numbers")

@@ -185,11 +185,8 @@ fn a_failure_between_pre_commit_and_commit_leaves_each_record_once() {
     env.set_parallelism(2);
     env.set_batch_size(64);
     let mut config = env.config();
-    config.checkpoint = CheckpointConfig {
-        interval: Some(Duration::from_millis(20)),
-        dir: Some(dir.path().join("ck")),
-        ..Default::default()
-    };
+    config.checkpoint =
+        CheckpointConfig::every(Duration::from_millis(20)).with_dir(dir.path().join("ck"));
     config.restart = Some(RestartStrategy::FixedDelay {
         attempts: 5,
         delay: Duration::ZERO,

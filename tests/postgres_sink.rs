@@ -122,11 +122,7 @@ fn assert_rows(got: &BTreeMap<(String, i64), usize>, want: &BTreeMap<(String, i6
 
 fn checkpointing(env: &StreamExecutionEnvironment, dir: &std::path::Path, faults: Vec<Fault>) {
     let mut config = env.config();
-    config.checkpoint = CheckpointConfig {
-        interval: Some(Duration::from_millis(20)),
-        dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    };
+    config.checkpoint = CheckpointConfig::every(Duration::from_millis(20)).with_dir(dir);
     config.restart = Some(RestartStrategy::FixedDelay {
         attempts: 5,
         delay: Duration::ZERO,
@@ -550,11 +546,8 @@ fn measure_rows_per_second() {
             env.set_parallelism(parallelism);
             if transactional {
                 let mut config = env.config();
-                config.checkpoint = CheckpointConfig {
-                    interval: Some(Duration::from_millis(500)),
-                    dir: Some(dir.path().join("ck")),
-                    ..Default::default()
-                };
+                config.checkpoint = CheckpointConfig::every(Duration::from_millis(500))
+                    .with_dir(dir.path().join("ck"));
                 env.set_config(config);
             }
             let rows = env

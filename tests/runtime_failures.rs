@@ -229,7 +229,9 @@ fn try_map_error_names_the_operator() {
             .from_generator(5_000, |i| i)
             .try_map(move |x| {
                 if x == bad {
-                    Err(floe::Error::User(format!("record {x} is not acceptable")))
+                    Err(floe::Error::User(
+                        format!("record {x} is not acceptable").into(),
+                    ))
                 } else {
                     Ok(x)
                 }

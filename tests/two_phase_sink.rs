@@ -656,12 +656,9 @@ fn checkpointed_job(
 ) -> StreamExecutionEnvironment {
     let env = StreamExecutionEnvironment::new();
     env.set_parallelism(parallelism).set_batch_size(64);
-    env.set_checkpoint_config(CheckpointConfig {
-        interval: Some(Duration::from_millis(30)),
-        dir: Some(checkpoints.to_path_buf()),
-        retained: 10,
-        ..Default::default()
-    });
+    let mut config = CheckpointConfig::every(Duration::from_millis(30)).with_dir(checkpoints);
+    config.retained = 10;
+    env.set_checkpoint_config(config);
     if let Some(from) = restore {
         env.restore_from(from);
     }

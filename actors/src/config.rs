@@ -15,7 +15,12 @@
 use std::time::Duration;
 
 /// Flow-control and batching settings of a job.
+///
+/// Start from [`RuntimeConfig::default`] and set fields: the struct is
+/// `#[non_exhaustive]`, so settings can be added without breaking code
+/// written that way.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
     /// Records per batch; a batch is sent when full.
     pub batch_size: usize,

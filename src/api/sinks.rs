@@ -153,7 +153,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     pub fn to_futures_sink<Si>(&self, name: &str, sink: Si) -> DataStreamSink
     where
         Si: futures::Sink<T> + Send + Unpin + 'static,
-        Si::Error: std::fmt::Display,
+        Si::Error: std::error::Error + Send + Sync + 'static,
     {
         self.sink(name, FuturesSink::new(sink))
     }

@@ -24,7 +24,20 @@ pub enum ExternalizedRetention {
 }
 
 /// How and how often a job checkpoints.
+///
+/// Built from [`CheckpointConfig::default`] (checkpoints off) or
+/// [`CheckpointConfig::every`], then set field by field; new settings can be
+/// added without breaking code written that way. A struct literal is
+/// refused outside floe:
+///
+/// ```compile_fail
+/// let config = floe::checkpoint::CheckpointConfig {
+///     interval: None,
+///     ..Default::default()
+/// };
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CheckpointConfig {
     /// Time between two checkpoint triggers; `None` (the default) disables
     /// periodic checkpoints.
@@ -90,6 +103,31 @@ impl Default for CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// Periodic checkpoints every `interval`, the other settings at their
+    /// defaults (exactly-once, aligned, one retained, into a temporary
+    /// directory unless [`with_dir`](Self::with_dir) names one).
+    ///
+    /// ```
+    /// use floe::checkpoint::CheckpointConfig;
+    /// use std::time::Duration;
+    ///
+    /// let mut config = CheckpointConfig::every(Duration::from_secs(1)).with_dir("/tmp/ck");
+    /// config.retained = 3;
+    /// assert!(config.enabled());
+    /// ```
+    pub fn every(interval: Duration) -> Self {
+        CheckpointConfig {
+            interval: Some(interval),
+            ..Default::default()
+        }
+    }
+
+    /// Stores the checkpoints in `dir`.
+    pub fn with_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
     /// Whether periodic checkpoints are on.
     pub fn enabled(&self) -> bool {
         self.interval.is_some()

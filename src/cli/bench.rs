@@ -55,7 +55,7 @@ pub fn mailbox(args: &MailboxArgs) -> floe::Result<()> {
         for _ in 0..args.reps {
             let (d, sum) = run()?;
             if sum != expected {
-                return Err(floe::Error::User(format!(
+                return Err(floe::Error::Internal(format!(
                     "{name}: checksum {sum} != expected {expected}"
                 )));
             }

@@ -205,7 +205,7 @@ pub fn window(args: &WindowBenchArgs) -> floe::Result<()> {
         let (secs, fired, sum) = run_once(args, sliding)?;
         let factor = if sliding { 10 } else { 1 };
         if sum != expected * factor {
-            return Err(floe::Error::User(format!(
+            return Err(floe::Error::Internal(format!(
                 "{w}: checksum {sum} != expected {}",
                 expected * factor
             )));

@@ -187,38 +187,29 @@ impl CheckpointArgs {
         {
             return Err(floe::checkpoint::CheckpointError::NotFound { path: path.clone() }.into());
         }
-        let defaults = CheckpointConfig::default();
         let mode = match self.checkpoint_mode {
             Some(ModeArg::AtLeastOnce) => CheckpointingMode::AtLeastOnce,
             _ => CheckpointingMode::ExactlyOnce,
         };
-        env.set_checkpoint_config(CheckpointConfig {
-            interval: self.checkpoint_interval.map(Duration::from_millis),
-            mode,
-            min_pause: self
-                .min_pause
-                .map(Duration::from_millis)
-                .unwrap_or(defaults.min_pause),
-            timeout: self
-                .checkpoint_timeout
-                .map(Duration::from_millis)
-                .unwrap_or(defaults.timeout),
-            max_concurrent: self
-                .max_concurrent_checkpoints
-                .unwrap_or(defaults.max_concurrent),
-            tolerable_failures: self
-                .tolerable_failed_checkpoints
-                .unwrap_or(defaults.tolerable_failures),
-            retained: self.retain_checkpoints.unwrap_or(defaults.retained),
-            unaligned: self.unaligned,
-            alignment_timeout: self.alignment_timeout.map(Duration::from_millis),
-            dir: self.checkpoint_dir.clone(),
-            savepoint_at_records: self.savepoint_at_records,
-            savepoint_dir: self.savepoint_dir.clone(),
-            finish_after_checkpoints: self.finish_after_checkpoints.unwrap_or(0),
-            debug_disable_alignment: self.debug_disable_alignment,
-            ..defaults
-        });
+        let mut c = CheckpointConfig::default();
+        c.interval = self.checkpoint_interval.map(Duration::from_millis);
+        c.mode = mode;
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        c.min_pause = ms(self.min_pause, c.min_pause);
+        c.timeout = ms(self.checkpoint_timeout, c.timeout);
+        c.max_concurrent = self.max_concurrent_checkpoints.unwrap_or(c.max_concurrent);
+        c.tolerable_failures = self
+            .tolerable_failed_checkpoints
+            .unwrap_or(c.tolerable_failures);
+        c.retained = self.retain_checkpoints.unwrap_or(c.retained);
+        c.unaligned = self.unaligned;
+        c.alignment_timeout = self.alignment_timeout.map(Duration::from_millis);
+        c.dir = self.checkpoint_dir.clone();
+        c.savepoint_at_records = self.savepoint_at_records;
+        c.savepoint_dir = self.savepoint_dir.clone();
+        c.finish_after_checkpoints = self.finish_after_checkpoints.unwrap_or(0);
+        c.debug_disable_alignment = self.debug_disable_alignment;
+        env.set_checkpoint_config(c);
         if let Some(path) = &self.from_checkpoint {
             env.restore_from(path);
         }

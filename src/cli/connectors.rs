@@ -294,7 +294,7 @@ impl PostgresOutput {
                 let num = |v: Option<&str>| v.and_then(|v| v.parse::<i64>().ok());
                 match (key, num(start), num(end), num(value)) {
                     (Some(k), Some(s), Some(e), Some(v)) => Ok((k.to_string(), s, e, v)),
-                    _ => Err(floe::Error::User(format!(
+                    _ => Err(floe::Error::Internal(format!(
                         "not a key,window_start,window_end,value line: '{line}'"
                     ))),
                 }
@@ -307,6 +307,20 @@ impl PostgresOutput {
 
 /// The PostgreSQL output of a `postgres://` URL (`None`: not one), the
 /// server reached once before the job starts.
+/// `--output postgres://…` that cannot be reached (the client's error is
+/// the source).
+#[cfg(feature = "postgres")]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach PostgreSQL for --output: {0}")]
+struct Unreachable(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+#[cfg(feature = "postgres")]
+fn unreachable(e: Box<dyn std::error::Error + Send + Sync>) -> floe::Error {
+    floe::Error::InvalidConfig {
+        source: Box::new(Unreachable(e)),
+    }
+}
+
 #[cfg(feature = "postgres")]
 pub fn postgres_output(path: &Path) -> Option<floe::Result<PostgresOutput>> {
     let url = path
@@ -321,17 +335,13 @@ pub fn postgres_output(path: &Path) -> Option<floe::Result<PostgresOutput>> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| floe::Error::User(format!("cannot start a runtime: {e}")))?;
+            .map_err(|e| unreachable(e.into()))?;
         runtime.block_on(async {
             let connect = tokio_postgres::connect(&config.connection, tokio_postgres::NoTls);
             match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(floe::Error::User(format!(
-                    "cannot reach PostgreSQL for --output: {e}"
-                ))),
-                Err(_) => Err(floe::Error::User(
-                    "cannot reach PostgreSQL for --output: no answer in 10 s".into(),
-                )),
+                Ok(Err(e)) => Err(unreachable(e.into())),
+                Err(_) => Err(unreachable("no answer in 10 s".into())),
             }
         })?;
         Ok(out)

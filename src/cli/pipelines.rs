@@ -44,7 +44,7 @@ fn parse(line: &str) -> floe::Result<Event> {
     let mut it = line.split(',').map(|f| f.parse::<u64>());
     match (it.next(), it.next(), it.next()) {
         (Some(Ok(id)), Some(Ok(key)), Some(Ok(value))) => Ok(Event { id, key, value }),
-        _ => Err(floe::Error::User(format!(
+        _ => Err(floe::Error::Internal(format!(
             "malformed generated line '{line}'"
         ))),
     }

@@ -92,7 +92,7 @@ impl<C: Send + 'static> Shared<C> {
     pub(crate) fn push(&self, command: C, write: bool) -> Result<()> {
         let mut q = self.lock();
         if let Some(e) = &q.failed {
-            return Err(Error::User(e.clone()));
+            return Err(Error::User(e.clone().into()));
         }
         q.commands.push_back(command);
         if write {
@@ -309,7 +309,7 @@ impl<T: Send + 'static> AsyncSinkOp<T> {
                         let failed = r.as_ref().err().map(|e| e.to_string());
                         let _ = reply.send(r);
                         match failed {
-                            Some(e) => Err(Error::User(e)),
+                            Some(e) => Err(Error::User(e.into())),
                             None => Ok(()),
                         }
                     }
@@ -455,7 +455,7 @@ impl<T, Si> SinkFunction<T> for FuturesSink<Si>
 where
     T: Send + 'static,
     Si: futures::Sink<T> + Send + Unpin + 'static,
-    Si::Error: std::fmt::Display,
+    Si::Error: std::error::Error + Send + Sync + 'static,
 {
     const AWAITS: bool = true;
 
@@ -466,7 +466,7 @@ where
             // `feed` waits for readiness, without flushing per record.
             sink.feed(r.value)
                 .await
-                .map_err(|e| Error::User(format!("sink: {e}")))?;
+                .map_err(|e| Error::User(Box::new(e)))?;
         }
         Ok(())
     }
@@ -478,6 +478,6 @@ where
             .await
             .flush()
             .await
-            .map_err(|e| Error::User(format!("sink flush: {e}")))
+            .map_err(|e| Error::User(Box::new(e)))
     }
 }

@@ -601,7 +601,7 @@ where
         let keyed_base = match snapshot.base() {
             None => Vec::new(),
             Some(b) => self.chain.base_blobs(CheckpointId(b)).ok_or_else(|| {
-                crate::Error::User(format!("keyed state of base checkpoint {b} unknown"))
+                crate::Error::Internal(format!("keyed state of base checkpoint {b} unknown"))
             })?,
         };
         let chain = self.chain.clone();

@@ -12,6 +12,7 @@ pub mod keyed;
 pub mod node;
 pub mod process;
 pub mod sink;
+pub mod source;
 pub mod timestamps;
 
 use crate::Result;
@@ -244,7 +245,7 @@ pub mod keyed_snapshot {
             .into_iter()
             .map(|(key_group, entries)| {
                 let bytes = postcard::to_allocvec(&entries)
-                    .map_err(|e| Error::User(format!("cannot encode keyed state: {e}")))?;
+                    .map_err(|e| Error::encoding("encode keyed state", e))?;
                 Ok(KeyGroupBytes { key_group, bytes })
             })
             .collect()
@@ -255,12 +256,12 @@ pub mod keyed_snapshot {
 
     /// postcard bytes of `value`.
     pub fn to_bytes<V: Serialize + ?Sized>(value: &V) -> Result<Vec<u8>> {
-        postcard::to_allocvec(value).map_err(|e| Error::User(format!("cannot encode state: {e}")))
+        postcard::to_allocvec(value).map_err(|e| Error::encoding("encode state", e))
     }
 
     /// The value postcard `bytes` encode.
     pub fn from_bytes<V: DeserializeOwned>(bytes: &[u8]) -> Result<V> {
-        postcard::from_bytes(bytes).map_err(|e| Error::User(format!("cannot decode state: {e}")))
+        postcard::from_bytes(bytes).map_err(|e| Error::encoding("decode state", e))
     }
 
     /// Combines a state backend's key groups with per-key-group timers: each
@@ -311,10 +312,10 @@ pub mod keyed_snapshot {
     {
         for g in groups {
             let entries: Vec<(K, V)> = postcard::from_bytes(&g.bytes).map_err(|e| {
-                Error::User(format!(
-                    "cannot decode keyed state of key group {}: {e}",
-                    g.key_group
-                ))
+                Error::encoding(
+                    format!("decode keyed state of key group {}", g.key_group),
+                    e,
+                )
             })?;
             for (k, v) in entries {
                 put(k, v);

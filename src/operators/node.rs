@@ -1,8 +1,14 @@
-//! Adapts an [`Operator`](super::Operator) to the runtime's chain interface.
+//! The nodes of a chain: what adapts user code to the runtime's chain
+//! interface.
 //!
-//! The node owns the operator, the next element of the chain, and the side
-//! output ports. Every call into user code runs under `catch_unwind`; a panic or
-//! an error becomes a runtime error naming this operator and subtask.
+//! An operator node owns the operator, the next element of the chain, and
+//! the side output ports; a [`SourceNode`] drives a
+//! [`SourceFunction`](super::source::SourceFunction) at the head of a
+//! source subtask's chain. Every call into user code runs under
+//! `catch_unwind`; a panic or an error becomes a runtime error naming this
+//! operator and subtask. At a barrier each node captures its state and
+//! passes the barrier on, so one file holds every chain element a barrier
+//! passes between the subtask and its record writers.
 
 use super::Marker;
 use super::{Operator, Output, SnapshotContext, StateCapture};
@@ -496,4 +502,237 @@ pub(crate) fn encode_capture(
         split_list: list(capture.split_list)?,
         union_list: list(union_list)?,
     })
+}
+
+/// Drives a source function and its chain inside a source subtask.
+pub struct SourceNode<T> {
+    source: Box<dyn super::source::SourceFunction<T>>,
+    next: Box<dyn ChainInput<T>>,
+    info: NodeInfo,
+    batch_size: usize,
+    pause: Option<SavepointPause>,
+    hold: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    /// The last watermark the source generated itself.
+    watermark: floe_actors::element::Timestamp,
+}
+
+/// Holds a source at a record count until a savepoint's barrier passed it:
+/// `--savepoint-at-records` cuts the input at a known point. The held
+/// source is parked (no timer): the savepoint's barrier wakes it.
+pub(crate) struct SavepointPause {
+    /// Records this subtask may still emit before the savepoint.
+    pub remaining: u64,
+    /// Asks the coordinator for the savepoint.
+    pub request: std::sync::Arc<dyn Fn() + Send + Sync>,
+    pub requested: bool,
+    /// Wakes the parked subtask once the savepoint's barrier passed.
+    pub wake: std::sync::Arc<floe_actors::wake::SubtaskWaker>,
+}
+
+impl<T: 'static> SourceNode<T> {
+    /// A driver for `source`, feeding `next`.
+    pub fn new(
+        source: Box<dyn super::source::SourceFunction<T>>,
+        next: Box<dyn ChainInput<T>>,
+        info: NodeInfo,
+        batch_size: usize,
+    ) -> Self {
+        SourceNode {
+            source,
+            next,
+            info,
+            batch_size,
+            pause: None,
+            hold: None,
+            watermark: floe_actors::element::Timestamp::MIN,
+        }
+    }
+
+    /// Does not finish while `pending` (injected failures to come) is
+    /// above zero: the failures then happen while the job runs.
+    pub(crate) fn with_hold(
+        mut self,
+        pending: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    ) -> Self {
+        self.hold = Some(pending);
+        self
+    }
+
+    /// Pauses after `records` records until a savepoint barrier passed,
+    /// asking for the savepoint with `request`. Called while the subtask's
+    /// chain is built (its waker wakes the paused source).
+    pub(crate) fn with_savepoint_pause(
+        mut self,
+        records: u64,
+        request: std::sync::Arc<dyn Fn() + Send + Sync>,
+    ) -> crate::Result<Self> {
+        let wake = floe_actors::wake::current_waker().ok_or_else(|| {
+            crate::Error::Config(
+                "a source paused for a savepoint must be built by its subtask".into(),
+            )
+        })?;
+        self.pause = Some(SavepointPause {
+            remaining: records,
+            request,
+            requested: false,
+            wake,
+        });
+        Ok(self)
+    }
+}
+
+impl<T: 'static> floe_actors::source::SourceDriver for SourceNode<T> {
+    fn checkpoint(
+        &mut self,
+        barrier: floe_actors::element::Barrier,
+        out: &mut floe_actors::snapshot::ChainSnapshot,
+    ) -> floe_actors::Result<()> {
+        self.info
+            .injected_fault(crate::failover::FaultMoment::Snapshot(
+                barrier.checkpoint_id,
+            ))?;
+        if barrier.kind == floe_actors::element::BarrierKind::Savepoint
+            && let Some(pause) = self.pause.take()
+        {
+            // The savepoint the source waited for has its cut: go on (a
+            // source held at its count is parked, and waits for this).
+            if pause.requested {
+                pause.wake.wake_subtask();
+            }
+        }
+        let source = &mut self.source;
+        let checkpoint = barrier.checkpoint_id;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            Ok::<_, crate::Error>((
+                source.snapshot_state()?,
+                source.snapshot_union_state(checkpoint)?,
+            ))
+        }));
+        let (entries, union) = self.info.check(r)?;
+        if !entries.is_empty() || !union.is_empty() {
+            let capture = crate::operators::StateCapture {
+                split_list: entries,
+                union_list: union,
+                ..Default::default()
+            };
+            let info = self.info.clone();
+            out.operators.push(floe_actors::snapshot::OperatorCapture {
+                persisted: None,
+                uid: self.info.uid.clone(),
+                finish: Box::new(move || encode_capture(capture, &info)),
+            });
+        }
+        // The barrier follows every record emitted so far; an unaligned one
+        // overtakes those still queued for the network (output channel state).
+        let unaligned = barrier.kind == floe_actors::element::BarrierKind::Unaligned;
+        self.next.handle(
+            Control::Barrier {
+                barrier,
+                unaligned,
+                snapshot: out,
+            }
+            .into(),
+        )
+    }
+
+    fn notify_checkpoint(
+        &mut self,
+        checkpoint: floe_actors::ids::CheckpointId,
+        completed: bool,
+    ) -> floe_actors::Result<()> {
+        if completed {
+            let source = &mut self.source;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                source.notify_checkpoint_complete(checkpoint)
+            }));
+            self.info.check(r)?;
+        }
+        self.next.handle(
+            Control::Notify {
+                checkpoint,
+                completed,
+            }
+            .into(),
+        )
+    }
+
+    fn step(&mut self) -> floe_actors::Result<floe_actors::source::SourceStep> {
+        let mut max = self.batch_size;
+        if let Some(p) = &mut self.pause {
+            if p.remaining == 0 {
+                if !p.requested {
+                    p.requested = true;
+                    p.wake.rearm();
+                    (p.request)();
+                }
+                // Parked until the savepoint's barrier (`checkpoint`) wakes
+                // the subtask: nothing polls meanwhile.
+                self.next
+                    .handle(Control::Tick(floe_actors::element::now_ms()).into())?;
+                return Ok(floe_actors::source::SourceStep::Parked);
+            }
+            max = max.min(p.remaining as usize);
+        }
+        let mut batch = Vec::with_capacity(max);
+        let source = &mut self.source;
+        let r = catch_unwind(AssertUnwindSafe(|| source.poll_batch(max, &mut batch)));
+        let poll = self.info.check(r)?;
+        let read = batch.len() as u64 + self.source.take_skipped();
+        if let Some(p) = &mut self.pause {
+            p.remaining = p.remaining.saturating_sub(read);
+        }
+        if read > batch.len() as u64 {
+            self.info
+                .metrics
+                .add_out((read - batch.len() as u64) as usize);
+        }
+        if !batch.is_empty() {
+            self.info.metrics.add_out(batch.len());
+            self.next.handle(ChainEvent::Records(batch))?;
+            // A source's position is snapshotted between steps: what its
+            // chain holds back must be out by then.
+            while self.next.pending(Next::Other) != Pending::None {
+                self.next.resume()?;
+            }
+            if !self.info.faults.is_empty() {
+                let emitted = self
+                    .info
+                    .metrics
+                    .records_out
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                self.info
+                    .injected_fault(crate::failover::FaultMoment::Records(emitted))?;
+            }
+        }
+        let source = &mut self.source;
+        let r = catch_unwind(AssertUnwindSafe(|| Ok(source.watermark())));
+        if let Some(w) = self.info.check(r)?
+            && w > self.watermark
+        {
+            self.watermark = w;
+            self.next.handle(Control::Watermark(w).into())?;
+        }
+        // Periodic watermarks and idleness advance even when nothing came.
+        self.next
+            .handle(Control::Tick(floe_actors::element::now_ms()).into())?;
+        Ok(match poll {
+            super::source::SourcePoll::Ready => floe_actors::source::SourceStep::Emitted,
+            super::source::SourcePoll::Wait(d) => floe_actors::source::SourceStep::Wait(d),
+            super::source::SourcePoll::Parked => floe_actors::source::SourceStep::Parked,
+            super::source::SourcePoll::Finished
+                if self
+                    .hold
+                    .as_ref()
+                    .is_some_and(|h| h.load(std::sync::atomic::Ordering::Acquire) > 0) =>
+            {
+                floe_actors::source::SourceStep::Wait(std::time::Duration::from_millis(2))
+            }
+            super::source::SourcePoll::Finished => {
+                self.next
+                    .handle(Control::Watermark(floe_actors::element::MAX_WATERMARK).into())?;
+                self.next.handle(Control::EndOfInput.into())?;
+                floe_actors::source::SourceStep::Finished
+            }
+        })
+    }
 }

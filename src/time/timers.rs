@@ -1,15 +1,19 @@
-//! Keyed timers: the timer service behind keyed process functions.
+//! Timers: one implementation for every operator that keeps them.
 //!
-//! A timer is a (key, timestamp) pair in one of two time domains. Event-time
-//! timers fire when the operator's watermark reaches their timestamp;
-//! processing-time timers fire when the operator's [`Clock`] does. A timer is
-//! registered at most once per (domain, key, timestamp) — registering it again
-//! changes nothing — and it fires once, after which it is gone. Due timers are
-//! taken out in timestamp order; timers with the same timestamp come out in
-//! the order they were registered.
+//! A timer is a (key, timestamp) pair. A [`TimerQueue`] holds the timers of
+//! one time domain: a timer is registered at most once per (key,
+//! timestamp) — registering it again changes nothing — and it fires once,
+//! after which it is gone. Due timers are taken out in timestamp order;
+//! timers with the same timestamp come out in the order they were
+//! registered. A [`TimerService`] is an event-time and a processing-time
+//! queue plus the processing-time [`Clock`].
 //!
-//! The service only keeps the timers; the operator decides when to look for
-//! due ones (see `KeyedProcessOp` in `crate::operators::keyed`).
+//! Keyed process functions keep a `TimerService<K>` (`KeyedProcessOp` in
+//! `crate::operators::keyed`); the window operators keep their firing and
+//! cleanup timers keyed by (key, window): `WindowOp` a `TimerQueue` of event
+//! time, `TriggeredWindowOp` a `TimerService` (its trigger may ask for
+//! either domain). The queues only keep the timers; the operator decides
+//! when to look for due ones.
 
 use super::clock::Clock;
 use floe_actors::element::Timestamp;
@@ -27,9 +31,22 @@ pub enum TimeDomain {
     ProcessingTime,
 }
 
-/// The timers of one domain: a queue ordered by time plus an index per key
-/// that deduplicates registrations.
-struct TimerQueue<K> {
+/// The timers of one time domain: a queue ordered by time plus an index per
+/// key that deduplicates registrations.
+///
+/// ```
+/// use floe::time::timers::TimerQueue;
+///
+/// let mut timers = TimerQueue::default();
+/// assert!(timers.register("a", 20));
+/// assert!(timers.register("b", 10));
+/// assert!(!timers.register("a", 20)); // already there
+/// assert_eq!(timers.pop_due(15), Some((10, "b")));
+/// assert_eq!(timers.pop_due(15), None);
+/// assert_eq!(timers.pop_due(20), Some((20, "a")));
+/// assert!(timers.is_empty());
+/// ```
+pub struct TimerQueue<K> {
     by_time: BTreeMap<Timestamp, VecDeque<K>>,
     by_key: FxHashMap<K, BTreeSet<Timestamp>>,
     len: usize,
@@ -45,10 +62,42 @@ impl<K> Default for TimerQueue<K> {
     }
 }
 
+impl<K> TimerQueue<K> {
+    /// Number of pending timers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no timer is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The earliest pending timestamp.
+    pub fn next_timestamp(&self) -> Option<Timestamp> {
+        self.by_time.keys().next().copied()
+    }
+
+    /// Drops every timer; returns how many there were.
+    pub fn clear(&mut self) -> usize {
+        let n = self.len;
+        *self = TimerQueue::default();
+        n
+    }
+
+    /// Every timer, in the order they would fire.
+    pub fn iter(&self) -> impl Iterator<Item = (Timestamp, &K)> {
+        self.by_time
+            .iter()
+            .flat_map(|(ts, keys)| keys.iter().map(move |k| (*ts, k)))
+    }
+}
+
 impl<K: Hash + Eq + Clone> TimerQueue<K> {
-    /// Adds the timer unless it exists; true when it was added.
-    fn register(&mut self, key: &K, ts: Timestamp) -> bool {
-        match self.by_key.get_mut(key) {
+    /// Adds the timer for `key` at `ts` unless it is pending; true when it
+    /// was added.
+    pub fn register(&mut self, key: K, ts: Timestamp) -> bool {
+        match self.by_key.get_mut(&key) {
             Some(times) => {
                 if !times.insert(ts) {
                     return false;
@@ -58,13 +107,13 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
                 self.by_key.insert(key.clone(), BTreeSet::from([ts]));
             }
         }
-        self.by_time.entry(ts).or_default().push_back(key.clone());
+        self.by_time.entry(ts).or_default().push_back(key);
         self.len += 1;
         true
     }
 
-    /// Removes the timer; true when it existed.
-    fn delete(&mut self, key: &K, ts: Timestamp) -> bool {
+    /// Removes the timer for `key` at `ts`; true when it was pending.
+    pub fn delete(&mut self, key: &K, ts: Timestamp) -> bool {
         let Some(times) = self.by_key.get_mut(key) else {
             return false;
         };
@@ -86,8 +135,9 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
         true
     }
 
-    /// Takes out the earliest timer if its timestamp is `<= limit`.
-    fn pop_due(&mut self, limit: Timestamp) -> Option<(Timestamp, K)> {
+    /// Takes out the earliest timer if its timestamp is `<= limit` (among
+    /// equal timestamps, the first registered).
+    pub fn pop_due(&mut self, limit: Timestamp) -> Option<(Timestamp, K)> {
         let mut entry = self.by_time.first_entry()?;
         let ts = *entry.key();
         if ts > limit {
@@ -107,20 +157,9 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
         Some((ts, key))
     }
 
-    fn contains(&self, key: &K, ts: Timestamp) -> bool {
+    /// Whether the timer for `key` at `ts` is pending.
+    pub fn contains(&self, key: &K, ts: Timestamp) -> bool {
         self.by_key.get(key).is_some_and(|t| t.contains(&ts))
-    }
-
-    fn clear(&mut self) -> usize {
-        let n = self.len;
-        *self = TimerQueue::default();
-        n
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (Timestamp, &K)> {
-        self.by_time
-            .iter()
-            .flat_map(|(ts, keys)| keys.iter().map(move |k| (*ts, k)))
     }
 }
 
@@ -165,10 +204,7 @@ impl<K> TimerService<K> {
 
     /// Number of pending timers of `domain`.
     pub fn len(&self, domain: TimeDomain) -> usize {
-        match domain {
-            TimeDomain::EventTime => self.event.len,
-            TimeDomain::ProcessingTime => self.processing.len,
-        }
+        self.queue(domain).len()
     }
 
     /// True when no timer of either domain is pending.
@@ -178,7 +214,7 @@ impl<K> TimerService<K> {
 
     /// The earliest pending timestamp of `domain`.
     pub fn next_timestamp(&self, domain: TimeDomain) -> Option<Timestamp> {
-        self.queue(domain).by_time.keys().next().copied()
+        self.queue(domain).next_timestamp()
     }
 
     fn queue(&self, domain: TimeDomain) -> &TimerQueue<K> {
@@ -200,7 +236,7 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
     /// Registers a timer for `key` at `timestamp`; true when it was not
     /// registered yet.
     pub fn register(&mut self, domain: TimeDomain, key: &K, timestamp: Timestamp) -> bool {
-        self.queue_mut(domain).register(key, timestamp)
+        self.queue_mut(domain).register(key.clone(), timestamp)
     }
 
     /// Deletes the timer for `key` at `timestamp`; true when it was pending.

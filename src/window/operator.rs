@@ -2,8 +2,8 @@
 //!
 //! State is one accumulator per (key, window). Each window gets a firing timer
 //! at `max_timestamp` and a cleanup timer at `max_timestamp + allowed_lateness`
-//! when it is created; timers live in a map ordered by time and are checked
-//! against the live windows when they fire, so windows that were merged away
+//! when it is created; timers live in a [`TimerQueue`] keyed by (key,
+//! window) and are checked against the live windows when they fire, so windows that were merged away
 //! (sessions) need no timer deletion. The windows live in a [`WindowStore`]
 //! (the heap's map by default, or a redb state backend's); the timers follow
 //! from them and the watermark, so they stay in memory and are rebuilt on
@@ -14,10 +14,10 @@ use super::function::{AggregateFunction, WindowFunction};
 use crate::operators::keyed::KeyFn;
 use crate::operators::{Operator, Output, OutputTag, StateCapture};
 use crate::state::window::{HeapWindows, WindowCapture, WindowStore};
+use crate::time::timers::TimerQueue;
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use floe_actors::ids::CheckpointId;
-use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -138,7 +138,7 @@ pub struct WindowOp<T, K, ACC, R, OUT, A, S = HeapWindows<K, TimeWindow, ACC>> {
     state: S,
     /// The accumulator type of the store.
     _acc: std::marker::PhantomData<fn() -> ACC>,
-    timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
+    timers: TimerQueue<(K, TimeWindow)>,
     fired: Vec<OUT>,
     windows: Vec<TimeWindow>,
     late: LateCounts,
@@ -173,7 +173,7 @@ impl<T, K, ACC, R, OUT, A, S> WindowOp<T, K, ACC, R, OUT, A, S> {
             watermark: MIN_WATERMARK,
             state: store,
             _acc: std::marker::PhantomData,
-            timers: BTreeMap::new(),
+            timers: TimerQueue::default(),
             fired: Vec::new(),
             windows: Vec::new(),
             late: LateCounts::default(),
@@ -198,13 +198,10 @@ where
         let fire = w.max_timestamp();
         let cleanup = fire.saturating_add(self.spec.allowed_lateness);
         if fire > self.watermark || cleanup == fire {
-            self.timers.entry(fire).or_default().push((key.clone(), w));
+            self.timers.register((key.clone(), w), fire);
         }
         if cleanup != fire {
-            self.timers
-                .entry(cleanup)
-                .or_default()
-                .push((key.clone(), w));
+            self.timers.register((key.clone(), w), cleanup);
         }
     }
 
@@ -318,10 +315,9 @@ where
             return Ok(false);
         };
         if merged.end <= merged.start {
-            return Err(Error::User(format!(
-                "dynamic session gap must be positive (got {} ms)",
-                merged.end.wrapping_sub(merged.start)
-            )));
+            return Err(Error::SessionGap {
+                gap: merged.end.wrapping_sub(merged.start),
+            });
         }
         let list = self.state.get_or_insert(&key)?;
         let mut absorbed: Vec<(TimeWindow, ACC)> = Vec::new();
@@ -449,18 +445,12 @@ where
             return Ok(());
         }
         self.watermark = watermark;
-        while let Some(entry) = self.timers.first_entry() {
-            if *entry.key() > watermark {
-                break;
+        while let Some((t, (key, w))) = self.timers.pop_due(watermark) {
+            if t == w.max_timestamp() {
+                self.fire_if_present(&key, w, out)?;
             }
-            let (t, due) = entry.remove_entry();
-            for (key, w) in due {
-                if t == w.max_timestamp() {
-                    self.fire_if_present(&key, w, out)?;
-                }
-                if t == w.max_timestamp().saturating_add(self.spec.allowed_lateness) {
-                    self.purge(&key, w)?;
-                }
+            if t == w.max_timestamp().saturating_add(self.spec.allowed_lateness) {
+                self.purge(&key, w)?;
             }
         }
         Ok(())

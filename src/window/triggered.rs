@@ -2,7 +2,7 @@
 //!
 //! The window keeps its records (evictors need them); on firing, the evictor
 //! trims them and the aggregate runs over what is left. Timers requested by the
-//! trigger are kept in time order; event-time timers fire as the watermark
+//! trigger are kept in a [`TimerService`] by (key, window); event-time timers fire as the watermark
 //! passes them, processing-time timers when the clock has passed them at the
 //! next batch or watermark. Time windows are also cleaned up at
 //! `max_timestamp + allowed_lateness`; a global window lives until the job ends.
@@ -13,10 +13,10 @@ use super::operator::WindowSpec;
 use super::trigger::{Evictor, TimerRequest, Trigger, TriggerContext, TriggerResult, TriggerState};
 use crate::operators::keyed::KeyFn;
 use crate::operators::{Operator, Output};
+use crate::time::{Clock, TimeDomain, TimerService};
 use crate::{Error, Result};
 use floe_actors::element::{Batch, MIN_WATERMARK, Record, Timestamp};
 use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -31,6 +31,23 @@ pub fn system_clock() -> ClockFn {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0)
     })
+}
+
+/// A [`ClockFn`] as the timer service's clock.
+struct FnClock(ClockFn);
+
+impl Clock for FnClock {
+    fn now_ms(&self) -> Timestamp {
+        (self.0)()
+    }
+}
+
+/// A timer's domain in a snapshot: 0 event time, 1 processing time.
+fn domain_code(domain: TimeDomain) -> u8 {
+    match domain {
+        TimeDomain::EventTime => 0,
+        TimeDomain::ProcessingTime => 1,
+    }
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -54,13 +71,13 @@ pub struct TriggeredWindowOp<T, K, ACC, R, OUT, A> {
     spec: WindowSpec<T>,
     trigger: Arc<dyn Trigger<T>>,
     evictor: Option<Arc<dyn Evictor<T>>>,
-    clock: ClockFn,
     agg: Arc<A>,
     window_fn: WindowFunction<K, R, OUT>,
     watermark: Timestamp,
     state: FxHashMap<K, Vec<Entry<T>>>,
-    event_timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
-    processing_timers: BTreeMap<Timestamp, Vec<(K, TimeWindow)>>,
+    /// The trigger's timers and the cleanup timers, per (key, window); its
+    /// clock is the operator's processing time.
+    timers: TimerService<(K, TimeWindow)>,
     requests: Vec<TimerRequest>,
     fired: Vec<OUT>,
     late: super::operator::LateCounts,
@@ -84,13 +101,11 @@ impl<T, K, ACC, R, OUT, A> TriggeredWindowOp<T, K, ACC, R, OUT, A> {
             spec,
             trigger,
             evictor,
-            clock,
             agg,
             window_fn,
             watermark: MIN_WATERMARK,
             state: FxHashMap::default(),
-            event_timers: BTreeMap::new(),
-            processing_timers: BTreeMap::new(),
+            timers: TimerService::new(Arc::new(FnClock(clock))),
             requests: Vec::new(),
             fired: Vec::new(),
             late: Default::default(),
@@ -126,14 +141,11 @@ where
 
     fn apply_requests(&mut self, key: &K, w: TimeWindow) {
         for r in self.requests.drain(..) {
-            let (map, t) = match r {
-                TimerRequest::EventTime(t) => (&mut self.event_timers, t),
-                TimerRequest::ProcessingTime(t) => (&mut self.processing_timers, t),
+            let (domain, t) = match r {
+                TimerRequest::EventTime(t) => (TimeDomain::EventTime, t),
+                TimerRequest::ProcessingTime(t) => (TimeDomain::ProcessingTime, t),
             };
-            let due = map.entry(t).or_default();
-            if !due.iter().any(|(k, x)| *x == w && k == key) {
-                due.push((key.clone(), w));
-            }
+            self.timers.register(domain, &(key.clone(), w), t);
         }
     }
 
@@ -145,7 +157,7 @@ where
         out: &mut Output<'_, OUT>,
         f: impl FnOnce(&dyn Trigger<T>, &mut TriggerContext<'_>) -> TriggerResult,
     ) -> Result<()> {
-        let now = (self.clock)();
+        let now = self.timers.current_processing_time();
         let watermark = self.watermark;
         let trigger = self.trigger.clone();
         let Some(entry) = self
@@ -259,17 +271,11 @@ where
     }
 
     fn fire_processing_timers(&mut self, out: &mut Output<'_, OUT>) -> Result<()> {
-        let now = (self.clock)();
-        while let Some(entry) = self.processing_timers.first_entry() {
-            if *entry.key() > now {
-                break;
-            }
-            let (t, due) = entry.remove_entry();
-            for (key, w) in due {
-                self.with_trigger(&key, w, out, |g, ctx| g.on_processing_time(t, &w, ctx))?;
-                if self.processing() && self.cleanup_time(&w) == Some(t) {
-                    self.remove(&key, w);
-                }
+        let now = self.timers.current_processing_time();
+        while let Some((t, (key, w))) = self.timers.pop_due(TimeDomain::ProcessingTime, now) {
+            self.with_trigger(&key, w, out, |g, ctx| g.on_processing_time(t, &w, ctx))?;
+            if self.processing() && self.cleanup_time(&w) == Some(t) {
+                self.remove(&key, w);
             }
         }
         Ok(())
@@ -309,19 +315,15 @@ where
                 },
             );
         }
-        for (domain, map) in [(0u8, &self.event_timers), (1u8, &self.processing_timers)] {
-            for (t, due) in map {
-                for (k, w) in due {
-                    per_key
-                        .entry(k)
-                        .or_insert_with(|| KeySnapshot {
-                            entries: &empty,
-                            timers: Vec::new(),
-                        })
-                        .timers
-                        .push((domain, *t, *w));
-                }
-            }
+        for (domain, t, (k, w)) in self.timers.iter() {
+            per_key
+                .entry(k)
+                .or_insert_with(|| KeySnapshot {
+                    entries: &empty,
+                    timers: Vec::new(),
+                })
+                .timers
+                .push((domain_code(domain), t, *w));
         }
         let groups = crate::operators::keyed_snapshot::encode(per_key.iter(), ctx.max_parallelism)?;
         Ok(crate::operators::StateCapture::keyed_bytes(groups))
@@ -329,23 +331,19 @@ where
 
     fn restore_state(&mut self, state: crate::operators::RestoredState) -> Result<()> {
         self.state.clear();
-        self.event_timers.clear();
-        self.processing_timers.clear();
-        let (map, event, processing) = (
-            &mut self.state,
-            &mut self.event_timers,
-            &mut self.processing_timers,
-        );
+        self.timers.clear(TimeDomain::EventTime);
+        self.timers.clear(TimeDomain::ProcessingTime);
+        let (map, timers) = (&mut self.state, &mut self.timers);
         crate::operators::keyed_snapshot::decode::<K, KeySnapshot<Vec<Entry<T>>, TimeWindow>>(
             &state.keyed,
             |k, snap| {
                 for (domain, t, w) in snap.timers {
-                    let timers = if domain == 0 {
-                        &mut *event
+                    let domain = if domain == 0 {
+                        TimeDomain::EventTime
                     } else {
-                        &mut *processing
+                        TimeDomain::ProcessingTime
                     };
-                    timers.entry(t).or_default().push((k.clone(), w));
+                    timers.register(domain, &(k.clone(), w), t);
                 }
                 if !snap.entries.is_empty() {
                     map.insert(k, snap.entries);
@@ -363,7 +361,7 @@ where
         self.fire_processing_timers(out)?;
         for r in batch {
             let ts = match (r.timestamp, self.global()) {
-                _ if self.processing() => (self.clock)(),
+                _ if self.processing() => self.timers.current_processing_time(),
                 (None, true) => MIN_WATERMARK,
                 (ts, _) => WindowSpec::<T>::event_time(ts)?,
             };
@@ -384,16 +382,10 @@ where
             return Ok(());
         }
         self.watermark = watermark;
-        while let Some(entry) = self.event_timers.first_entry() {
-            if *entry.key() > watermark {
-                break;
-            }
-            let (t, due) = entry.remove_entry();
-            for (key, w) in due {
-                self.with_trigger(&key, w, out, |g, ctx| g.on_event_time(t, &w, ctx))?;
-                if !self.processing() && self.cleanup_time(&w) == Some(t) {
-                    self.remove(&key, w);
-                }
+        while let Some((t, (key, w))) = self.timers.pop_due(TimeDomain::EventTime, watermark) {
+            self.with_trigger(&key, w, out, |g, ctx| g.on_event_time(t, &w, ctx))?;
+            if !self.processing() && self.cleanup_time(&w) == Some(t) {
+                self.remove(&key, w);
             }
         }
         self.fire_processing_timers(out)

@@ -213,16 +213,17 @@ impl CommitLog {
         };
         // A line without its newline is a torn write of a crashed commit.
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        let text = std::str::from_utf8(&bytes[..complete])
-            .map_err(|_| Error::User(format!("commit log '{}' is not text", path.display())))?;
+        let damaged = |e: Box<dyn std::error::Error + Send + Sync>| {
+            Error::io(
+                "cannot read commit log",
+                path,
+                std::io::Error::new(ErrorKind::InvalidData, e),
+            )
+        };
+        let text = std::str::from_utf8(&bytes[..complete]).map_err(|e| damaged(e.into()))?;
         for (i, line) in text.lines().enumerate() {
-            let parsed = parse_line(line).ok_or_else(|| {
-                Error::User(format!(
-                    "commit log '{}' line {}: unreadable '{line}'",
-                    path.display(),
-                    i + 1
-                ))
-            })?;
+            let parsed = parse_line(line)
+                .ok_or_else(|| damaged(format!("line {}: unreadable '{line}'", i + 1).into()))?;
             log.apply(parsed);
         }
         if complete < bytes.len() {

@@ -372,11 +372,11 @@ impl TransactionalFileSink {
             .map_err(|e| Error::io("cannot inspect output file", &self.path, e))?
             .len();
         if actual < len {
-            return Err(Error::User(format!(
-                "output file '{}' holds {actual} bytes, its commit log records {len}: \
-                 it was changed by something else",
-                self.path.display()
-            )));
+            return Err(Error::OutputChanged {
+                path: self.path.clone(),
+                actual,
+                logged: len,
+            });
         }
         if actual > len {
             out.set_len(len)
@@ -464,7 +464,7 @@ impl<T: Display + Send + 'static> TwoPhaseCommitSink<T> for TransactionalFileSin
     async fn write(&mut self, txn: &mut FileTransaction, batch: Batch<T>) -> Result<()> {
         let path = self.pending_path(txn);
         let w = self.writers.get_mut(&txn.name).ok_or_else(|| {
-            Error::User(format!("transaction {} is not open for writing", txn.name))
+            Error::Internal(format!("transaction {} is not open for writing", txn.name))
         })?;
         for r in batch {
             writeln!(w, "{}", r.value).map_err(|e| Error::io("cannot write", &path, e))?;

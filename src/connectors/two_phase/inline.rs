@@ -96,10 +96,11 @@ where
     fn commit_up_to(&mut self, up_to: CheckpointId) -> Result<()> {
         while let Some((checkpoint, txn)) = self.ledger.next_due(up_to) {
             if let Err(e) = now("commit", self.sink.commit(txn.clone(), checkpoint)) {
-                return Err(Error::User(format!(
-                    "cannot commit transaction {txn:?} of checkpoint {}: {e}",
-                    checkpoint.0
-                )));
+                return Err(Error::Commit {
+                    txn: format!("{txn:?}"),
+                    checkpoint: checkpoint.0,
+                    source: Box::new(e),
+                });
             }
             self.ledger.committed(checkpoint);
         }
@@ -184,10 +185,10 @@ where
             self.recover(r)
         })) {
             Ok(r) => r,
-            Err(p) => Err(Error::User(format!(
-                "panic while recovering transactions: {}",
-                floe_actors::error::panic_message(&*p)
-            ))),
+            Err(p) => Err(Error::Panicked {
+                during: "recovering transactions",
+                message: floe_actors::error::panic_message(&*p),
+            }),
         }
     }
 

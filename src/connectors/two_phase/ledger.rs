@@ -85,10 +85,7 @@ impl<Txn: Clone + Serialize + DeserializeOwned + Debug> Ledger<Txn> {
         self.entries()
             .map(|entry| {
                 postcard::to_allocvec(&entry).map_err(|e| {
-                    Error::User(format!(
-                        "cannot encode pending transaction {:?}: {e}",
-                        entry.1
-                    ))
+                    Error::encoding(format!("encode pending transaction {:?}", entry.1), e)
                 })
             })
             .collect()
@@ -108,7 +105,7 @@ pub(crate) fn recovery<Txn: DeserializeOwned>(
         .iter()
         .map(|bytes| {
             postcard::from_bytes(bytes)
-                .map_err(|e| Error::User(format!("cannot decode a pending transaction: {e}")))
+                .map_err(|e| Error::encoding("decode a pending transaction", e))
         })
         .collect::<Result<_>>()?;
     pending.sort_by_key(|(checkpoint, _)| *checkpoint);

@@ -84,7 +84,7 @@ impl<S: TwoPhaseCommitSink<T>, T: Send + 'static> Writer<S, T> {
                 let failed = r.as_ref().err().map(|e| e.to_string());
                 let _ = reply.send(r);
                 match failed {
-                    Some(e) => Err(Error::User(e)),
+                    Some(e) => Err(Error::User(e.into())),
                     None => Ok(()),
                 }
             }
@@ -136,10 +136,11 @@ where
             return Ok(());
         };
         if let Err(e) = committer.commit(txn.clone(), checkpoint).await {
-            return Err(Error::User(format!(
-                "cannot commit transaction {txn:?} of checkpoint {}: {e}",
-                checkpoint.0
-            )));
+            return Err(Error::Commit {
+                txn: format!("{txn:?}"),
+                checkpoint: checkpoint.0,
+                source: Box::new(e),
+            });
         }
         lock(pending).committed(checkpoint);
     }
