@@ -70,9 +70,9 @@ fn start_job(dir: &Path) -> Job {
     window_input(&input, 1_600_000);
     let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", "window", "--window", "tumbling:100", "--agg", "sum"])
-        // A sink throttled to 20,000 firings/s: backpressured, and about
-        // 50 s for the million firings (some 250 keys in each of the 4,000
-        // windows), longer than the test's steps. The
+        // A sink throttled to 20,000 firings/s: backpressured, about 50 s
+        // for the million firings (some 250 keys in each of the 4,000
+        // windows). The
         // savepoint (aligned, as Flink's) waits for the firings of the
         // watermarks before its barrier to pass the sink: at 2,000/s that
         // took over a minute.
@@ -85,6 +85,11 @@ fn start_job(dir: &Path) -> Job {
             "--inject-failures",
             "1",
         ])
+        // The sources hold at the end of the input (running, not finished)
+        // until the test cancels the job: however slowly the browser's
+        // steps run, the job is still running for its savepoint and its
+        // cancel, instead of finishing in between.
+        .args(["--finish-after-checkpoints", "1000000000"])
         .arg("--input")
         .arg(&input)
         .arg("--checkpoint-dir")
@@ -496,11 +501,12 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
             .for_element(Locator::Css("#banner[data-result]"))
             .await
             .expect("the savepoint's result");
+        let text = banner.text().await.expect("banner text");
         assert_eq!(
             banner.attr("data-result").await.expect("attr").as_deref(),
-            Some("ok")
+            Some("ok"),
+            "the savepoint failed: {text}"
         );
-        let text = banner.text().await.expect("banner text");
         let path = text.rsplit(": ").next().expect("a path").trim().to_string();
         assert!(
             Path::new(&path).join("_metadata").is_file(),
