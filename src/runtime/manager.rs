@@ -84,6 +84,7 @@ pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Re
         region_fence: Default::default(),
         // Deterministic execution keeps every actor on the current arbiter.
         pool: pool.filter(|_| config.deterministic().is_none()),
+        object_storage: Mutex::new(None),
     };
     let graph = plan.describe();
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
