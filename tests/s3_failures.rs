@@ -51,10 +51,16 @@ fn pipelines<'a>(output: &'a Path, url: &'a str, extra: &[&'a str]) -> Vec<&'a s
         url,
         "--tolerable-failed-checkpoints",
         "1000",
-        "--status-interval",
-        "5",
     ];
     args.extend_from_slice(extra);
+    args
+}
+
+/// [`pipelines`] with a status line every 5 ms, the events the tests of a
+/// running job wait for.
+fn watched<'a>(output: &'a Path, url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = pipelines(output, url, extra);
+    args.extend(["--status-interval", "5"]);
     args
 }
 
@@ -177,7 +183,7 @@ fn server_down_mid_run_fails_checkpoints_and_the_job_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("out.txt");
     let url = server.s3.url(&fresh_prefix("down-mid-run"));
-    let args = pipelines(&output, &url, &[]);
+    let args = watched(&output, &url, &[]);
     let command = &mut floe_s3(&server.s3.clone(), &args);
     // 0: wait for a checkpoint, kill; 1: wait for a failed one, restart;
     // 2: wait for a checkpoint after the restart.
@@ -266,7 +272,7 @@ fn slow_server_times_checkpoints_out_and_the_job_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("out.txt");
     let url = s3.url(&fresh_prefix("slow"));
-    let args = pipelines(&output, &url, &["--checkpoint-timeout", "1000"]);
+    let args = watched(&output, &url, &["--checkpoint-timeout", "1000"]);
     let (mut phase, mut completed_before) = (0, 0);
     let (status, stderr) = run_watching(&mut floe_s3(&through, &args), |line, _| {
         let completed = status_field(line, "checkpoints");

@@ -187,18 +187,26 @@ impl Bucket {
 
     /// The size of each of `keys` (`NotFound` for a missing one), at once.
     pub(crate) fn sizes(&self, keys: Vec<String>) -> Vec<object_store::Result<u64>> {
-        let heads: Vec<_> = keys
-            .iter()
-            .map(|k| {
-                let store = self.store.clone();
-                let path = Key::from(k.as_str());
-                retrying(self.url(k), "HEAD", ATTEMPTS, move || {
-                    let (store, path) = (store.clone(), path.clone());
-                    async move { store.head(&path).await.map(|m| m.size) }
-                })
-            })
-            .collect();
+        let heads: Vec<_> = keys.iter().map(|k| self.size_async(k, ATTEMPTS)).collect();
         block(futures::future::join_all(heads))
+    }
+
+    /// The size of `key` (`NotFound` when missing).
+    pub(crate) fn size(&self, key: &str, attempts: u32) -> object_store::Result<u64> {
+        block(self.size_async(key, attempts))
+    }
+
+    fn size_async(
+        &self,
+        key: &str,
+        attempts: u32,
+    ) -> impl Future<Output = object_store::Result<u64>> + Send + 'static {
+        let store = self.store.clone();
+        let path = Key::from(key);
+        retrying(self.url(key), "HEAD", attempts, move || {
+            let (store, path) = (store.clone(), path.clone());
+            async move { store.head(&path).await.map(|m| m.size) }
+        })
     }
 
     /// Every object under `prefix` (a "directory": ends with `/`).

@@ -46,16 +46,15 @@ pub(crate) fn open_savepoint(
 ) -> Result<Box<dyn SavepointSink>, CheckpointError> {
     let prefix = Prefix::parse(target)?.child(&format!("savepoint-{}", id.0));
     let key = prefix.key(METADATA_FILE);
-    match prefix.bucket.sizes(vec![key.clone()]).pop() {
-        Some(Err(object_store::Error::NotFound { .. })) => {}
-        Some(Ok(_)) => {
+    match prefix.bucket.size(&key, 1) {
+        Err(object_store::Error::NotFound { .. }) => {}
+        Ok(_) => {
             return Err(CheckpointError::Storage {
                 location: prefix.url(""),
                 message: "a savepoint is already there".into(),
             });
         }
-        Some(Err(e)) => return Err(prefix.bucket.error("HEAD", &key, &e)),
-        None => {}
+        Err(e) => return Err(prefix.bucket.error("HEAD", &key, &e)),
     }
     Ok(Box::new(ObjectSavepoint {
         prefix,
@@ -141,16 +140,18 @@ impl Drop for ObjectSavepoint {
 }
 
 /// Whether the URL `path` names one snapshot: a `_metadata` object, or a
-/// prefix holding one.
+/// prefix holding one. The first request of a restore or an inspection:
+/// an unreachable server fails it at once, without retries.
 pub(crate) fn is_single_snapshot(path: &Path) -> Result<bool, CheckpointError> {
     let prefix = Prefix::parse(path)?;
     if prefix.name() == METADATA_FILE {
         return Ok(true);
     }
     let key = prefix.key(METADATA_FILE);
-    match prefix.bucket.list(&key, 1) {
-        Ok(found) => Ok(found.iter().any(|o| o.location.as_ref() == key)),
-        Err(e) => Err(prefix.bucket.error("LIST", &key, &e)),
+    match prefix.bucket.size(&key, 1) {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(prefix.bucket.error("HEAD", &key, &e)),
     }
 }
 

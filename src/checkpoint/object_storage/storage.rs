@@ -342,17 +342,16 @@ impl CheckpointStorage for ObjectCheckpointStorage {
 
     fn discard(&self, id: CheckpointId) {
         let key = self.metadata_key(id.0);
-        match self.prefix.bucket.sizes(vec![key.clone()]).pop() {
-            Some(Err(object_store::Error::NotFound { .. })) => {}
-            Some(Ok(_)) => {
+        match self.prefix.bucket.size(&key, ATTEMPTS) {
+            Err(object_store::Error::NotFound { .. }) => {}
+            Ok(_) => {
                 tracing::warn!(checkpoint = id.0, "not discarding a committed checkpoint");
                 return;
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(checkpoint = id.0, error = %self.storage_error("HEAD", &key, &e), "cannot discard checkpoint");
                 return;
             }
-            None => return,
         }
         let dir = self.prefix.key(&format!("{}/", chk_dir_name(id)));
         let removed = self.prefix.bucket.list(&dir, ATTEMPTS).and_then(|objects| {
