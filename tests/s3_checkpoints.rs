@@ -359,7 +359,8 @@ fn incremental_checkpoints_share_objects_by_reference_while_retained() {
         .filter(|o| !o.starts_with(&own) && !borrowed.contains(o) && o.as_str() != "_lease")
         .filter(|o| {
             let id = o.strip_prefix("chk-").and_then(|r| r.split('/').next());
-            id.and_then(|i| i.parse::<u64>().ok()).is_none_or(|i| i < newest)
+            id.and_then(|i| i.parse::<u64>().ok())
+                .is_none_or(|i| i < newest)
         })
         .collect();
     assert!(stray.is_empty(), "stray objects: {stray:?}");

@@ -369,6 +369,17 @@ impl Manager {
         if let Some(dir) = self.temporary.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
+        // Before the result is out: a process that exits on it leaves the
+        // checkpoint prefix free for the next job.
+        let storage = self
+            .shared
+            .object_storage
+            .lock()
+            .map(|mut s| s.take())
+            .unwrap_or_default();
+        if let Some(storage) = storage {
+            storage.release();
+        }
         if let Some(done) = self.done.take() {
             let _ = done.send(result);
         }

@@ -66,6 +66,10 @@ pub trait CheckpointStorage: BlobSink {
     fn blob_source(&self) -> Option<std::sync::Arc<dyn BlobSource>> {
         None
     }
+    /// The job that wrote here ended: give up what keeps other jobs out
+    /// (object storage's lease; a local store's lock goes with the last
+    /// handle). Later commits fail.
+    fn release(&self) {}
 }
 
 /// Reads the blobs of a snapshot kept elsewhere than in a local directory

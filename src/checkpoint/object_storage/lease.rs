@@ -149,8 +149,15 @@ impl Lease {
         Ok(lease)
     }
 
-    /// Err once the lease was lost: nothing may be committed any more.
+    /// Err once the lease was lost or released: nothing may be committed
+    /// any more.
     pub(super) fn check(&self) -> Result<(), CheckpointError> {
+        if self.state.released.load(Ordering::Acquire) {
+            return Err(CheckpointError::Storage {
+                location: self.bucket.url(&self.key),
+                message: "the job released its checkpoint prefix (it ended)".into(),
+            });
+        }
         if self.state.lost.load(Ordering::Acquire) {
             return Err(CheckpointError::Storage {
                 location: self.bucket.url(&self.key),
@@ -200,10 +207,12 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.state.released.store(true, Ordering::Release);
-        if self.state.lost.load(Ordering::Acquire) {
+impl Lease {
+    /// Gives the lease up (deletes it) unless lost; once only.
+    pub(super) fn release(&self) {
+        if self.state.released.swap(true, Ordering::AcqRel)
+            || self.state.lost.load(Ordering::Acquire)
+        {
             return;
         }
         let key = self.key.clone();
@@ -211,6 +220,12 @@ impl Drop for Lease {
         // Best effort: an unreleased lease only makes the next job wait
         // for its term (or not at all, on this host).
         let _ = block(async move { bucket.delete_many_async(vec![key]).await });
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

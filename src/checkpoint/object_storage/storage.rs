@@ -454,4 +454,11 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     fn blob_source(&self) -> Option<Arc<dyn BlobSource>> {
         Some(self.prefix.clone() as Arc<dyn BlobSource>)
     }
+
+    /// Deletes the prefix's lease: the next job may start at once.
+    fn release(&self) {
+        if let Some(lease) = &self.lease {
+            lease.release();
+        }
+    }
 }
