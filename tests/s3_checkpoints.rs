@@ -291,6 +291,47 @@ fn retention_leaves_only_the_retained_checkpoints_objects() {
     }
 }
 
+/// The retained checkpoint of `prefix` (retention keeps one) and the
+/// objects of earlier checkpoints its metadata references, once it is
+/// incremental and retention has run for it: every earlier checkpoint's
+/// metadata is gone, its referenced objects are there, and no other object
+/// of it is left (objects of checkpoints in flight, newer, may be). `None`
+/// before.
+fn retained_incremental(s3: &S3, prefix: &str) -> Option<(u64, Vec<String>)> {
+    let objects = s3.objects(prefix);
+    let committed: Vec<u64> = objects
+        .iter()
+        .filter_map(|o| {
+            o.strip_prefix("chk-")?
+                .strip_suffix("/_metadata")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let [newest] = committed[..] else {
+        return None;
+    };
+    let file = s3.object_file(prefix, &format!("chk-{newest}/_metadata"));
+    let bytes = std::fs::read(&file).ok()?;
+    let meta = floe::checkpoint::store::decode_metadata(&bytes, "newest", &file).ok()?;
+    let own = format!("chk-{newest}/");
+    let borrowed: Vec<String> = meta
+        .blobs()
+        .iter()
+        .map(|b| b.path.clone())
+        .filter(|p| !p.starts_with(&own))
+        .collect();
+    let kept = borrowed.iter().all(|p| objects.contains(p));
+    let stray = objects.iter().any(|o| {
+        let id = o.strip_prefix("chk-").and_then(|r| r.split('/').next());
+        let older = id
+            .and_then(|i| i.parse::<u64>().ok())
+            .is_some_and(|i| i < newest);
+        older && !borrowed.contains(o)
+    });
+    (!borrowed.is_empty() && kept && !stray).then_some((newest, borrowed))
+}
+
 #[test]
 fn incremental_checkpoints_share_objects_by_reference_while_retained() {
     let Some(s3) = s3("incremental checkpoints on S3") else {
@@ -301,8 +342,6 @@ fn incremental_checkpoints_share_objects_by_reference_while_retained() {
     let prefix = fresh_prefix("incremental");
     let url = s3.url(&prefix);
     let state_dir = dir.path().join("state");
-    // Killed mid-run, after a few checkpoints: the newest one holds the
-    // counts (the final checkpoint of a finished job holds no state).
     let args = wordcount_args(
         "2",
         &output,
@@ -316,54 +355,36 @@ fn incremental_checkpoints_share_objects_by_reference_while_retained() {
             "--checkpoint-dir",
             &url,
             "--finish-after-checkpoints",
-            "20",
+            "30",
             "--status-interval",
             "5",
         ],
     );
-    let mut killed = false;
+    // The event: the one retained checkpoint is incremental (its metadata
+    // references objects of an earlier, dropped checkpoint), and retention
+    // left exactly those of the earlier checkpoint. The job ends there.
+    let mut seen = None;
     let (_, stderr) = run_watching(&mut floe_s3(&s3, &args), |line, child| {
-        if !killed && cli_common::status_field(line, "checkpoints").is_some_and(|n| n >= 4) {
-            child.kill().expect("SIGKILL");
-            killed = true;
+        if seen.is_none() && line.starts_with("status ") {
+            seen = retained_incremental(&s3, &prefix);
+            if seen.is_some() {
+                child.kill().expect("SIGKILL");
+            }
         }
     });
-    assert!(killed, "{stderr}");
-    let ids = listed_ids(&s3, &url);
-    assert_eq!(ids.len(), 1, "one retained: {ids:?}");
-    let newest = ids[0];
-    let file = s3.object_file(&prefix, &format!("chk-{newest}/_metadata"));
-    let bytes = std::fs::read(&file).expect("the metadata object");
-    let meta = floe::checkpoint::store::decode_metadata(&bytes, "newest", &file).expect("decodes");
-    let own = format!("chk-{newest}/");
-    let borrowed: Vec<String> = meta
-        .blobs()
-        .iter()
-        .map(|b| b.path.clone())
-        .filter(|p| !p.starts_with(&own))
-        .collect();
+    let (newest, borrowed) = seen.unwrap_or_else(|| {
+        panic!(
+            "the one retained checkpoint was never incremental with retention done; \
+             objects: {:?}\nstderr:\n{stderr}",
+            s3.objects(&prefix)
+        )
+    });
     assert!(
-        !borrowed.is_empty(),
-        "the newest checkpoint references objects of an earlier one: {:?}",
-        meta.blobs()
+        borrowed
+            .iter()
+            .all(|p| !p.starts_with(&format!("chk-{newest}/"))),
+        "{borrowed:?}"
     );
-    // Retention dropped the earlier checkpoints but kept what is referenced,
-    // and nothing else of them.
-    let objects = s3.objects(&prefix);
-    for path in &borrowed {
-        assert!(objects.contains(path), "{path} kept: {objects:?}");
-    }
-    // Objects of checkpoints in flight at the kill (newer) are not strays.
-    let stray: Vec<&String> = objects
-        .iter()
-        .filter(|o| !o.starts_with(&own) && !borrowed.contains(o) && o.as_str() != "_lease")
-        .filter(|o| {
-            let id = o.strip_prefix("chk-").and_then(|r| r.split('/').next());
-            id.and_then(|i| i.parse::<u64>().ok())
-                .is_none_or(|i| i < newest)
-        })
-        .collect();
-    assert!(stray.is_empty(), "stray objects: {stray:?}");
 }
 
 // ------------------------------------------------------------------- window
