@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Real servers for the connector and dashboard tests: PostgreSQL, Apache
-# Kafka and chromedriver (headless Chromium over WebDriver), each on a free
-# loopback port, private to this checkout.
+# Kafka, an S3-compatible object store (s3s-fs) and chromedriver (headless
+# Chromium over WebDriver), each on a free loopback port, private to this
+# checkout.
 #
-#   scripts/services.sh start [postgres] [kafka] [webdriver]   install what is missing, start, wait
+#   scripts/services.sh start [postgres] [kafka] [s3] [webdriver]   install what is missing, start, wait
 #   scripts/services.sh stop                                   stop them
-#   scripts/services.sh kill kafka                 SIGKILL the broker, keep its ports and storage
-#                                                  (`start kafka` then restarts it on both)
+#   scripts/services.sh kill kafka|s3              SIGKILL the server, keep its port and storage
+#                                                  (`start kafka|s3` then restarts it on both)
 #   scripts/services.sh env                        print the env file (source it)
 #
 # `start` writes target/services.env with
@@ -14,6 +15,9 @@
 #   FLOE_TEST_KAFKA=127.0.0.1:PORT
 #   FLOE_TEST_KAFKA_CLASSPATH='~/.cache/floe/kafka-4.4.0/lib/*'   (Kafka's tools, for the tests)
 #   FLOE_TEST_WEBDRIVER=http://127.0.0.1:PORT
+#   FLOE_TEST_S3_ENDPOINT=http://127.0.0.1:PORT  FLOE_TEST_S3_BUCKET=floe-test
+#   FLOE_TEST_S3_ACCESS_KEY=…  FLOE_TEST_S3_SECRET_KEY=…  FLOE_TEST_S3_DATA=DIR (its files)
+#   FLOE_TEST_S3_SERVER=PATH (the s3s-fs binary, for tests that run a private one)
 # which the tests read (they fail with a pointer here when it is missing,
 # unless FLOE_SKIP_SERVICES=1). Installs: PostgreSQL from Debian's packages,
 # Apache Kafka (below), chromium and chromium-driver (dashboard tests).
@@ -27,6 +31,15 @@
 # records it acknowledged and its open transactions. The tests use the
 # librdkafka 2.12 that rdkafka-sys vendors; docs/kafka.md says how the
 # broker is configured for them.
+# The S3 server is s3s-fs 0.14.1 from crates.io (`cargo install
+# s3s-fs --features binary`, a debug build: it compiles in a fraction of a
+# release build's time and serves tests well), into
+# ~/.cache/floe/s3s-fs-0.14.1-debug. It keeps each object as a file under
+# target/services/s3/data/BUCKET/KEY, speaks SigV4 with one access key,
+# path-style requests, and conditional writes (If-None-Match, If-Match),
+# which the checkpoint storage's commit point and lease need. (0.17 needs a
+# newer rustc than 1.95; SeaweedFS's module refuses `go install`; MinIO is
+# not in the reachable registries.)
 # PostgreSQL runs as the `postgres` user (initdb refuses root), with
 # max_prepared_transactions=64 for two-phase commit, its data and socket in
 # a private directory under $TMPDIR.
@@ -276,6 +289,64 @@ stop_webdriver() {
   rm -f "$STATE/chromedriver.pid" "$STATE/chromedriver.port"
 }
 
+S3S_VERSION=0.14.1
+S3S_HOME="${FLOE_S3S_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/floe/s3s-fs-$S3S_VERSION-debug}"
+S3_BUCKET=floe-test
+S3_ACCESS_KEY=floetest
+S3_SECRET_KEY=floetest-secret
+
+install_s3() {
+  [ -x "$S3S_HOME/bin/s3s-fs" ] && return 0
+  log "installing s3s-fs $S3S_VERSION (crates.io, debug build, into $S3S_HOME)"
+  cargo install s3s-fs --version "$S3S_VERSION" --features binary --locked --debug \
+    --root "$S3S_HOME" >"$STATE/s3s-install.log" 2>&1 \
+    || { tail -20 "$STATE/s3s-install.log" >&2; die "cargo install s3s-fs failed"; }
+}
+
+start_s3() {
+  local dir="$STATE/s3" port
+  if alive "$STATE/s3.pid"; then
+    log "s3s-fs already runs"
+    return 0
+  fi
+  install_s3
+  # A restart after `kill s3` keeps the port and the objects.
+  if [ -f "$STATE/s3.port" ] && [ -d "$dir/data/$S3_BUCKET" ]; then
+    port="$(cat "$STATE/s3.port")"
+  else
+    rm -rf "$dir"
+    port="$(free_port)"
+    echo "$port" >"$STATE/s3.port"
+  fi
+  # A bucket of s3s-fs is a directory of its root.
+  mkdir -p "$dir/data/$S3_BUCKET"
+  (exec setsid nohup "$S3S_HOME/bin/s3s-fs" --host 127.0.0.1 --port "$port" \
+    --access-key "$S3_ACCESS_KEY" --secret-key "$S3_SECRET_KEY" "$dir/data" \
+    >>"$dir/s3s-fs.log" 2>&1) &
+  echo $! >"$STATE/s3.pid"
+  wait_port "$port" 60 || { tail -20 "$dir/s3s-fs.log" >&2; die "s3s-fs does not accept connections on $port"; }
+  log "s3s-fs $S3S_VERSION on 127.0.0.1:$port (bucket $S3_BUCKET, objects in $dir/data)"
+}
+
+# SIGKILL the S3 server, keeping its port and objects for the next start.
+kill_s3() {
+  if alive "$STATE/s3.pid"; then
+    kill -9 "$(cat "$STATE/s3.pid")" 2>/dev/null || true
+    local port i=0
+    port="$(cat "$STATE/s3.port")"
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && [ "$i" -lt 100 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+  fi
+  rm -f "$STATE/s3.pid"
+}
+
+stop_s3() {
+  kill_s3
+  rm -rf "$STATE/s3" "$STATE/s3.port"
+}
+
 stop_kafka() {
   kill_kafka
   rm -rf "$STATE/kafka" "$STATE/kafka.port"
@@ -290,6 +361,14 @@ write_env() {
       echo "export FLOE_TEST_KAFKA=127.0.0.1:$(cat "$STATE/kafka.port")"
       echo "export FLOE_TEST_KAFKA_CLASSPATH='$KAFKA_HOME/lib/*'"
     fi
+    if [ -f "$STATE/s3.port" ]; then
+      echo "export FLOE_TEST_S3_ENDPOINT=http://127.0.0.1:$(cat "$STATE/s3.port")"
+      echo "export FLOE_TEST_S3_BUCKET=$S3_BUCKET"
+      echo "export FLOE_TEST_S3_ACCESS_KEY=$S3_ACCESS_KEY"
+      echo "export FLOE_TEST_S3_SECRET_KEY=$S3_SECRET_KEY"
+      echo "export FLOE_TEST_S3_DATA=$STATE/s3/data"
+      echo "export FLOE_TEST_S3_SERVER=$S3S_HOME/bin/s3s-fs"
+    fi
     if [ -f "$STATE/chromedriver.port" ]; then
       echo "export FLOE_TEST_WEBDRIVER=http://127.0.0.1:$(cat "$STATE/chromedriver.port")"
     fi
@@ -298,15 +377,16 @@ write_env() {
 
 cmd="${1:-}"
 shift || true
-want_pg=1 want_kafka=1 want_web=1
+want_pg=1 want_kafka=1 want_s3=1 want_web=1
 if [ $# -gt 0 ]; then
-  want_pg="" want_kafka="" want_web=""
+  want_pg="" want_kafka="" want_s3="" want_web=""
   for s in "$@"; do
     case "$s" in
       postgres) want_pg=1 ;;
       kafka) want_kafka=1 ;;
+      s3) want_s3=1 ;;
       webdriver) want_web=1 ;;
-      *) die "unknown service '$s' (postgres, kafka, webdriver)" ;;
+      *) die "unknown service '$s' (postgres, kafka, s3, webdriver)" ;;
     esac
   done
 fi
@@ -316,8 +396,10 @@ case "$cmd" in
     [ -n "$want_pg" ] && install_postgres
     [ -n "$want_kafka" ] && install_kafka
     [ -n "$want_web" ] && install_chromium
+    [ -n "$want_s3" ] && install_s3
     [ -n "$want_pg" ] && start_postgres
     [ -n "$want_kafka" ] && start_kafka
+    [ -n "$want_s3" ] && start_s3
     [ -n "$want_web" ] && start_webdriver
     write_env
     cat "$ENV_FILE"
@@ -325,20 +407,23 @@ case "$cmd" in
   stop)
     stop_postgres
     stop_kafka
+    stop_s3
     stop_webdriver
     rm -f "$ENV_FILE"
     ;;
   kill)
-    [ "${1:-}" = kafka ] || die "usage: scripts/services.sh kill kafka"
-    kill_kafka
-    log "broker killed (port and storage kept: \`start kafka\` restarts it)"
+    case "${1:-}" in
+      kafka) kill_kafka; log "broker killed (port and storage kept: \`start kafka\` restarts it)" ;;
+      s3) kill_s3; log "s3s-fs killed (port and objects kept: \`start s3\` restarts it)" ;;
+      *) die "usage: scripts/services.sh kill kafka|s3" ;;
+    esac
     ;;
   env)
     [ -f "$ENV_FILE" ] || die "no services running: run scripts/services.sh start"
     cat "$ENV_FILE"
     ;;
   *)
-    echo "usage: scripts/services.sh start [postgres] [kafka] [webdriver] | stop | kill kafka | env" >&2
+    echo "usage: scripts/services.sh start [postgres] [kafka] [s3] [webdriver] | stop | kill kafka|s3 | env" >&2
     exit 2
     ;;
 esac

@@ -236,16 +236,9 @@ impl Config {
         else {
             return Ok(());
         };
-        use crate::checkpoint::store::{DATABASE_FILE, METADATA_FILE};
         // Only whether there is something: the restore itself reads and
         // verifies it (reading every blob twice would double the start).
-        let fresh = if path.join(DATABASE_FILE).is_file() {
-            crate::checkpoint::CheckpointStore::open_existing(path)?
-                .list()?
-                .is_empty()
-        } else {
-            !path.join(METADATA_FILE).is_file() && !path.is_file()
-        };
+        let fresh = !crate::checkpoint::location::has_snapshot(path)?;
         if fresh {
             tracing::info!(dir = %path.display(), "no completed checkpoint to resume; starting fresh");
             self.restore_from = None;

@@ -183,6 +183,7 @@ impl CheckpointArgs {
             return bad("--resume starts from --checkpoint-dir; drop --from-checkpoint");
         }
         if let Some(path) = &self.from_checkpoint
+            && !floe::checkpoint::is_object_url(path)
             && !path.exists()
         {
             return Err(floe::checkpoint::CheckpointError::NotFound { path: path.clone() }.into());
@@ -215,10 +216,11 @@ impl CheckpointArgs {
         }
         let mut config = env.config();
         if let (true, Some(dir)) = (self.resume, &self.checkpoint_dir) {
-            match newest_checkpoint(dir)? {
+            match floe::checkpoint::location::newest_checkpoint(dir)? {
                 Some(id) => eprintln!(
-                    "resume: from the newest intact checkpoint in {} (newest: {id})",
-                    dir.display()
+                    "resume: from the newest intact checkpoint in {} (newest: {})",
+                    dir.display(),
+                    id.0
                 ),
                 None => eprintln!("resume: no checkpoint in {}; starting fresh", dir.display()),
             }
@@ -288,18 +290,6 @@ impl CheckpointArgs {
             ))),
         }
     }
-}
-
-/// The id of the newest completed checkpoint in the checkpoint directory
-/// `dir`; `None` when it has none (or does not exist yet). A damaged
-/// store is an error, as for `--from-checkpoint`.
-fn newest_checkpoint(dir: &std::path::Path) -> floe::Result<Option<u64>> {
-    use floe::checkpoint::{CheckpointStore, store::DATABASE_FILE};
-    if !dir.join(DATABASE_FILE).is_file() {
-        return Ok(None);
-    }
-    let store = CheckpointStore::open_existing(dir)?;
-    Ok(store.list()?.iter().map(|m| m.id.0).max())
 }
 
 /// The summary fields of checkpointing and failover, when a checkpoint,

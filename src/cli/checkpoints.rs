@@ -1,13 +1,13 @@
-//! `floe checkpoints list|verify`: inspect a checkpoint directory.
+//! `floe checkpoints list|verify`: inspect a checkpoint directory, or a
+//! checkpoint prefix on object storage (`s3://BUCKET/PREFIX`).
 //!
 //! `list` reads the store's database only; `verify` reads every file and
 //! checks every checksum, and exits non-zero on the first damaged checkpoint
 //! it reports (after reporting them all), so it can gate a restore in a
 //! script.
 
-use floe::checkpoint::{
-    CheckpointError, CheckpointMetadata, CheckpointStore, load_snapshot, store::DATABASE_FILE,
-};
+use floe::checkpoint::location::is_single_snapshot;
+use floe::checkpoint::{CheckpointError, CheckpointMetadata, load_snapshot, open_existing_storage};
 use std::io::Write;
 use std::path::Path;
 
@@ -32,7 +32,7 @@ fn say(line: std::fmt::Arguments<'_>) {
 /// alignment_ms  channel_state_bytes  kind` (time: UTC ISO-8601 of the
 /// trigger; kind: `aligned` or `unaligned`). Err on an unreadable directory.
 pub fn list(dir: &Path) -> floe::Result<()> {
-    let store = CheckpointStore::open_existing(dir)?;
+    let store = open_existing_storage(dir)?;
     let checkpoints = store.list()?;
     say!("{}", header());
     for meta in &checkpoints {
@@ -71,7 +71,7 @@ fn row(meta: &CheckpointMetadata) -> String {
 /// `checkpoint N: CORRUPT <reason>` for each; Err (non-zero exit) with the
 /// first fault if any.
 pub fn verify(path: &Path) -> floe::Result<()> {
-    if !path.join(DATABASE_FILE).is_file() {
+    if is_single_snapshot(path)? {
         // One snapshot: a savepoint, a `chk-<id>` directory or a `_metadata`.
         return match load_snapshot(path) {
             Ok(loaded) => {
@@ -85,15 +85,15 @@ pub fn verify(path: &Path) -> floe::Result<()> {
             }
         };
     }
-    let store = CheckpointStore::open_existing(path)?;
+    let store = open_existing_storage(path)?;
     let checkpoints = store.list()?;
     if checkpoints.is_empty() {
         say!("no committed checkpoints in '{}'", path.display());
     }
     let mut first_fault = None;
     for meta in &checkpoints {
-        match store.verify(meta.id) {
-            Ok(()) => say!("checkpoint {}: ok", meta.id.0),
+        match store.verified_metadata(meta.id) {
+            Ok(_) => say!("checkpoint {}: ok", meta.id.0),
             Err(e) => {
                 say!("checkpoint {}: CORRUPT {}", meta.id.0, reason(&e));
                 first_fault.get_or_insert(e);

@@ -15,7 +15,7 @@ use super::spawn::Spawner;
 use crate::Result;
 use crate::checkpoint::coordinator::{BlobRouter, CheckpointCoordinator, CoordinatorSetup};
 use crate::checkpoint::restore::RestorePlan;
-use crate::checkpoint::{CheckpointStorage, CheckpointStore, ExternalizedRetention, setup};
+use crate::checkpoint::{CheckpointStorage, ExternalizedRetention, setup};
 use crate::config::Config;
 use actix::{Actor, Arbiter};
 use floe_actors::checkpoint::messages::{RegisterSubtasks, RequestSavepoint};
@@ -87,7 +87,7 @@ pub(crate) fn deploy_attempt(
     // `launch` gives checkpointing jobs a directory (a temporary one if
     // none was configured), shared by every attempt.
     let store = match &config.checkpoint.dir {
-        Some(dir) if config.checkpoint.enabled() => Some(Arc::new(CheckpointStore::open(dir)?)),
+        Some(dir) if config.checkpoint.enabled() => Some(shared.checkpoint_storage(dir)?),
         _ => None,
     };
     let checkpoints = checkpoint_setup(
@@ -214,7 +214,7 @@ fn checkpoint_setup(
     plan: &Job,
     config: &Config,
     restore: Option<&RestorePlan>,
-    store: Option<Arc<CheckpointStore>>,
+    store: Option<Arc<dyn CheckpointStorage>>,
     shared: &Shared,
 ) -> Result<CoordinatorSetup> {
     let cp = &config.checkpoint;
@@ -247,7 +247,8 @@ fn checkpoint_setup(
         retained: cp.retained,
         delete_on_cancel: cp.retention_on_cancel == ExternalizedRetention::Delete,
         router: Arc::new(BlobRouter::new(store.clone())),
-        store: store.map(|s| s as Arc<dyn CheckpointStorage>),
+        savepoints: Arc::new(crate::checkpoint::location::AnySavepoints),
+        store,
         next_id: ids,
         shape: JobShape {
             max_parallelism: config.max_parallelism,

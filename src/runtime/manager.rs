@@ -84,6 +84,7 @@ pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Re
         region_fence: Default::default(),
         // Deterministic execution keeps every actor on the current arbiter.
         pool: pool.filter(|_| config.deterministic().is_none()),
+        object_storage: Mutex::new(None),
     };
     let graph = plan.describe();
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
@@ -367,6 +368,17 @@ impl Manager {
         self.shared.events.close();
         if let Some(dir) = self.temporary.take() {
             let _ = std::fs::remove_dir_all(dir);
+        }
+        // Before the result is out: a process that exits on it leaves the
+        // checkpoint prefix free for the next job.
+        let storage = self
+            .shared
+            .object_storage
+            .lock()
+            .map(|mut s| s.take())
+            .unwrap_or_default();
+        if let Some(storage) = storage {
+            storage.release();
         }
         if let Some(done) = self.done.take() {
             let _ = done.send(result);

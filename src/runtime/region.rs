@@ -9,7 +9,7 @@ use super::spawn::Spawner;
 use super::status::FailoverStats;
 use crate::Error;
 use crate::checkpoint::CheckpointStats;
-use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::CheckpointStorage;
 use crate::checkpoint::coordinator::CheckpointCoordinator;
 use crate::checkpoint::restore::RestorePlan;
 use floe_actors::ids::{SubtaskIndex, VertexId};
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 /// the latest completed checkpoint while the others run on.
 pub(super) struct Regions {
     spawner: Spawner,
-    store: Option<Arc<CheckpointStore>>,
+    store: Option<Arc<dyn CheckpointStorage>>,
     coordinator: actix::Addr<CheckpointCoordinator>,
     fail: KillTargets,
     tracker: crate::failover::RestartTracker,
@@ -40,7 +40,7 @@ pub(super) struct Regions {
 impl Regions {
     pub(super) fn new(
         spawner: Spawner,
-        store: Option<Arc<CheckpointStore>>,
+        store: Option<Arc<dyn CheckpointStorage>>,
         coordinator: actix::Addr<CheckpointCoordinator>,
         fail: KillTargets,
         shared: &Shared,
@@ -125,7 +125,7 @@ impl floe_actors::supervisor::RegionFailover for Regions {
         let plan = &self.spawner.plan;
         let restore = match (completed, &self.store) {
             (Some(_), Some(store)) => {
-                let loaded = crate::checkpoint::load_latest(store)
+                let loaded = crate::checkpoint::load_latest(store.as_ref())
                     .map_err(|e| Error::from(e).into_runtime())?;
                 self.events.report_fallback(&loaded);
                 Some(

@@ -10,7 +10,7 @@ use super::events::EventLog;
 use super::instrumentation::Instrumentation;
 use super::pool::ArbiterPool;
 use super::status::FailoverStats;
-use crate::checkpoint::CheckpointStats;
+use crate::checkpoint::{CheckpointStats, CheckpointStorage};
 use floe_actors::metrics::JobMetrics;
 use floe_actors::supervisor::JobStatus;
 use std::sync::{Arc, Mutex};
@@ -37,4 +37,31 @@ pub(crate) struct Shared {
     /// The shared threads every attempt runs on, if any (else each attempt
     /// starts its own).
     pub pool: Option<ArbiterPool>,
+    /// The checkpoint storage on object storage, opened once for every
+    /// attempt: it holds the prefix's lease while the job runs.
+    pub object_storage: Mutex<Option<Arc<dyn CheckpointStorage>>>,
+}
+
+impl Shared {
+    /// The checkpoint storage at `dir` for an attempt: a local directory is
+    /// opened by each attempt (its database lock follows the attempt);
+    /// object storage once per job.
+    pub fn checkpoint_storage(
+        &self,
+        dir: &std::path::Path,
+    ) -> crate::Result<Arc<dyn CheckpointStorage>> {
+        if !crate::checkpoint::is_object_url(dir) {
+            return Ok(crate::checkpoint::open_storage(dir)?);
+        }
+        let mut open = self
+            .object_storage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(storage) = open.as_ref() {
+            return Ok(storage.clone());
+        }
+        let storage = crate::checkpoint::open_storage(dir)?;
+        *open = Some(storage.clone());
+        Ok(storage)
+    }
 }

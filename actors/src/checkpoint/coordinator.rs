@@ -9,9 +9,8 @@ use super::messages::{
     RequestSavepoint, SavepointReply, StopCoordinator, StopReply, StopWithCheckpoint, SubtaskInfo,
     TriggerCheckpoint, TriggerSavepoint,
 };
-use super::savepoint::SavepointWriter;
 use super::stats::{CheckpointRecord, CheckpointStats};
-use super::storage::{BlobSink, CheckpointStorage};
+use super::storage::{BlobSink, CheckpointStorage, SavepointSink, SavepointStorage};
 use super::tracker::{Action, JobShape, Moment, SubtaskSlot, Tracker, TrackerConfig};
 use super::{BlobRef, CheckpointError, CheckpointMetadata, SnapshotKind, SubtaskKey};
 use crate::element::now_ms;
@@ -51,23 +50,26 @@ pub trait CheckpointObserver: Send + Sync {
 /// being written under that id.
 pub struct BlobRouter {
     store: Option<Arc<dyn CheckpointStorage>>,
-    savepoints: Mutex<HashMap<CheckpointId, Arc<SavepointWriter>>>,
+    savepoints: Mutex<HashMap<CheckpointId, OpenSavepoint>>,
 }
+
+/// A savepoint being written, shared by the subtasks writing its blobs.
+type OpenSavepoint = Arc<Box<dyn SavepointSink>>;
 
 impl BlobRouter {
     /// Routes to `store` unless a savepoint is being written under the id.
-    pub fn new<S: CheckpointStorage + 'static>(store: Option<Arc<S>>) -> Self {
+    pub fn new(store: Option<Arc<dyn CheckpointStorage>>) -> Self {
         BlobRouter {
-            store: store.map(|s| s as Arc<dyn CheckpointStorage>),
+            store,
             savepoints: Mutex::new(HashMap::new()),
         }
     }
 
-    fn savepoint(&self, id: CheckpointId) -> Option<Arc<SavepointWriter>> {
+    fn savepoint(&self, id: CheckpointId) -> Option<OpenSavepoint> {
         self.savepoints.lock().ok()?.get(&id).cloned()
     }
 
-    fn take_savepoint(&self, id: CheckpointId) -> Option<Arc<SavepointWriter>> {
+    fn take_savepoint(&self, id: CheckpointId) -> Option<OpenSavepoint> {
         self.savepoints.lock().ok()?.remove(&id)
     }
 }
@@ -80,7 +82,7 @@ impl BlobSink for BlobRouter {
         bytes: &[u8],
     ) -> Result<BlobRef, CheckpointError> {
         match (self.savepoint(checkpoint), &self.store) {
-            (Some(sp), _) => sp.write_blob(name, bytes),
+            (Some(sp), _) => sp.put(checkpoint, name, bytes),
             (None, Some(store)) => store.put(checkpoint, name, bytes),
             (None, None) => Err(CheckpointError::Failed {
                 checkpoint,
@@ -133,6 +135,9 @@ pub struct CoordinatorSetup {
     pub store: Option<Arc<dyn CheckpointStorage>>,
     /// The blob sink the subtasks write to.
     pub router: Arc<BlobRouter>,
+    /// Opens savepoints under their target ([`LocalSavepoints`](super::storage::LocalSavepoints)
+    /// for directories).
+    pub savepoints: Arc<dyn SavepointStorage>,
     /// The next checkpoint id, shared by every attempt of the job.
     pub next_id: Arc<AtomicU64>,
     /// What the metadata names besides the acks.
@@ -396,7 +401,7 @@ impl CheckpointCoordinator {
                 message: "cannot take a savepoint: every source has finished".into(),
             });
         };
-        let writer = SavepointWriter::new(dir, id)?;
+        let writer = self.setup.savepoints.open(dir, id)?;
         if let Ok(mut m) = self.setup.router.savepoints.lock() {
             m.insert(id, Arc::new(writer));
         }

@@ -94,6 +94,16 @@ pub enum CheckpointError {
         /// Why.
         message: String,
     },
+    /// Object storage (`s3://BUCKET/PREFIX`) failed or refused a request:
+    /// unreachable, wrong credentials, a missing bucket, a prefix another
+    /// job holds.
+    #[error("checkpoint storage '{location}': {message}")]
+    Storage {
+        /// The URL of the object, or of the prefix.
+        location: String,
+        /// What failed, in words (the server's own code when it gave one).
+        message: String,
+    },
     /// The coordinator refused a request (a savepoint with every source
     /// finished, a second stop, a stop without checkpointing): nothing was
     /// triggered. The embedding layer reports it as a configuration error,

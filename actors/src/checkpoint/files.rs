@@ -96,7 +96,10 @@ fn is_plain_relative(path: &str) -> bool {
             .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\\'))
 }
 
-pub(crate) fn check_blob_name(name: &str, checkpoint: &str) -> Result<(), CheckpointError> {
+/// Err unless `name` is a blob name a store accepts: a relative
+/// `/`-separated path of plain components, none starting with `.`, other
+/// than `_metadata`; `checkpoint` names the snapshot in the error.
+pub fn check_blob_name(name: &str, checkpoint: &str) -> Result<(), CheckpointError> {
     let ok = is_plain_relative(name)
         && name.split('/').all(|c| !c.starts_with('.'))
         && name != METADATA_FILE;
@@ -262,12 +265,12 @@ pub(crate) fn remove_dir_all(dir: &Path) -> Result<(), CheckpointError> {
 }
 
 /// `chk-<id>`.
-pub(crate) fn chk_dir_name(id: CheckpointId) -> String {
+pub fn chk_dir_name(id: CheckpointId) -> String {
     format!("chk-{}", id.0)
 }
 
 /// The id of a `chk-<digits>` directory name.
-pub(crate) fn parse_chk_dir_name(name: &str) -> Option<CheckpointId> {
+pub fn parse_chk_dir_name(name: &str) -> Option<CheckpointId> {
     let digits = name.strip_prefix("chk-")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -322,7 +325,8 @@ pub(crate) fn db_err(path: &Path, e: impl Into<redb::Error>) -> CheckpointError 
     }
 }
 
-pub(crate) fn corrupt(checkpoint: &str, file: &Path, reason: impl Into<String>) -> CheckpointError {
+/// A [`CheckpointError::Corrupt`] naming `checkpoint` and `file`.
+pub fn corrupt(checkpoint: &str, file: &Path, reason: impl Into<String>) -> CheckpointError {
     CheckpointError::Corrupt {
         checkpoint: checkpoint.to_string(),
         file: file.to_path_buf(),

@@ -23,11 +23,12 @@ use super::files::{
 };
 use super::format::{BlobRef, CheckpointMetadata, SnapshotKind};
 use super::metadata::{encode_metadata, read_metadata_file, verify_blobs};
-use super::storage::BlobSink;
+use super::storage::{BlobSink, BlobSource, CheckpointStorage, SavepointSink};
 use super::store::{CheckpointStore, DATABASE_FILE};
 use crate::ids::CheckpointId;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Writes one savepoint: its blobs, then its `_metadata`.
 #[derive(Debug)]
@@ -127,6 +128,12 @@ impl BlobSink for SavepointWriter {
     }
 }
 
+impl SavepointSink for SavepointWriter {
+    fn finish(self: Box<Self>, meta: &CheckpointMetadata) -> Result<PathBuf, CheckpointError> {
+        SavepointWriter::finish(*self, meta)
+    }
+}
+
 impl Drop for SavepointWriter {
     fn drop(&mut self) {
         if !self.finished {
@@ -157,13 +164,20 @@ pub struct LoadedSnapshot {
     /// Newer checkpoints refused while falling back to this one, newest
     /// first: each one's id and why.
     pub skipped: Vec<(CheckpointId, CheckpointError)>,
+    /// Where its blobs are read from when they are not files under `root`
+    /// (object storage); `None`: they are.
+    pub blobs: Option<Arc<dyn BlobSource>>,
 }
 
 impl LoadedSnapshot {
     /// Reads one of its blobs, checking length and checksum; errors name the
     /// checkpoint.
     pub fn read_blob(&self, blob: &BlobRef) -> Result<Vec<u8>, CheckpointError> {
-        read_blob_checked(&self.root, blob, &self.meta.id.0.to_string())
+        let label = self.meta.id.0.to_string();
+        match &self.blobs {
+            Some(source) => source.read_blob(&label, blob),
+            None => read_blob_checked(&self.root, blob, &label),
+        }
     }
 }
 
@@ -203,8 +217,10 @@ fn load_from_store(dir: &Path) -> Result<LoadedSnapshot, CheckpointError> {
 /// The newest intact committed checkpoint of an open store, with the fallback
 /// rule of [`load_snapshot`] on a checkpoint directory: for a restore in the
 /// process that holds the store (the database admits one opener at a time).
-pub fn load_latest(store: &CheckpointStore) -> Result<LoadedSnapshot, CheckpointError> {
-    let dir = store.root();
+pub fn load_latest<S: CheckpointStorage + ?Sized>(
+    store: &S,
+) -> Result<LoadedSnapshot, CheckpointError> {
+    let dir = PathBuf::from(store.location());
     let committed = store.list()?;
     let mut skipped: Vec<(CheckpointId, CheckpointError)> = Vec::new();
     for recorded in committed.iter().rev() {
@@ -219,10 +235,11 @@ pub fn load_latest(store: &CheckpointStore) -> Result<LoadedSnapshot, Checkpoint
                     );
                 }
                 return Ok(LoadedSnapshot {
-                    source: store.checkpoint_dir(meta.id),
+                    source: store.checkpoint_location(meta.id),
                     meta,
-                    root: dir.to_path_buf(),
+                    root: dir,
                     skipped,
+                    blobs: store.blob_source(),
                 });
             }
             // Its sinks committed output: an older state would repeat it.
@@ -232,9 +249,7 @@ pub fn load_latest(store: &CheckpointStore) -> Result<LoadedSnapshot, Checkpoint
     }
     match skipped.into_iter().next() {
         Some((_, newest)) => Err(newest),
-        None => Err(CheckpointError::NotFound {
-            path: dir.to_path_buf(),
-        }),
+        None => Err(CheckpointError::NotFound { path: dir }),
     }
 }
 
@@ -259,6 +274,7 @@ fn load_snapshot_dir(dir: &Path, source: &Path) -> Result<LoadedSnapshot, Checkp
         root,
         source: dir.to_path_buf(),
         skipped: Vec::new(),
+        blobs: None,
     })
 }
 

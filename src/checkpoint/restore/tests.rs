@@ -122,6 +122,7 @@ fn checkpoint(dir: &std::path::Path, source: u32, window: u32, at: InFlight) -> 
         root: dir.to_path_buf(),
         source: dir.to_path_buf(),
         skipped: Vec::new(),
+        blobs: None,
     }
 }
 
