@@ -57,10 +57,13 @@ fn pipelines<'a>(output: &'a Path, url: &'a str, extra: &[&'a str]) -> Vec<&'a s
 }
 
 /// [`pipelines`] with a status line every 5 ms, the events the tests of a
-/// running job wait for.
+/// running job wait for. The sources hold at their end until 20 checkpoints
+/// completed, so the job cannot finish before the outage (which begins at
+/// the first completed checkpoint) is over and checkpoints complete again,
+/// however slowly the machine runs it.
 fn watched<'a>(output: &'a Path, url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = pipelines(output, url, extra);
-    args.extend(["--status-interval", "5"]);
+    args.extend(["--status-interval", "5", "--finish-after-checkpoints", "20"]);
     args
 }
 
