@@ -14,6 +14,42 @@ pub const METADATA_MAGIC: &[u8; 8] = b"FLOECKPT";
 
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
 
+/// Whether `meta` may be committed to a checkpoint store (local or object
+/// storage): a checkpoint, not a savepoint, of this format version.
+pub fn check_committable(meta: &CheckpointMetadata) -> Result<(), CheckpointError> {
+    let failed = |message: String| CheckpointError::Failed {
+        checkpoint: meta.id,
+        message,
+    };
+    if meta.kind != super::format::SnapshotKind::Checkpoint {
+        return Err(failed(
+            "a savepoint cannot be committed to a checkpoint store".into(),
+        ));
+    }
+    if meta.version != CHECKPOINT_FORMAT_VERSION {
+        return Err(failed(format!(
+            "metadata has format version {}, expected {CHECKPOINT_FORMAT_VERSION}",
+            meta.version
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a blob of checkpoint `checkpoint` given to savepoint
+/// `savepoint`: a savepoint holds its own blobs.
+pub fn check_savepoint_blob(
+    savepoint: crate::ids::CheckpointId,
+    checkpoint: crate::ids::CheckpointId,
+) -> Result<(), CheckpointError> {
+    if checkpoint == savepoint {
+        return Ok(());
+    }
+    Err(CheckpointError::Failed {
+        checkpoint,
+        message: format!("a blob given to savepoint {}", savepoint.0),
+    })
+}
+
 /// Encodes `meta` as a `_metadata` file (see the module documentation).
 pub fn encode_metadata(meta: &CheckpointMetadata) -> Vec<u8> {
     let body = postcard::to_stdvec(meta).expect("postcard serializes plain data into a Vec");

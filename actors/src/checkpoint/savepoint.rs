@@ -118,12 +118,7 @@ impl BlobSink for SavepointWriter {
         name: &str,
         bytes: &[u8],
     ) -> Result<BlobRef, CheckpointError> {
-        if checkpoint != self.id {
-            return Err(CheckpointError::Failed {
-                checkpoint,
-                message: format!("a blob given to savepoint {}", self.id.0),
-            });
-        }
+        super::metadata::check_savepoint_blob(self.id, checkpoint)?;
         self.write_blob(name, bytes)
     }
 }

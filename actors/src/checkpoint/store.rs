@@ -41,7 +41,7 @@ use super::files::{
     open_err, parse_chk_dir_name, read_blob_checked, remove_dir_all, sweep, sync_dir,
     write_blob_file, write_file_atomic,
 };
-use super::format::{BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointMetadata, SnapshotKind};
+use super::format::{BlobRef, CheckpointMetadata};
 use super::metadata::{read_metadata_file, verify_blobs};
 use super::redb_guard::guarded;
 use super::storage::{BlobSink, CheckpointStorage};
@@ -245,17 +245,7 @@ impl CheckpointStore {
             checkpoint: id,
             message,
         };
-        if meta.kind != SnapshotKind::Checkpoint {
-            return Err(failed(
-                "a savepoint cannot be committed to the checkpoint store".into(),
-            ));
-        }
-        if meta.version != CHECKPOINT_FORMAT_VERSION {
-            return Err(failed(format!(
-                "metadata has format version {}, expected {CHECKPOINT_FORMAT_VERSION}",
-                meta.version
-            )));
-        }
+        super::metadata::check_committable(meta)?;
         self.check_still_there(id)?;
         if self.get_row(id)?.is_some() {
             return Err(failed("already committed".into()));

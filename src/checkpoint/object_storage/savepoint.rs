@@ -72,12 +72,7 @@ impl BlobSink for ObjectSavepoint {
         name: &str,
         bytes: &[u8],
     ) -> Result<BlobRef, CheckpointError> {
-        if checkpoint != self.id {
-            return Err(CheckpointError::Failed {
-                checkpoint,
-                message: format!("a blob given to savepoint {}", self.id.0),
-            });
-        }
+        floe_actors::checkpoint::metadata::check_savepoint_blob(self.id, checkpoint)?;
         check_blob_name(name, &format!("savepoint {}", self.id.0))?;
         let key = self.prefix.key(name);
         if let Ok(mut w) = self.written.lock() {

@@ -5,8 +5,8 @@ use super::Prefix;
 use super::client::ATTEMPTS;
 use super::lease::Lease;
 use crate::checkpoint::{
-    BlobRef, BlobSink, CHECKPOINT_FORMAT_VERSION, CheckpointError, CheckpointId,
-    CheckpointMetadata, CheckpointStorage, SnapshotKind,
+    BlobRef, BlobSink, CheckpointError, CheckpointId, CheckpointMetadata, CheckpointStorage,
+    SnapshotKind,
 };
 use floe_actors::checkpoint::files::{
     METADATA_FILE, SHARED_DIR, check_blob_name, chk_dir_name, parse_chk_dir_name,
@@ -270,17 +270,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
             checkpoint: id,
             message,
         };
-        if meta.kind != SnapshotKind::Checkpoint {
-            return Err(failed(
-                "a savepoint cannot be committed to the checkpoint storage".into(),
-            ));
-        }
-        if meta.version != CHECKPOINT_FORMAT_VERSION {
-            return Err(failed(format!(
-                "metadata has format version {}, expected {CHECKPOINT_FORMAT_VERSION}",
-                meta.version
-            )));
-        }
+        floe_actors::checkpoint::metadata::check_committable(meta)?;
         match &self.lease {
             Some(lease) => lease.check()?,
             None => return Err(failed("the checkpoint storage was opened to read".into())),
