@@ -117,9 +117,17 @@ install_kafka() {
 }
 
 # A new cluster id: 16 random bytes, base64url without padding (what
-# `kafka-storage random-uuid` prints, without starting a JVM for it).
+# `kafka-storage random-uuid` prints, without starting a JVM for it). Like
+# Kafka's own generator it never starts with '-', which the tool's argument
+# parser would take for an option (one id in 64 did, before).
 cluster_id() {
-  python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))'
+  python3 -c '
+import base64, uuid
+while True:
+    s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not s.startswith("-"):
+        print(s)
+        break'
 }
 
 # Runs a class of the Kafka classpath (a tool: small heap).
@@ -227,7 +235,7 @@ start_kafka() {
     port="$(free_port)"
     cport="$(free_port)"
     kafka_config "$port" "$cport" "$dir/data" >"$dir/server.properties"
-    kafka_java kafka.tools.StorageTool format -t "$(cluster_id)" \
+    kafka_java kafka.tools.StorageTool format --cluster-id="$(cluster_id)" \
       -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
       || { cat "$dir/format.log" >&2; die "kafka-storage format failed"; }
     echo "$cport" >"$dir/controller.port"
