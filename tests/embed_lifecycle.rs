@@ -402,3 +402,83 @@ fn observers_see_typed_injected_faults_checkpoints_and_restarts() {
     assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
     assert_eq!(last_per_key(counts.take()), oracle());
 }
+
+/// Requests a savepoint from inside the job's first failure: after the
+/// failed attempt ended, before the next one is deployed.
+struct SavepointOnFailure {
+    handle: Mutex<Option<mpsc::Receiver<floe::JobHandle>>>,
+    dir: std::path::PathBuf,
+    result: Mutex<Option<mpsc::Sender<floe::Result<std::path::PathBuf>>>>,
+}
+
+impl JobObserver for SavepointOnFailure {
+    fn failed(&self, _: &floe_actors::Error) {
+        use std::future::Future;
+        use std::task::{Context, Poll};
+        let Some(handles) = self.handle.lock().unwrap().take() else {
+            return;
+        };
+        let tx = self.result.lock().unwrap().take().expect("one failure");
+        let handle = handles.recv_timeout(LIMIT).expect("the job's handle");
+        let dir = self.dir.clone();
+        let mut request = Box::pin(async move { handle.trigger_savepoint(dir).await });
+        // Polled once here, so the request goes out now, while no attempt
+        // runs; it then completes on another thread.
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        match request.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => tx.send(result).unwrap(),
+            Poll::Pending => {
+                std::thread::spawn(move || tx.send(block(request)));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_savepoint_requested_during_a_restart_is_taken_by_the_next_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::new();
+    let (handle_tx, handle_rx) = mpsc::channel();
+    let (result_tx, result_rx) = mpsc::channel();
+    let requester = Arc::new(SavepointOnFailure {
+        handle: Mutex::new(Some(handle_rx)),
+        dir: dir.path().join("sp"),
+        result: Mutex::new(Some(result_tx)),
+    });
+    let mut config = checkpointing(&dir.path().join("ck"))
+        .with_observer(requester)
+        .with_fault_injector(Arc::new(FaultInjection {
+            faults: vec![Fault {
+                operator: "Keyed Sum".into(),
+                subtask: 1,
+                at: FaultPoint::Records(1_000),
+            }],
+            ..Default::default()
+        }));
+    config.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 2,
+        delay: Duration::ZERO,
+    });
+    // The sources hold at half of their input until the savepoint is
+    // taken: the job cannot end before it.
+    let (env, counts) = job(config, Some(&gate));
+    let handle = env.execute_async().expect("job starts");
+    handle_tx.send(handle.clone()).unwrap();
+    let savepoint = result_rx
+        .recv_timeout(LIMIT)
+        .expect("the savepoint's result")
+        .expect("the savepoint is taken by the next attempt");
+    assert!(savepoint.join("_metadata").is_file(), "{savepoint:?}");
+    assert_eq!(handle.failover_stats().restarts, 1);
+    gate.open();
+    block(handle.wait()).expect("the job finishes");
+    assert_eq!(last_per_key(counts.take()), oracle());
+
+    // The savepoint is the restarted job's state: restored, the counts
+    // end exactly.
+    let mut config = checkpointing(&dir.path().join("ck2"));
+    config.restore_from = Some(savepoint);
+    let (env, counts) = job(config, None);
+    env.execute().expect("the restored job finishes");
+    assert_eq!(last_per_key(counts.take()), oracle());
+}

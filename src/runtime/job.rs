@@ -22,6 +22,14 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use std::sync::{Arc, Mutex};
 
+/// How many restarts of the job a savepoint is taken again after, before
+/// it fails.
+const SAVEPOINT_RESTARTS: u32 = 3;
+
+fn runtime_error(message: impl Into<String>) -> Error {
+    Error::Runtime(floe_actors::Error::Runtime(message.into()))
+}
+
 /// What a finished job reports: elapsed time, records per operator, queue peaks.
 pub type JobResult = JobOutcome;
 
@@ -56,6 +64,10 @@ pub struct JobHandle {
 /// job never waits for a restore): until then there is no attempt.
 pub(crate) struct JobControl {
     current: Mutex<Option<(Addr<JobSupervisor>, Addr<CheckpointCoordinator>)>>,
+    /// The coordinator a savepoint or a stop can reach now: none between a
+    /// failed attempt and the next one (a request sent then would reach a
+    /// coordinator that is gone).
+    live: tokio::sync::watch::Sender<Live>,
     /// Fired (and dropped) when the first attempt is deployed; dropped
     /// unfired when its deployment failed.
     deployed_tx: Mutex<Option<futures::channel::oneshot::Sender<()>>>,
@@ -70,6 +82,16 @@ pub(crate) struct JobControl {
     observers: Arc<crate::failover::Observers>,
 }
 
+/// Where the job's attempts are, for requests to the coordinator.
+#[derive(Clone)]
+enum Live {
+    Starting,
+    Running(Addr<CheckpointCoordinator>),
+    /// Between a failed attempt and the next one (or the job's end).
+    Restarting,
+    Ended,
+}
+
 impl JobControl {
     pub fn new(
         failover: Arc<Mutex<FailoverStats>>,
@@ -79,6 +101,7 @@ impl JobControl {
         let (deployed_tx, deployed_rx) = futures::channel::oneshot::channel();
         JobControl {
             current: Mutex::new(None),
+            live: tokio::sync::watch::Sender::new(Live::Starting),
             deployed_tx: Mutex::new(Some(deployed_tx)),
             deployed: deployed_rx.map(|r| r.is_ok()).boxed().shared(),
             deploy_error: Mutex::new(None),
@@ -94,6 +117,7 @@ impl JobControl {
         supervisor: Addr<JobSupervisor>,
         coordinator: Addr<CheckpointCoordinator>,
     ) {
+        self.live.send_replace(Live::Running(coordinator.clone()));
         if let Ok(mut c) = self.current.lock() {
             *c = Some((supervisor, coordinator));
         }
@@ -105,8 +129,26 @@ impl JobControl {
         }
     }
 
+    /// The current attempt ended (failed: a restart may follow, or the
+    /// job's end).
+    pub fn attempt_ended(&self) {
+        self.live.send_if_modified(|live| match live {
+            Live::Running(_) => {
+                *live = Live::Restarting;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// The job ended: no attempt follows.
+    pub fn job_ended(&self) {
+        self.live.send_replace(Live::Ended);
+    }
+
     /// The first deployment failed with `error` (the job's result).
     pub fn deploy_failed(&self, error: Error) {
+        self.live.send_replace(Live::Ended);
         if let Ok(mut e) = self.deploy_error.lock() {
             *e = Some(error);
         }
@@ -128,16 +170,31 @@ impl JobControl {
         }
     }
 
-    /// The current attempt's coordinator, once the job is deployed; `None`
-    /// if its deployment failed.
-    async fn coordinator(&self) -> Option<Addr<CheckpointCoordinator>> {
-        if !self.deployed.clone().await {
-            return None;
+    /// Whether the first attempt was deployed (waits for it).
+    async fn started(&self) -> bool {
+        self.deployed.clone().await
+    }
+
+    /// The coordinator of a running attempt other than `previous`'s: waits
+    /// through a restart for the next attempt; `None` once the job ended.
+    async fn running_coordinator(
+        &self,
+        previous: Option<&Addr<CheckpointCoordinator>>,
+    ) -> Option<Addr<CheckpointCoordinator>> {
+        let mut live = self.live.subscribe();
+        let state = live
+            .wait_for(|l| match l {
+                Live::Running(c) => previous != Some(c),
+                Live::Ended => true,
+                Live::Starting | Live::Restarting => false,
+            })
+            .await
+            .ok()?
+            .clone();
+        match state {
+            Live::Running(c) => Some(c),
+            _ => None,
         }
-        self.current
-            .lock()
-            .ok()
-            .and_then(|c| c.as_ref().map(|c| c.1.clone()))
     }
 
     pub fn update_failover(&self, f: impl FnOnce(&mut FailoverStats)) {
@@ -235,25 +292,53 @@ impl JobHandle {
     /// path: aligned barriers through the whole job, state written
     /// self-contained, with a format version and checksums. A job can start
     /// from it (`Config::restore_from`), at another parallelism.
+    ///
+    /// Requested while the job restarts, it is taken by the next attempt;
+    /// interrupted by a restart, it is taken again by the next attempt (a
+    /// line says so), up to three times.
     pub async fn trigger_savepoint(
         &self,
         dir: impl Into<std::path::PathBuf>,
     ) -> Result<std::path::PathBuf> {
-        let Some(coordinator) = self.control.coordinator().await else {
-            return Err(Error::Runtime(floe_actors::Error::Runtime(
-                "the job failed to start".into(),
-            )));
-        };
-        let (reply, rx) = futures::channel::oneshot::channel();
-        coordinator.do_send(TriggerSavepoint {
-            dir: dir.into(),
-            reply,
-        });
-        rx.await.map_err(|_| {
-            Error::Runtime(floe_actors::Error::Runtime(
-                "the job ended before the savepoint completed".into(),
-            ))
-        })?
+        let dir = dir.into();
+        if !self.control.started().await {
+            return Err(runtime_error("the job failed to start"));
+        }
+        let mut previous = None;
+        let mut restarts = 0;
+        loop {
+            let Some(coordinator) = self.control.running_coordinator(previous.as_ref()).await
+            else {
+                return Err(runtime_error(
+                    "the job ended before the savepoint completed",
+                ));
+            };
+            if restarts > 0 {
+                tracing::warn!(
+                    restarts,
+                    "the job restarted before the savepoint completed; taking it again"
+                );
+            }
+            let (reply, rx) = futures::channel::oneshot::channel();
+            coordinator.do_send(TriggerSavepoint {
+                dir: dir.clone(),
+                reply,
+            });
+            match rx.await {
+                Ok(result) => return result,
+                // Its attempt ended: the job restarts, or it ended.
+                Err(_) if restarts == SAVEPOINT_RESTARTS => {
+                    return Err(runtime_error(format!(
+                        "the job restarted or ended {} times before the savepoint completed",
+                        restarts + 1
+                    )));
+                }
+                Err(_) => {
+                    restarts += 1;
+                    previous = Some(coordinator);
+                }
+            }
+        }
     }
 
     /// Stops the job cleanly (Flink's stop-with-savepoint, without
@@ -273,10 +358,12 @@ impl JobHandle {
         &self,
         savepoint_dir: Option<std::path::PathBuf>,
     ) -> Result<Option<std::path::PathBuf>> {
-        let Some(coordinator) = self.control.coordinator().await else {
-            return Err(Error::Runtime(floe_actors::Error::Runtime(
-                "the job failed to start".into(),
-            )));
+        if !self.control.started().await {
+            return Err(runtime_error("the job failed to start"));
+        }
+        // Sent to a running attempt (after a restart under way).
+        let Some(coordinator) = self.control.running_coordinator(None).await else {
+            return Err(runtime_error("the job ended before its final checkpoint"));
         };
         let (reply, rx) = futures::channel::oneshot::channel();
         coordinator.do_send(StopWithCheckpoint {
@@ -284,9 +371,7 @@ impl JobHandle {
             reply,
         });
         rx.await.map_err(|_| {
-            Error::Runtime(floe_actors::Error::Runtime(
-                "the job ended or restarted before its final checkpoint completed".into(),
-            ))
+            runtime_error("the job ended or restarted before its final checkpoint completed")
         })?
     }
 

@@ -219,6 +219,7 @@ impl Manager {
                 )),
             };
             ended.set();
+            self.control.attempt_ended();
             if self.config.deterministic().is_some() {
                 // Its arbiter is the job's thread, not stopped with the
                 // attempt: stop it before anything reads what it completed.
@@ -353,6 +354,7 @@ impl Manager {
     /// Ends the job with `result`: its status, observers, event
     /// subscribers, temporary files, and the handle's waiters.
     fn end(&mut self, result: floe_actors::Result<JobOutcome>) {
+        self.control.job_ended();
         self.set_status(match &result {
             Ok(_) => JobStatus::Finished,
             Err(Error::Canceled) => JobStatus::Canceled,
