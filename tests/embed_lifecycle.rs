@@ -482,3 +482,53 @@ fn a_savepoint_requested_during_a_restart_is_taken_by_the_next_attempt() {
     env.execute().expect("the restored job finishes");
     assert_eq!(last_per_key(counts.take()), oracle());
 }
+
+/// The checkpoint directory deleted while the job runs: the restart that
+/// follows a failure cannot restore the checkpoint the job completed
+/// there, and the job's error says the directory went away, not only
+/// that nothing is there.
+#[test]
+fn a_restart_after_the_checkpoint_directory_was_deleted_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let gate = Gate::new();
+    // Each source subtask emits RECORDS / P records and holds at half of
+    // them; its chained tap fails once it has taken one record more, so
+    // after the gate opened.
+    let mut config = checkpointing(&ck).with_fault_injector(Arc::new(FaultInjection {
+        faults: vec![Fault {
+            operator: "Tap".into(),
+            subtask: 0,
+            at: FaultPoint::Records(RECORDS / P as u64 / 2 + 1),
+        }],
+        ..Default::default()
+    }));
+    config.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 2,
+        delay: Duration::ZERO,
+    });
+    let env = StreamExecutionEnvironment::with_config(config);
+    env.set_batch_size(64);
+    gated_generator(&env, &gate, RECORDS, &[0.5], |i| (word(i), 1u64))
+        .uid("words")
+        .map(|t: (String, u64)| t)
+        .name("Tap")
+        .key_by_field(|t: &(String, u64)| &t.0)
+        .sum(|t: &mut (String, u64)| &mut t.1)
+        .uid("sum")
+        .collect();
+    let handle = env.execute_async().expect("job starts");
+    gate.wait_held(P);
+    wait_for_new_checkpoints(&handle, 1);
+    // Moved away in one step (checkpoints go on writing into it while the
+    // sources hold): for the job, the directory is gone.
+    std::fs::rename(&ck, dir.path().join("moved")).unwrap();
+    gate.open();
+    let error = block(handle.wait()).expect_err("nothing to restore after the failure");
+    let text = error.to_string();
+    assert!(
+        text.contains("was deleted or replaced while the job ran")
+            && text.contains(&ck.display().to_string()),
+        "{text}"
+    );
+}

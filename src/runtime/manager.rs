@@ -340,7 +340,7 @@ impl Manager {
                     }
                     attempt = a;
                 }
-                Err(e) => break Err(Error::Runtime(format!("restart failed: {e}"))),
+                Err(e) => break Err(Error::Runtime(restart_failed(&e, completed, &restore))),
             }
         };
         let result = result.map(|mut o| {
@@ -395,5 +395,29 @@ impl Drop for Manager {
         self.shared.events.close();
         // Nor does anyone wait on its progress (a checkpoint count) forever.
         self.shared.observers.progress.ended(JobStatus::Canceled);
+    }
+}
+
+/// Why a restart could not be deployed. When the checkpoint directory no
+/// longer holds any checkpoint although this job completed `completed`
+/// there, the directory was deleted or replaced while the job ran: said so,
+/// rather than only that nothing is there.
+fn restart_failed(
+    error: &crate::Error,
+    completed: Option<floe_actors::ids::CheckpointId>,
+    restore: &Option<PathBuf>,
+) -> String {
+    match (error, completed, restore) {
+        (
+            crate::Error::Checkpoint(crate::checkpoint::CheckpointError::NotFound { .. }),
+            Some(id),
+            Some(dir),
+        ) => format!(
+            "restart failed: the checkpoint directory '{}' was deleted or replaced while the \
+             job ran: checkpoint {}, which the job completed there, is gone",
+            dir.display(),
+            id.0
+        ),
+        _ => format!("restart failed: {error}"),
     }
 }
