@@ -48,7 +48,11 @@ pub enum TimeDomain {
 /// ```
 pub struct TimerQueue<K> {
     by_time: BTreeMap<Timestamp, VecDeque<K>>,
-    by_key: FxHashMap<K, BTreeSet<Timestamp>>,
+    /// Per key its pending timestamps, so that a registration is
+    /// deduplicated and a deletion found without a scan. `None` in a queue
+    /// whose owner registers each timer once by construction
+    /// ([`unindexed`](Self::unindexed)): no hashing per timer.
+    by_key: Option<FxHashMap<K, BTreeSet<Timestamp>>>,
     len: usize,
 }
 
@@ -56,13 +60,39 @@ impl<K> Default for TimerQueue<K> {
     fn default() -> Self {
         TimerQueue {
             by_time: BTreeMap::new(),
-            by_key: FxHashMap::default(),
+            by_key: Some(FxHashMap::default()),
             len: 0,
         }
     }
 }
 
 impl<K> TimerQueue<K> {
+    /// A queue without the per-key index, for an owner that never registers
+    /// a pending (key, timestamp) again (the window operator: one firing
+    /// and one cleanup timer per window, when the window is created).
+    /// Registering costs a push, firing a pop; a registration is not
+    /// deduplicated, and [`delete`](Self::delete) and
+    /// [`contains`](Self::contains) scan the timers of their timestamp.
+    ///
+    /// ```
+    /// use floe::time::timers::TimerQueue;
+    ///
+    /// let mut timers = TimerQueue::unindexed();
+    /// assert!(timers.register("a", 20));
+    /// assert!(timers.register("b", 20));
+    /// assert!(timers.contains(&"b", 20));
+    /// assert!(timers.delete(&"a", 20));
+    /// assert_eq!(timers.pop_due(20), Some((20, "b")));
+    /// assert!(timers.is_empty());
+    /// ```
+    pub fn unindexed() -> Self {
+        TimerQueue {
+            by_time: BTreeMap::new(),
+            by_key: None,
+            len: 0,
+        }
+    }
+
     /// Number of pending timers.
     pub fn len(&self) -> usize {
         self.len
@@ -81,7 +111,11 @@ impl<K> TimerQueue<K> {
     /// Drops every timer; returns how many there were.
     pub fn clear(&mut self) -> usize {
         let n = self.len;
-        *self = TimerQueue::default();
+        self.by_time.clear();
+        if let Some(index) = &mut self.by_key {
+            index.clear();
+        }
+        self.len = 0;
         n
     }
 
@@ -95,16 +129,18 @@ impl<K> TimerQueue<K> {
 
 impl<K: Hash + Eq + Clone> TimerQueue<K> {
     /// Adds the timer for `key` at `ts` unless it is pending; true when it
-    /// was added.
+    /// was added (an [`unindexed`](Self::unindexed) queue always adds).
     pub fn register(&mut self, key: K, ts: Timestamp) -> bool {
-        match self.by_key.get_mut(&key) {
-            Some(times) => {
-                if !times.insert(ts) {
-                    return false;
+        if let Some(index) = &mut self.by_key {
+            match index.get_mut(&key) {
+                Some(times) => {
+                    if !times.insert(ts) {
+                        return false;
+                    }
                 }
-            }
-            None => {
-                self.by_key.insert(key.clone(), BTreeSet::from([ts]));
+                None => {
+                    index.insert(key.clone(), BTreeSet::from([ts]));
+                }
             }
         }
         self.by_time.entry(ts).or_default().push_back(key);
@@ -114,22 +150,26 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
 
     /// Removes the timer for `key` at `ts`; true when it was pending.
     pub fn delete(&mut self, key: &K, ts: Timestamp) -> bool {
-        let Some(times) = self.by_key.get_mut(key) else {
+        if let Some(index) = &mut self.by_key {
+            let Some(times) = index.get_mut(key) else {
+                return false;
+            };
+            if !times.remove(&ts) {
+                return false;
+            }
+            if times.is_empty() {
+                index.remove(key);
+            }
+        }
+        let Some(keys) = self.by_time.get_mut(&ts) else {
             return false;
         };
-        if !times.remove(&ts) {
+        let Some(i) = keys.iter().position(|k| k == key) else {
             return false;
-        }
-        if times.is_empty() {
-            self.by_key.remove(key);
-        }
-        if let Some(keys) = self.by_time.get_mut(&ts) {
-            if let Some(i) = keys.iter().position(|k| k == key) {
-                keys.remove(i);
-            }
-            if keys.is_empty() {
-                self.by_time.remove(&ts);
-            }
+        };
+        keys.remove(i);
+        if keys.is_empty() {
+            self.by_time.remove(&ts);
         }
         self.len -= 1;
         true
@@ -147,10 +187,12 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
         if entry.get().is_empty() {
             entry.remove();
         }
-        if let Some(times) = self.by_key.get_mut(&key) {
+        if let Some(index) = &mut self.by_key
+            && let Some(times) = index.get_mut(&key)
+        {
             times.remove(&ts);
             if times.is_empty() {
-                self.by_key.remove(&key);
+                index.remove(&key);
             }
         }
         self.len -= 1;
@@ -159,7 +201,10 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
 
     /// Whether the timer for `key` at `ts` is pending.
     pub fn contains(&self, key: &K, ts: Timestamp) -> bool {
-        self.by_key.get(key).is_some_and(|t| t.contains(&ts))
+        match &self.by_key {
+            Some(index) => index.get(key).is_some_and(|t| t.contains(&ts)),
+            None => self.by_time.get(&ts).is_some_and(|keys| keys.contains(key)),
+        }
     }
 }
 
@@ -352,6 +397,41 @@ mod tests {
                 }
                 prop_assert_eq!(t.len(d), model.len());
                 prop_assert_eq!(t.next_timestamp(d), model.iter().map(|m| m.0).min());
+            }
+        }
+    }
+
+    proptest! {
+        /// Fed no registration of a pending timer (the window operator's
+        /// use), the unindexed queue behaves as the indexed one.
+        #[test]
+        fn unindexed_matches_indexed_without_duplicates(
+            steps in proptest::collection::vec(step(), 0..200)
+        ) {
+            let mut indexed = TimerQueue::default();
+            let mut unindexed = TimerQueue::unindexed();
+            for s in steps {
+                match s {
+                    Step::Register(k, ts) => {
+                        if indexed.contains(&k, ts) {
+                            continue;
+                        }
+                        prop_assert!(indexed.register(k, ts));
+                        prop_assert!(unindexed.register(k, ts));
+                    }
+                    Step::Delete(k, ts) => {
+                        prop_assert_eq!(indexed.delete(&k, ts), unindexed.delete(&k, ts));
+                    }
+                    Step::Pop(limit) => {
+                        prop_assert_eq!(indexed.pop_due(limit), unindexed.pop_due(limit));
+                    }
+                }
+                prop_assert_eq!(indexed.len(), unindexed.len());
+                for k in 0u8..4 {
+                    for ts in -5i64..20 {
+                        prop_assert_eq!(indexed.contains(&k, ts), unindexed.contains(&k, ts));
+                    }
+                }
             }
         }
     }

@@ -3,7 +3,8 @@
 //! State is one accumulator per (key, window). Each window gets a firing timer
 //! at `max_timestamp` and a cleanup timer at `max_timestamp + allowed_lateness`
 //! when it is created; timers live in a [`TimerQueue`] keyed by (key,
-//! window) and are checked against the live windows when they fire, so windows that were merged away
+//! window), without its per-key index (each is registered once), and are
+//! checked against the live windows when they fire, so windows that were merged away
 //! (sessions) need no timer deletion. The windows live in a [`WindowStore`]
 //! (the heap's map by default, or a redb state backend's); the timers follow
 //! from them and the watermark, so they stay in memory and are rebuilt on
@@ -173,7 +174,9 @@ impl<T, K, ACC, R, OUT, A, S> WindowOp<T, K, ACC, R, OUT, A, S> {
             watermark: MIN_WATERMARK,
             state: store,
             _acc: std::marker::PhantomData,
-            timers: TimerQueue::default(),
+            // One firing and one cleanup timer per window, registered when
+            // the window is created: nothing to deduplicate.
+            timers: TimerQueue::unindexed(),
             fired: Vec::new(),
             windows: Vec::new(),
             late: LateCounts::default(),
