@@ -298,7 +298,7 @@ impl<'e> Builder<'e> {
         match &table.connector {
             Connector::FileSystem { path, .. } => {
                 let config = self.env.config();
-                let lines = rows.map(CsvLine);
+                let lines = rows.map(CsvLine).name("CsvFormat");
                 let transactional =
                     config.checkpoint.interval.is_some() || config.restore_from.is_some();
                 let sink = match transactional {

@@ -54,7 +54,9 @@ pub mod explain;
 pub mod expr;
 pub mod parse;
 pub mod planner;
+pub mod select;
 pub mod table;
+pub mod typing;
 pub mod value;
 
 pub use dialect::FlinkDialect;
