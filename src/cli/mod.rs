@@ -161,8 +161,13 @@ pub struct SqlArgs {
         conflicts_with = "execute"
     )]
     pub file: Option<PathBuf>,
-    /// The script, given inline.
-    #[arg(short = 'e', long = "execute", value_name = "SQL")]
+    /// The script, given inline (it may start with a `--` comment).
+    #[arg(
+        short = 'e',
+        long = "execute",
+        value_name = "SQL",
+        allow_hyphen_values = true
+    )]
     pub execute: Option<String>,
     /// Parallelism of the job's operators (a `filesystem` sink writes one
     /// file from one subtask).
