@@ -114,6 +114,10 @@ pub struct FaultToleranceDoctests;
 #[doc = include_str!("../docs/kafka.md")]
 pub struct KafkaDoctests;
 
+#[cfg(all(doctest, feature = "sql"))]
+#[doc = include_str!("../docs/sql.md")]
+pub struct SqlDoctests;
+
 #[cfg(doctest)]
 #[doc = include_str!("../docs/state.md")]
 pub struct StateDoctests;

@@ -26,6 +26,10 @@ pub enum SqlErrorKind {
     /// A statement that is valid but wrong in context (a table defined
     /// twice, an aggregate in `WHERE`).
     Invalid,
+    /// An expression failed on a row while the job ran (a division by
+    /// zero, a `CAST` that cannot convert, a `NULL` event time): the same
+    /// rows fail the same way again, so the job fails without restarts.
+    Evaluation,
 }
 
 /// A SQL script's error, at a line and column (1-based; 0 when the
@@ -79,6 +83,19 @@ impl SqlError {
             line,
             column,
             kind: SqlErrorKind::Syntax,
+            message: message.replace('\n', " "),
+        }
+    }
+}
+
+impl SqlError {
+    /// The failure of an expression on a row (no position: it is the
+    /// data's).
+    pub fn evaluation(message: String) -> Self {
+        SqlError {
+            line: 0,
+            column: 0,
+            kind: SqlErrorKind::Evaluation,
             message: message.replace('\n', " "),
         }
     }

@@ -46,7 +46,7 @@ struct CalcOp {
 }
 
 fn eval_error(op: &str, message: String) -> Error {
-    Error::User(format!("{op}: {message}").into())
+    Error::Sql(super::SqlError::evaluation(format!("{op}: {message}")))
 }
 
 impl Operator<Row, Row> for CalcOp {
@@ -93,13 +93,12 @@ impl Operator<Option<Row>, Row> for ReadOp {
             if let Some((i, name)) = &self.rowtime
                 && row[*i].is_null()
             {
-                return Err(Error::User(
+                return Err(eval_error(
+                    &self.table,
                     format!(
-                        "table '{}': the event-time column '{name}' is NULL in a row; a row's \
-                         event time must not be NULL",
-                        self.table
-                    )
-                    .into(),
+                        "the event-time column '{name}' is NULL in a row; a row's event time \
+                         must not be NULL"
+                    ),
                 ));
             }
             out.records.push(Record {

@@ -484,7 +484,7 @@ fn call(f: Func, args: &[Expr], row: &[Value]) -> EvalResult {
             // 1-based; a start before 1 eats into the length, as in Flink.
             let from = start.max(1) - 1;
             let take = match len {
-                Some(l) => (start + l - 1).max(0) - from,
+                Some(l) => start.saturating_add(l).saturating_sub(1).max(0) - from,
                 None => i64::MAX,
             };
             let text: String = s

@@ -293,7 +293,11 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
     let y: i64 = parts.next()?.parse().ok()?;
     let m: u32 = parts.next()?.parse().ok()?;
     let d: u32 = parts.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+    if !(-999_999..=999_999).contains(&y)
+        || !(1..=12).contains(&m)
+        || d == 0
+        || d > days_in_month(y, m)
+    {
         return None;
     }
     let mut ms = 0i64;
@@ -345,6 +349,9 @@ enum TimeStyle {
     /// Java's `LocalTime.toString`: seconds only when not zero, the
     /// fraction in groups of three digits (print).
     Java,
+    /// Java's `Instant.toString`: seconds always, the fraction in groups
+    /// of three digits (print).
+    Instant,
 }
 
 fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeStyle) -> fmt::Result {
@@ -374,8 +381,8 @@ fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeSty
                 write!(out, ".{frac}")?;
             }
         }
-        TimeStyle::Java => {
-            if s != 0 || milli != 0 {
+        TimeStyle::Java | TimeStyle::Instant => {
+            if s != 0 || milli != 0 || matches!(style, TimeStyle::Instant) {
                 write!(out, ":{s:02}")?;
             }
             if milli != 0 {
@@ -480,8 +487,7 @@ impl Value {
             Value::Str(s) => out.write_str(s),
             Value::Timestamp(ms) => write_timestamp(out, *ms, 'T', TimeStyle::Java),
             Value::TimestampLtz(ms) => {
-                // `Instant.toString`: seconds always.
-                write_timestamp(out, *ms, 'T', TimeStyle::Sql)?;
+                write_timestamp(out, *ms, 'T', TimeStyle::Instant)?;
                 out.write_char('Z')
             }
             other => other.write_plain(out),
