@@ -33,8 +33,9 @@ fn items(seed: u64, n: u64) -> Vec<Item> {
             Item {
                 id: i as i32,
                 name: names[(h % names.len() as u64) as usize].to_string(),
-                qty: ((h >> 8) % 5 != 0).then(|| ((h >> 12) % 40) as i32 - 5),
-                price: ((h >> 20) % 7 != 0).then(|| ((h >> 24) % 100_000) as i64 - 20_000),
+                qty: (!(h >> 8).is_multiple_of(5)).then(|| ((h >> 12) % 40) as i32 - 5),
+                price: (!(h >> 20).is_multiple_of(7))
+                    .then(|| ((h >> 24) % 100_000) as i64 - 20_000),
                 flag: match (h >> 40) % 3 {
                     0 => None,
                     1 => Some(true),

@@ -35,7 +35,7 @@ fn events(seed: u64, n: u64) -> Vec<Event> {
             };
             Event {
                 key: format!("k{}", (h >> 8) % 5),
-                value: ((h >> 40) % 10 != 0).then(|| ((h >> 44) % 1000) as i64 - 200),
+                value: (!(h >> 40).is_multiple_of(10)).then(|| ((h >> 44) % 1000) as i64 - 200),
                 ts,
             }
         })
