@@ -271,3 +271,82 @@ fn a_view_filters_before_the_window_and_having_filters_after() {
         );
     }
 }
+
+/// 2024-01-01 00:00:00 in milliseconds since the epoch.
+const EPOCH_MS_2024: i64 = 1_704_067_200_000;
+
+/// A decimal as Flink writes it: `unscaled` at `scale` digits.
+fn decimal(unscaled: i128, scale: u32) -> String {
+    let p = 10i128.pow(scale);
+    let sign = if unscaled < 0 { "-" } else { "" };
+    let a = unscaled.abs();
+    format!("{sign}{}.{:0width$}", a / p, a % p, width = scale as usize)
+}
+
+#[test]
+fn decimal_sums_averages_and_distinct_counts_over_all_keys() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("events.csv");
+    let output = dir.path().join("out.csv");
+    let evs = events(21, 2500);
+    // The value read as a DECIMAL(6, 2): `v.00`.
+    write_input(&input, &evs);
+    let mut windows: BTreeMap<i64, (i128, i128, std::collections::BTreeSet<String>)> =
+        BTreeMap::new();
+    let mut watermark = i64::MIN;
+    for e in &evs {
+        // Windows are aligned to the epoch, not to the day the rows start.
+        let start = e.ts - (e.ts + EPOCH_MS_2024).rem_euclid(7_000);
+        if start + 7_000 - 1 > watermark {
+            let w = windows.entry(start).or_default();
+            w.2.insert(e.key.clone());
+            if let Some(v) = e.value {
+                w.0 += i128::from(v);
+                w.1 += 1;
+            }
+        }
+        watermark = watermark.max(e.ts - 2000);
+    }
+    let mut want: Vec<String> = windows
+        .into_iter()
+        .map(|(start, (sum, n, keys))| {
+            let (total, mean) = match n {
+                0 => (String::new(), String::new()),
+                n => {
+                    // AVG of DECIMAL(6, 2) is DECIMAL(38, 6), rounded half up.
+                    let scaled = sum * 1_000_000;
+                    let (q, r) = (scaled / n, scaled % n);
+                    let q = if r.abs() * 2 >= n {
+                        q + scaled.signum()
+                    } else {
+                        q
+                    };
+                    (decimal(sum * 100, 2), decimal(q, 6))
+                }
+            };
+            format!("{},{total},{mean},{}", timestamp(start), keys.len())
+        })
+        .collect();
+    want.sort();
+    let script = format!(
+        "CREATE TABLE events (k STRING, price DECIMAL(6, 2), ts TIMESTAMP(3),
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv',
+               'scan.watermark.emit.strategy' = 'on-event');
+         CREATE TABLE out (ws TIMESTAMP(3), total DECIMAL(38, 2), mean DECIMAL(38, 6), keys BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         INSERT INTO out
+         SELECT window_start, SUM(price), AVG(price), COUNT(DISTINCT k)
+         FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '7' SECOND))
+         GROUP BY window_start, window_end;",
+        input.display(),
+        output.display()
+    );
+    for parallelism in [1, 2] {
+        assert_eq!(
+            run(&script, parallelism, &output),
+            want,
+            "parallelism {parallelism}"
+        );
+    }
+}
