@@ -198,3 +198,71 @@ fn an_error_is_one_line_with_its_position_and_exit_code_1() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn print_tables_print_rows_as_flink_does() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("in.csv");
+    std::fs::write(
+        &input,
+        "a,1.50,2024-03-01 00:00:01.5\nb,,2024-03-01 00:00:02\nc,-0.25,2024-03-01 10:20:00\n",
+    )
+    .expect("write");
+    let script = format!(
+        "CREATE TABLE t (name STRING, price DECIMAL(5, 2), ts TIMESTAMP(3))
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         CREATE TABLE shown (name STRING, price DECIMAL(5, 2), ts TIMESTAMP(3), big BOOLEAN)
+         WITH ('connector' = 'print', 'print-identifier' = 'rows');
+         INSERT INTO shown SELECT name, price, ts, price > 1 FROM t;",
+        input.display()
+    );
+    let out = floe(&["sql", "-e", &script, "--parallelism", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "rows> +I[a, 1.50, 2024-03-01T00:00:01.500, true]\n\
+         rows> +I[b, null, 2024-03-01T00:00:02, null]\n\
+         rows> +I[c, -0.25, 2024-03-01T10:20, false]\n"
+    );
+}
+
+#[test]
+fn a_sql_job_recovers_from_injected_failures_exactly_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("clicks.csv");
+    let output = dir.path().join("per_minute.csv");
+    let want = data(&input);
+    let checkpoints = dir.path().join("checkpoints");
+    let script = script(&input, &output).replace(
+        "'format' = 'csv');\nCREATE TABLE per_minute",
+        "'format' = 'csv', 'scan.watermark.emit.strategy' = 'on-event');\nCREATE TABLE per_minute",
+    );
+    assert!(script.contains("on-event"), "{script}");
+    let out = floe(&[
+        "sql",
+        "-e",
+        &script,
+        "--parallelism",
+        "2",
+        "--checkpoint-interval",
+        "10",
+        "--checkpoint-dir",
+        checkpoints.to_str().expect("utf-8"),
+        "--finish-after-checkpoints",
+        "6",
+        "--inject-failures",
+        "2",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let restarts = stderr
+        .lines()
+        .filter(|l| l.starts_with("restart attempt="))
+        .count();
+    assert_eq!(restarts, 2, "{stderr}");
+    assert_eq!(sorted_lines(&output), want);
+}

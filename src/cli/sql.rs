@@ -45,7 +45,25 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
     let endpoint = args
         .observe
         .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;
-    let waited = futures::executor::block_on(handle.wait());
+    // The progress bar or status line counts the first source's rows; the
+    // name lives as long as the process (one per run).
+    let source: &'static str = Box::leak(
+        planned
+            .sources
+            .first()
+            .cloned()
+            .unwrap_or_default()
+            .into_boxed_str(),
+    );
+    let waited = {
+        let _progress = super::progress::Progress::start_with(
+            &handle,
+            source,
+            None,
+            args.observe.status_interval(),
+        );
+        futures::executor::block_on(handle.wait())
+    };
     let result = match waited {
         Ok(r) => r,
         Err(e) => {

@@ -115,12 +115,18 @@ pub struct Builder<'e> {
     env: &'e StreamExecutionEnvironment,
     /// Operators so far, for unique ids.
     operators: usize,
+    /// The names of the sources added.
+    pub sources: Vec<String>,
 }
 
 impl<'e> Builder<'e> {
     /// A builder adding to `env`.
     pub fn new(env: &'e StreamExecutionEnvironment) -> Self {
-        Builder { env, operators: 0 }
+        Builder {
+            env,
+            operators: 0,
+            sources: Vec::new(),
+        }
     }
 
     /// A stable id for the next operator: its kind and its position in the
@@ -194,6 +200,7 @@ impl<'e> Builder<'e> {
         // in file order from one subtask.
         let source = FileSource::new(path, decoder)?.split_size(u64::MAX);
         let name = format!("Source: {}", t.name);
+        self.sources.push(name.clone());
         let uid = self.uid("source");
         let rows = self
             .env

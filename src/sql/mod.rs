@@ -83,6 +83,8 @@ pub struct SqlScript {
     pub inserts: usize,
     /// What each `EXPLAIN` printed, in order.
     pub explains: Vec<String>,
+    /// The names of the source operators added (`Source: clicks`).
+    pub sources: Vec<String>,
 }
 
 /// A SQL session over an environment: its catalog of tables and views
@@ -124,20 +126,18 @@ impl SqlSession {
             }
         }
         let before = self.env.inner.borrow().nodes.len();
-        let built = (|| {
-            let mut builder = exec::Builder::new(&self.env);
-            for (plan, sink) in &inserts {
-                let rows = builder.stream(plan)?;
-                builder.sink(&rows, sink)?;
-            }
-            Ok(())
-        })();
+        let mut builder = exec::Builder::new(&self.env);
+        let built = inserts.iter().try_for_each(|(plan, sink)| {
+            let rows = builder.stream(plan)?;
+            builder.sink(&rows, sink)
+        });
         if let Err(e) = built {
             self.env.inner.borrow_mut().nodes.truncate(before);
             return Err(e);
         }
         self.catalog = catalog;
         out.inserts = inserts.len();
+        out.sources = builder.sources;
         Ok(out)
     }
 
