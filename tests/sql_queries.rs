@@ -237,3 +237,59 @@ fn a_bad_row_fails_the_job_naming_its_line_unless_errors_are_ignored() {
         vec![",c", "1,a", "2,b", "4,d"]
     );
 }
+
+#[test]
+fn a_computed_event_time_from_epoch_millis_feeds_a_window() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("in.csv");
+    let output = dir.path().join("out.csv");
+    // Epoch milliseconds in order; 10-second windows in UTC.
+    let mut text = String::new();
+    let mut want: std::collections::BTreeMap<(i64, String), i64> = Default::default();
+    for i in 0..600u64 {
+        let h = mix64(i ^ 77);
+        let ms = 1_700_000_000_000 + i as i64 * 137;
+        let key = ["x", "y", "z"][(h % 3) as usize];
+        text.push_str(&format!("{key},{ms}\n"));
+        *want.entry((ms - ms % 10_000, key.to_string())).or_default() += 1;
+    }
+    std::fs::write(&input, text).expect("write");
+    // 1_700_000_000_000 ms is 2023-11-14 22:13:20 UTC, a multiple of 10 s:
+    // every window's last millisecond (`window_time`) ends in .999.
+    let base = 1_700_000_000_000i64;
+    let window_time = |start: i64| {
+        let s = 22 * 3600 + 13 * 60 + 20 + (start + 9_999 - base) / 1000;
+        format!(
+            "2023-11-14 {:02}:{:02}:{:02}.999Z",
+            s / 3600,
+            s / 60 % 60,
+            s % 60
+        )
+    };
+    let mut want: Vec<String> = want
+        .into_iter()
+        .map(|((start, key), n)| format!("{key},{},{n}", window_time(start)))
+        .collect();
+    want.sort();
+    let script = format!(
+        "CREATE TABLE e (k STRING, epoch BIGINT,
+           ts AS TO_TIMESTAMP_LTZ(epoch, 3),
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         CREATE TABLE o (k STRING, wt TIMESTAMP_LTZ(3), n BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         INSERT INTO o SELECT k, window_time, COUNT(*)
+         FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+         WHERE k IN ('x', 'y', 'z') AND epoch BETWEEN 0 AND 9999999999999 AND k LIKE '_'
+         GROUP BY window_start, window_end, window_time, k;",
+        input.display(),
+        output.display()
+    );
+    for parallelism in [1, 2] {
+        assert_eq!(
+            run(&script, parallelism, &output),
+            want,
+            "parallelism {parallelism}"
+        );
+    }
+}
