@@ -350,3 +350,78 @@ fn decimal_sums_averages_and_distinct_counts_over_all_keys() {
         );
     }
 }
+
+#[test]
+fn session_windows_per_partition_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("events.csv");
+    let output = dir.path().join("out.csv");
+    // In event-time order (nothing late): each key's rows are 0.1-9 s
+    // apart, so sessions with a 3 s gap end now and then.
+    let mut t = 60_000i64;
+    let evs: Vec<Event> = (0..1500u64)
+        .map(|i| {
+            let h = mix64(i ^ 0xfeed);
+            t += 30 + (h % 1800) as i64;
+            Event {
+                key: format!("k{}", (h >> 8) % 4),
+                value: Some(((h >> 16) % 50) as i64),
+                ts: t,
+            }
+        })
+        .collect();
+    write_input(&input, &evs);
+    // Per key: a row within the gap of the session's last row (touching
+    // included) extends it; the session ends `gap` after its last row.
+    let gap = 3000;
+    let mut open: BTreeMap<String, (i64, i64, i64, i64)> = BTreeMap::new();
+    let mut want = Vec::new();
+    let line = |key: &str, (start, last, n, sum): (i64, i64, i64, i64)| {
+        format!(
+            "{key},{},{},{n},{sum}",
+            timestamp(start),
+            timestamp(last + gap)
+        )
+    };
+    for e in &evs {
+        let v = e.value.unwrap_or(0);
+        match open.get_mut(&e.key) {
+            Some(s) if e.ts <= s.1 + gap => {
+                s.1 = e.ts;
+                s.2 += 1;
+                s.3 += v;
+            }
+            _ => {
+                if let Some(done) = open.insert(e.key.clone(), (e.ts, e.ts, 1, v)) {
+                    want.push(line(&e.key, done));
+                }
+            }
+        }
+    }
+    for (key, s) in open {
+        want.push(line(&key, s));
+    }
+    want.sort();
+    assert!(want.len() > 50, "{}", want.len());
+    let script = format!(
+        "CREATE TABLE events (k STRING, v BIGINT, ts TIMESTAMP(3),
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv',
+               'scan.watermark.emit.strategy' = 'on-event');
+         CREATE TABLE out (k STRING, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, s BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         INSERT INTO out
+         SELECT k, window_start, window_end, COUNT(*), SUM(v)
+         FROM TABLE(SESSION(TABLE events PARTITION BY k, DESCRIPTOR(ts), INTERVAL '3' SECOND))
+         GROUP BY window_start, window_end, k;",
+        input.display(),
+        output.display()
+    );
+    for parallelism in [1, 2] {
+        assert_eq!(
+            run(&script, parallelism, &output),
+            want,
+            "parallelism {parallelism}"
+        );
+    }
+}

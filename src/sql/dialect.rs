@@ -3,8 +3,9 @@
 //! function: `TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE)`),
 //! which no built-in dialect accepts.
 //!
-//! `TABLE name` becomes `Expr::Prefixed { prefix: TABLE, value: name }`;
-//! the planner reads it back with [`table_argument`]. Flink's `CREATE
+//! `TABLE name [PARTITION BY cols]` (the partition for `SESSION`) becomes
+//! `Expr::Prefixed { prefix: TABLE, value: (name, cols..) }`; the planner
+//! reads it back with [`table_argument`]. Flink's `CREATE
 //! TABLE` (computed columns, `WATERMARK FOR`) is parsed by
 //! [`parse`](super::parse), which drives the same parser.
 
@@ -49,27 +50,59 @@ impl Dialect for FlinkDialect {
             return None;
         }
         let keyword = parser.next_token();
-        Some(parser.parse_object_name(false).map(|name| {
+        Some(table_and_partition(parser).map(|(name, keys)| {
+            let table = Expr::CompoundIdentifier(
+                name.0
+                    .into_iter()
+                    .filter_map(|p| p.as_ident().cloned())
+                    .collect(),
+            );
+            let mut parts = vec![table];
+            parts.extend(keys.into_iter().map(Expr::Identifier));
             Expr::Prefixed {
                 prefix: Ident::with_span(keyword.span, TABLE_PREFIX),
-                value: Box::new(Expr::CompoundIdentifier(
-                    name.0
-                        .into_iter()
-                        .filter_map(|p| p.as_ident().cloned())
-                        .collect(),
-                )),
+                value: Box::new(Expr::Tuple(parts)),
             }
         }))
     }
 }
 
-/// The table a `TABLE name` argument names, if `expr` is one.
-pub fn table_argument(expr: &Expr) -> Option<ObjectName> {
-    match expr {
-        Expr::Prefixed { prefix, value } if prefix.value == TABLE_PREFIX => match &**value {
-            Expr::CompoundIdentifier(parts) => Some(ObjectName::from(parts.clone())),
-            _ => None,
-        },
-        _ => None,
+/// `name [PARTITION BY col | PARTITION BY (col, ..)]`.
+fn table_and_partition(parser: &mut Parser) -> Result<(ObjectName, Vec<Ident>), ParserError> {
+    let name = parser.parse_object_name(false)?;
+    let mut keys = Vec::new();
+    if parser.parse_keywords(&[Keyword::PARTITION, Keyword::BY]) {
+        if parser.consume_token(&Token::LParen) {
+            keys = parser.parse_comma_separated(|p| p.parse_identifier())?;
+            parser.expect_token(&Token::RParen)?;
+        } else {
+            keys.push(parser.parse_identifier()?);
+        }
     }
+    Ok((name, keys))
+}
+
+/// The table a `TABLE name [PARTITION BY ..]` argument names and its
+/// partition columns, if `expr` is one.
+pub fn table_argument(expr: &Expr) -> Option<(ObjectName, Vec<Ident>)> {
+    let Expr::Prefixed { prefix, value } = expr else {
+        return None;
+    };
+    let Expr::Tuple(parts) = &**value else {
+        return None;
+    };
+    if prefix.value != TABLE_PREFIX {
+        return None;
+    }
+    let (Some(Expr::CompoundIdentifier(table)), keys) = (parts.first(), &parts[1..]) else {
+        return None;
+    };
+    let keys = keys
+        .iter()
+        .filter_map(|k| match k {
+            Expr::Identifier(i) => Some(i.clone()),
+            _ => None,
+        })
+        .collect();
+    Some((ObjectName::from(table.clone()), keys))
 }

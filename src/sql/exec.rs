@@ -270,6 +270,7 @@ impl<'e> Builder<'e> {
         let assigner = match w.window {
             Window::Tumble { size } => WindowAssigner::tumbling(size),
             Window::Hop { size, slide } => WindowAssigner::sliding(size, slide),
+            Window::Session { gap } => WindowAssigner::session(gap),
         };
         let group = w.group.clone();
         let ltz = matches!(w.time_ty, SqlType::TimestampLtz(_));

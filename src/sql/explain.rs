@@ -97,6 +97,9 @@ fn node(out: &mut String, plan: &Plan, depth: usize) {
                 Window::Tumble { size } => {
                     format!("TUMBLE(time_col=[{}], size=[{size} ms])", w.time_col)
                 }
+                Window::Session { gap } => {
+                    format!("SESSION(time_col=[{}], gap=[{gap} ms])", w.time_col)
+                }
                 Window::Hop { size, slide } => format!(
                     "HOP(time_col=[{}], size=[{size} ms], slide=[{slide} ms])",
                     w.time_col

@@ -2,7 +2,8 @@
 //! floe operators ([`exec`](super::exec)).
 //!
 //! The shapes planned: a projection and filter over a table, a view or a
-//! subquery (`Calc`); a window table-valued function (`TUMBLE`, `HOP`)
+//! subquery (`Calc`); a window table-valued function (`TUMBLE`, `HOP`,
+//! `SESSION`)
 //! grouped by `window_start, window_end` and columns, with `COUNT`, `SUM`,
 //! `MIN`, `MAX`, `AVG` (`WindowAggregate`, then a `Calc` for the select list
 //! and `HAVING`); `UNION ALL`. A `GROUP BY` without a window produces
@@ -54,6 +55,12 @@ pub enum Window {
         size: i64,
         /// Distance between window starts (ms).
         slide: i64,
+    },
+    /// `SESSION(TABLE t PARTITION BY keys, .., gap)`: per key, rows less
+    /// than `gap` apart share a window.
+    Session {
+        /// The gap (ms).
+        gap: i64,
     },
 }
 
@@ -138,6 +145,8 @@ enum From {
         time_col: usize,
         name: String,
         qualifiers: Vec<String>,
+        /// `SESSION`'s `PARTITION BY` columns (as written).
+        partition: Vec<ast::Ident>,
     },
 }
 
@@ -330,20 +339,20 @@ impl<'c> Planner<'c> {
             _ => Vec::new(),
         };
         let arity = match name.as_str() {
-            "TUMBLE" => 3,
+            "TUMBLE" | "SESSION" => 3,
             "HOP" => 4,
-            "CUMULATE" | "SESSION" => {
+            "CUMULATE" => {
                 return Err(err!(
                     Unsupported,
                     at,
-                    "window function {name} is not supported yet (TUMBLE and HOP are)"
+                    "window function {name} is not supported yet (TUMBLE, HOP and SESSION are)"
                 ));
             }
             _ => {
                 return Err(err!(
                     Unsupported,
                     at,
-                    "table function {} is not supported (TUMBLE and HOP are)",
+                    "table function {} is not supported (TUMBLE, HOP and SESSION are)",
                     f.name
                 ));
             }
@@ -353,11 +362,15 @@ impl<'c> Planner<'c> {
                 TypeMismatch,
                 at,
                 "{name} takes {arity} arguments (TABLE t, DESCRIPTOR(col), {}), not {}",
-                if arity == 3 { "size" } else { "slide, size" },
+                match name.as_str() {
+                    "TUMBLE" => "size",
+                    "SESSION" => "gap",
+                    _ => "slide, size",
+                },
                 args.len()
             ));
         }
-        let Some(table) = table_argument(args[0]) else {
+        let Some((table, partition)) = table_argument(args[0]) else {
             return Err(err!(
                 TypeMismatch,
                 args[0].span(),
@@ -365,8 +378,25 @@ impl<'c> Planner<'c> {
                 args[0]
             ));
         };
+        if !partition.is_empty() && name != "SESSION" {
+            return Err(err!(
+                Unsupported,
+                args[0].span(),
+                "PARTITION BY is supported in SESSION only"
+            ));
+        }
         let input = self.named(&table, args[0].span())?;
         let label = table.to_string().replace('`', "");
+        for k in &partition {
+            if !input.columns().iter().any(|c| c.name == k.value) {
+                return Err(err!(
+                    UnknownColumn,
+                    k.span,
+                    "unknown column '{}' in table '{label}'",
+                    k.value
+                ));
+            }
+        }
         let time_col = descriptor(args[1], &input, &label)?;
         let c = &input.columns()[time_col];
         if !c.rowtime {
@@ -389,9 +419,12 @@ impl<'c> Planner<'c> {
                 )),
             }
         };
-        let window = match arity {
-            3 => Window::Tumble {
+        let window = match name.as_str() {
+            "TUMBLE" => Window::Tumble {
                 size: positive(args[2])?,
+            },
+            "SESSION" => Window::Session {
+                gap: positive(args[2])?,
             },
             _ => {
                 let (slide, size) = (positive(args[2])?, positive(args[3])?);
@@ -412,6 +445,7 @@ impl<'c> Planner<'c> {
             time_col,
             name: format!("{name}(TABLE {label})"),
             qualifiers: vec![label],
+            partition,
         })
     }
 
@@ -451,7 +485,13 @@ impl<'c> Planner<'c> {
                 time_col,
                 name,
                 qualifiers,
-            } => self.window_select(s, group_by, input, window, time_col, name, qualifiers),
+                partition,
+            } => {
+                let plan =
+                    self.window_select(s, group_by, input, window, time_col, name, qualifiers)?;
+                check_partition(&plan, window, &partition, at)?;
+                Ok(plan)
+            }
         }
     }
 
@@ -664,4 +704,42 @@ impl<'c> Planner<'c> {
             text,
         })
     }
+}
+
+/// A `SESSION` window aggregate's keys must be its `PARTITION BY` columns:
+/// sessions are kept per key.
+fn check_partition(
+    plan: &Plan,
+    window: Window,
+    partition: &[ast::Ident],
+    at: Span,
+) -> SqlResult<()> {
+    let Window::Session { .. } = window else {
+        return Ok(());
+    };
+    let Plan::Calc { input, .. } = plan else {
+        return Ok(());
+    };
+    let Plan::WindowAgg(w) = &**input else {
+        return Ok(());
+    };
+    let in_cols = w.input.columns();
+    let mut keys: Vec<&str> = w.keys.iter().map(|&k| in_cols[k].name.as_str()).collect();
+    let mut parts: Vec<&str> = partition.iter().map(|i| i.value.as_str()).collect();
+    keys.sort_unstable();
+    parts.sort_unstable();
+    if keys != parts {
+        return Err(err!(
+            Unsupported,
+            at,
+            "a SESSION window aggregate must GROUP BY window_start, window_end and exactly its \
+             PARTITION BY columns ({})",
+            if parts.is_empty() {
+                "none".to_string()
+            } else {
+                parts.join(", ")
+            }
+        ));
+    }
+    Ok(())
 }
