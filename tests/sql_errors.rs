@@ -183,3 +183,53 @@ fn nothing_is_added_to_the_job_when_a_later_statement_fails() {
     assert!(env.job_graph().is_err(), "an empty job");
     assert!(!dir.path().join("out.csv").exists());
 }
+
+mod bad_input {
+    use floe::StreamExecutionEnvironment;
+    use floe::sql::SqlSession;
+    use proptest::prelude::*;
+
+    /// A valid script to cut up: every statement kind, expressions and a
+    /// window function.
+    const SCRIPT: &str = "CREATE TABLE t (a STRING, b INT, c DECIMAL(5, 2), d AS b * 2, \
+        ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH ('connector' = \
+        'filesystem', 'path' = '/nonexistent/in.csv', 'format' = 'csv');\n\
+        CREATE TABLE o (a STRING, n BIGINT, s INT) WITH ('connector' = 'blackhole');\n\
+        CREATE VIEW v AS SELECT a, b, ts FROM t WHERE b > 0 AND a LIKE 'x%';\n\
+        EXPLAIN INSERT INTO o SELECT UPPER(a), COUNT(*), CAST(SUM(b) AS INT) FROM \
+        TABLE(HOP(TABLE v, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '2' MINUTE)) \
+        GROUP BY window_start, window_end, a HAVING MAX(b) IS NOT NULL;\n\
+        INSERT INTO o SELECT CASE WHEN b IN (1, 2) THEN 'x' ELSE COALESCE(a, '') END, \
+        CAST(b AS BIGINT), CHAR_LENGTH(SUBSTRING(a FROM 2 FOR 3)) FROM t;";
+
+    fn plan(script: &str) {
+        let env = StreamExecutionEnvironment::new();
+        // Ok or a typed error; a panic fails the test.
+        let _ = SqlSession::new(&env).plan_sql(script);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn a_cut_or_changed_script_never_panics(
+            cut in 0usize..SCRIPT.len(),
+            at in 0usize..SCRIPT.len(),
+            with in prop::sample::select(vec!["", "(", ")", ",", "'", "`", "-", "*", "9", "NULL",
+                "SELECT", "TABLE", "9999999999999999999999", "1.5E400", ";", "/", "%"]),
+        ) {
+            plan(&SCRIPT[..cut]);
+            let mut changed = SCRIPT.as_bytes().to_vec();
+            let end = (at + 1 + cut % 7).min(changed.len());
+            changed.splice(at..end, with.bytes());
+            if let Ok(text) = String::from_utf8(changed) {
+                plan(&text);
+            }
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            plan(&text);
+        }
+    }
+}
