@@ -200,8 +200,9 @@ pub enum Error {
         /// The limit in force.
         limit: u64,
     },
-    /// A SQL script does not parse or plan (names the line and column);
-    /// nothing of the script ran.
+    /// A SQL script does not parse or plan (names the line and column;
+    /// nothing of the script ran), or one of its expressions failed on a
+    /// row while the job ran (kind `Evaluation`).
     #[cfg(feature = "sql")]
     #[error(transparent)]
     Sql(#[from] crate::sql::SqlError),

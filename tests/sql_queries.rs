@@ -142,7 +142,7 @@ fn projections_filters_and_expressions_follow_sql_null_semantics() {
            id INT, name STRING, qty INT, price DECIMAL(8, 2), flag BOOLEAN
          ) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
          CREATE TABLE out (
-           id INT, uname STRING, q2 INT, cost DECIMAL(18, 2), q BIGINT, label STRING,
+           id INT, uname STRING, q2 INT, cost DECIMAL(19, 2), q BIGINT, label STRING,
            len INT, tag STRING
          ) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
          INSERT INTO out

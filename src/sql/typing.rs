@@ -180,7 +180,7 @@ pub(crate) fn arith_type(op: Arith, a: SqlType, b: SqlType) -> Option<SqlType> {
             let s = s1.max(s2);
             bounded((p1 - s1).max(p2 - s2) + s + 1, s)
         }
-        Arith::Mul => bounded(p1 + p2, s1 + s2),
+        Arith::Mul => bounded(p1 + p2 + 1, s1 + s2),
         Arith::Div => {
             let s = 6u32.max(s1 + p2 + 1);
             bounded(p1 - s1 + s2 + s, s)
