@@ -233,3 +233,26 @@ mod bad_input {
         }
     }
 }
+
+#[test]
+fn a_sink_may_not_write_the_file_its_query_reads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "a,1\n").expect("write");
+    let script = format!(
+        "CREATE TABLE t (a STRING, n INT) WITH ('connector' = 'filesystem', 'path' = '{p}', \
+         'format' = 'csv');\nCREATE TABLE o (a STRING, n INT) WITH ('connector' = \
+         'filesystem', 'path' = '{p}', 'format' = 'csv');\nINSERT INTO o SELECT a, n FROM t;",
+        p = input.display()
+    );
+    let env = StreamExecutionEnvironment::new();
+    let e = SqlSession::new(&env)
+        .plan_sql(&script)
+        .expect_err("the input would be truncated");
+    assert!(
+        e.to_string()
+            .starts_with("line 3, column 1: table 'o' writes the file"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&input).expect("read"), "a,1\n");
+}

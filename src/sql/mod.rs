@@ -245,6 +245,17 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
             let label = sink.name.clone();
             let plan = Planner::new(catalog, Some((&label, append_only))).query(query)?;
             let plan = fit_to_sink(plan, &sink, columns, query.span())?;
+            if let Connector::FileSystem { path, .. } = &sink.connector
+                && reads(&plan, path)
+            {
+                return Err(err!(
+                    Invalid,
+                    *span,
+                    "table '{}' writes the file '{}' that the query reads",
+                    sink.name,
+                    path.display()
+                ));
+            }
             Ok(Some((plan, sink)))
         }
         Statement::Query(_, at) => Err(err!(
@@ -373,4 +384,22 @@ fn fit_to_sink(
         columns: sink.columns.clone(),
         text: "select=[sink columns]".into(),
     })
+}
+
+/// Whether `plan` reads the file `path` (writing it would destroy the
+/// input).
+fn reads(plan: &Plan, path: &std::path::Path) -> bool {
+    let same = |p: &std::path::Path| {
+        p == path
+            || matches!(
+                (std::fs::canonicalize(p), std::fs::canonicalize(path)),
+                (Ok(a), Ok(b)) if a == b
+            )
+    };
+    match plan {
+        Plan::Scan(t) => matches!(&t.connector, Connector::FileSystem { path: p, .. } if same(p)),
+        Plan::Calc { input, .. } => reads(input, path),
+        Plan::WindowAgg(w) => reads(&w.input, path),
+        Plan::Union(inputs) => inputs.iter().any(|p| reads(p, path)),
+    }
 }
