@@ -111,11 +111,14 @@ fn unsupported_constructs_say_so_in_one_line() {
          GroupAggregate(groupBy=[name])",
     );
     let e = error(
-        "INSERT INTO out SELECT name, n FROM TABLE(CUMULATE(TABLE clicks, DESCRIPTOR(ts), \
-         INTERVAL '1' MINUTE, INTERVAL '1' HOUR));",
+        "INSERT INTO out SELECT name, n FROM TABLE(SLIDE(TABLE clicks, DESCRIPTOR(ts), \
+         INTERVAL '1' MINUTE));",
     );
     assert_eq!(e.kind, SqlErrorKind::Unsupported, "{e}");
-    assert!(e.message.contains("CUMULATE is not supported yet"), "{e}");
+    assert!(
+        e.message.contains("table function SLIDE is not supported"),
+        "{e}"
+    );
     let e = error("INSERT INTO out SELECT a.name, b.n FROM clicks a JOIN clicks b ON a.n = b.n;");
     assert_eq!(e.kind, SqlErrorKind::Unsupported, "{e}");
 }

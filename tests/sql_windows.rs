@@ -425,3 +425,59 @@ fn session_windows_per_partition_key() {
         );
     }
 }
+
+#[test]
+fn cumulate_windows_grow_by_step_and_drop_late_rows_per_window() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("events.csv");
+    let output = dir.path().join("out.csv");
+    let evs = events(29, 3000);
+    write_input(&input, &evs);
+    // Windows [s, s + k * 2 s) for k = 1..=4, s a multiple of 8 s (2024-01-01
+    // is one too); a row belongs to each that ends after it, unless fired.
+    let (step, size, delay) = (2000i64, 8000i64, 2000i64);
+    let mut windows: BTreeMap<(String, i64, i64), (i64, i64)> = BTreeMap::new();
+    let mut watermark = i64::MIN;
+    for e in &evs {
+        let start = e.ts - e.ts.rem_euclid(size);
+        let mut end = start + (e.ts - start) / step * step + step;
+        while end <= start + size {
+            if end - 1 > watermark {
+                let w = windows.entry((e.key.clone(), start, end)).or_default();
+                w.0 += 1;
+                w.1 += e.value.unwrap_or(0);
+            }
+            end += step;
+        }
+        watermark = watermark.max(e.ts - delay);
+    }
+    let mut want: Vec<String> = windows
+        .into_iter()
+        .map(|((key, start, end), (n, sum))| {
+            format!("{key},{},{},{n},{sum}", timestamp(start), timestamp(end))
+        })
+        .collect();
+    want.sort();
+    let script = format!(
+        "CREATE TABLE events (k STRING, v BIGINT, ts TIMESTAMP(3),
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv',
+               'scan.watermark.emit.strategy' = 'on-event');
+         CREATE TABLE out (k STRING, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, s BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         INSERT INTO out
+         SELECT k, window_start, window_end, COUNT(*), COALESCE(SUM(v), 0)
+         FROM TABLE(CUMULATE(TABLE events, DESCRIPTOR(ts), INTERVAL '2' SECOND,
+                             INTERVAL '8' SECOND))
+         GROUP BY window_start, window_end, k;",
+        input.display(),
+        output.display()
+    );
+    for parallelism in [1, 2] {
+        assert_eq!(
+            run(&script, parallelism, &output),
+            want,
+            "parallelism {parallelism}"
+        );
+    }
+}

@@ -271,6 +271,7 @@ impl<'e> Builder<'e> {
             Window::Tumble { size } => WindowAssigner::tumbling(size),
             Window::Hop { size, slide } => WindowAssigner::sliding(size, slide),
             Window::Session { gap } => WindowAssigner::session(gap),
+            Window::Cumulate { step, size } => WindowAssigner::cumulative(step, size),
         };
         let group = w.group.clone();
         let ltz = matches!(w.time_ty, SqlType::TimestampLtz(_));

@@ -97,6 +97,10 @@ fn node(out: &mut String, plan: &Plan, depth: usize) {
                 Window::Tumble { size } => {
                     format!("TUMBLE(time_col=[{}], size=[{size} ms])", w.time_col)
                 }
+                Window::Cumulate { step, size } => format!(
+                    "CUMULATE(time_col=[{}], max_size=[{size} ms], step=[{step} ms])",
+                    w.time_col
+                ),
                 Window::Session { gap } => {
                     format!("SESSION(time_col=[{}], gap=[{gap} ms])", w.time_col)
                 }

@@ -3,7 +3,7 @@
 //!
 //! The shapes planned: a projection and filter over a table, a view or a
 //! subquery (`Calc`); a window table-valued function (`TUMBLE`, `HOP`,
-//! `SESSION`)
+//! `CUMULATE`, `SESSION`)
 //! grouped by `window_start, window_end` and columns, with `COUNT`, `SUM`,
 //! `MIN`, `MAX`, `AVG` (`WindowAggregate`, then a `Calc` for the select list
 //! and `HAVING`); `UNION ALL`. A `GROUP BY` without a window produces
@@ -55,6 +55,14 @@ pub enum Window {
         size: i64,
         /// Distance between window starts (ms).
         slide: i64,
+    },
+    /// `CUMULATE(.., step, size)`: windows from a common start growing by
+    /// `step` up to `size`.
+    Cumulate {
+        /// How much each window grows (ms).
+        step: i64,
+        /// The longest window (ms).
+        size: i64,
     },
     /// `SESSION(TABLE t PARTITION BY keys, .., gap)`: per key, rows less
     /// than `gap` apart share a window.
@@ -340,19 +348,12 @@ impl<'c> Planner<'c> {
         };
         let arity = match name.as_str() {
             "TUMBLE" | "SESSION" => 3,
-            "HOP" => 4,
-            "CUMULATE" => {
-                return Err(err!(
-                    Unsupported,
-                    at,
-                    "window function {name} is not supported yet (TUMBLE, HOP and SESSION are)"
-                ));
-            }
+            "HOP" | "CUMULATE" => 4,
             _ => {
                 return Err(err!(
                     Unsupported,
                     at,
-                    "table function {} is not supported (TUMBLE, HOP and SESSION are)",
+                    "table function {} is not supported (TUMBLE, HOP, CUMULATE and SESSION are)",
                     f.name
                 ));
             }
@@ -365,6 +366,7 @@ impl<'c> Planner<'c> {
                 match name.as_str() {
                     "TUMBLE" => "size",
                     "SESSION" => "gap",
+                    "CUMULATE" => "step, size",
                     _ => "slide, size",
                 },
                 args.len()
@@ -426,6 +428,18 @@ impl<'c> Planner<'c> {
             "SESSION" => Window::Session {
                 gap: positive(args[2])?,
             },
+            "CUMULATE" => {
+                let (step, size) = (positive(args[2])?, positive(args[3])?);
+                if size % step != 0 {
+                    return Err(err!(
+                        Unsupported,
+                        at,
+                        "CUMULATE requires the size to be an integral multiple of the step, but \
+                         got size {size} ms and step {step} ms"
+                    ));
+                }
+                Window::Cumulate { step, size }
+            }
             _ => {
                 let (slide, size) = (positive(args[2])?, positive(args[3])?);
                 if size % slide != 0 {
