@@ -119,6 +119,14 @@ fn unsupported_constructs_say_so_in_one_line() {
         e.message.contains("table function SLIDE is not supported"),
         "{e}"
     );
+    check(
+        "SET 'table.exec.mini-batch.enabled' = 'true';",
+        SqlErrorKind::Unsupported,
+        3,
+        1,
+        "SET 'table.exec.mini-batch.enabled' is not supported (execution.runtime-mode, \
+         parallelism.default, pipeline.name and table.local-time-zone are)",
+    );
     let e = error("INSERT INTO out SELECT a.name, b.n FROM clicks a JOIN clicks b ON a.n = b.n;");
     assert_eq!(e.kind, SqlErrorKind::Unsupported, "{e}");
 }

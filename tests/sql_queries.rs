@@ -189,6 +189,8 @@ fn union_all_of_two_filters_and_a_subquery() {
          WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
          CREATE TABLE out (id BIGINT, what STRING)
          WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         SET 'execution.runtime-mode' = 'streaming';
+         SET 'pipeline.name' = 'union';
          INSERT INTO out
          SELECT id, 'low' FROM items WHERE qty < 0
          UNION ALL

@@ -83,7 +83,7 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
         .sum();
     eprintln!(
         "{}{}",
-        super::summary_head(records, result.elapsed, args.parallelism),
+        super::summary_head(records, result.elapsed, env.config().parallelism),
         super::checkpointing::summary(&args.checkpoints, &handle)
     );
     if let Some(e) = endpoint {

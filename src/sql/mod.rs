@@ -113,10 +113,14 @@ impl SqlSession {
         let mut catalog = self.catalog.clone();
         let mut inserts: Vec<(Plan, Arc<Table>)> = Vec::new();
         let mut out = SqlScript::default();
+        let mut settings = Vec::new();
         for s in &statements {
             match s {
                 Statement::Explain(inner, at) => {
                     out.explains.push(self.explain(&catalog, inner, *at)?);
+                }
+                Statement::Set { key, value, span } => {
+                    settings.push(setting(key, value, *span)?);
                 }
                 other => {
                     if let Some(insert) = plan_statement(&mut catalog, other)? {
@@ -124,6 +128,9 @@ impl SqlSession {
                     }
                 }
             }
+        }
+        for apply in settings {
+            apply(&self.env);
         }
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env);
@@ -265,6 +272,7 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
              prints)"
         )),
         Statement::Explain(_, at) => Err(err!(Unsupported, *at, "a nested EXPLAIN")),
+        Statement::Set { .. } => Ok(None),
     }
 }
 
@@ -402,4 +410,44 @@ fn reads(plan: &Plan, path: &std::path::Path) -> bool {
         Plan::WindowAgg(w) => reads(&w.input, path),
         Plan::Union(inputs) => inputs.iter().any(|p| reads(p, path)),
     }
+}
+
+/// A change a `SET` makes to the environment.
+type Setting = Box<dyn FnOnce(&StreamExecutionEnvironment)>;
+
+/// What `SET 'key' = 'value'` does: the options of Flink's that floe
+/// has; any other is refused.
+fn setting(key: &str, value: &str, at: Span) -> SqlResult<Setting> {
+    let bad = || err!(InvalidOption, at, "'{key}' cannot be '{value}'");
+    Ok(match key {
+        "execution.runtime-mode" if value.eq_ignore_ascii_case("streaming") => Box::new(|_| {}),
+        "table.local-time-zone" if value.eq_ignore_ascii_case("UTC") => Box::new(|_| {}),
+        "execution.runtime-mode" | "table.local-time-zone" => {
+            return Err(err!(
+                Unsupported,
+                at,
+                "'{key}' = '{value}' is not supported (floe runs streaming jobs in UTC)"
+            ));
+        }
+        "parallelism.default" => {
+            let p: usize = value.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+            Box::new(move |env| {
+                env.set_parallelism(p);
+            })
+        }
+        "pipeline.name" => {
+            let name = value.to_string();
+            Box::new(move |env| {
+                env.set_job_name(name);
+            })
+        }
+        _ => {
+            return Err(err!(
+                Unsupported,
+                at,
+                "SET '{key}' is not supported (execution.runtime-mode, parallelism.default, \
+                 pipeline.name and table.local-time-zone are)"
+            ));
+        }
+    })
 }

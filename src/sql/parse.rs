@@ -39,6 +39,15 @@ pub enum Statement {
     },
     /// `EXPLAIN [PLAN FOR] statement`.
     Explain(Box<Statement>, Span),
+    /// `SET 'key' = 'value'`.
+    Set {
+        /// The option.
+        key: String,
+        /// Its value.
+        value: String,
+        /// Where the statement starts.
+        span: Span,
+    },
     /// A bare query (not run: it has nowhere to go).
     Query(Box<Query>, Span),
 }
@@ -117,6 +126,16 @@ fn statement(p: &mut Parser) -> SqlResult<Statement> {
     if p.parse_keyword(Keyword::EXPLAIN) {
         let _ = p.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
         return Ok(Statement::Explain(Box::new(statement(p)?), start));
+    }
+    if p.parse_keyword(Keyword::SET) {
+        let key = p.parse_literal_string().map_err(SqlError::syntax)?;
+        p.expect_token(&Token::Eq).map_err(SqlError::syntax)?;
+        let value = p.parse_literal_string().map_err(SqlError::syntax)?;
+        return Ok(Statement::Set {
+            key,
+            value,
+            span: start,
+        });
     }
     if p.parse_keyword(Keyword::CREATE) {
         let _ = p.parse_keyword(Keyword::TEMPORARY);
