@@ -38,7 +38,9 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
     if planned.inserts == 0 {
         return Ok(());
     }
-    let prometheus = args.observe.install(&env, "sql")?;
+    // `--job-name`, else the script's `SET 'pipeline.name'`, else `sql`.
+    let name = env.config().job_name.unwrap_or_else(|| "sql".to_string());
+    let prometheus = args.observe.install(&env, &name)?;
     let handle = env.execute_async()?;
     args.checkpoints.schedule_savepoint(&handle);
     let _signals = super::signal::stop_on_signal(&handle, args.checkpoints.stop_savepoint_dir())?;
