@@ -630,16 +630,13 @@ impl<'a> Binder<'a> {
                 arity(2..=2)?;
                 let (x, t) = self.bind(args[0])?;
                 let (p, _) = self.bind(args[1])?;
-                let precision = match &p {
-                    Expr::Literal(Value::Int(p @ (0 | 3))) => *p,
-                    _ => {
-                        return Err(err!(
-                            Unsupported,
-                            args[1].span(),
-                            "TO_TIMESTAMP_LTZ precision must be 0 or 3"
-                        ));
-                    }
-                };
+                if !matches!(&p, Expr::Literal(Value::Int(0 | 3))) {
+                    return Err(err!(
+                        Unsupported,
+                        args[1].span(),
+                        "TO_TIMESTAMP_LTZ precision must be 0 or 3"
+                    ));
+                }
                 if !matches!(t, SqlType::Int | SqlType::BigInt | SqlType::Null) {
                     return Err(err!(
                         TypeMismatch,
@@ -647,7 +644,6 @@ impl<'a> Binder<'a> {
                         "TO_TIMESTAMP_LTZ needs an integer epoch, not {t}"
                     ));
                 }
-                let _ = precision;
                 Ok((
                     Expr::Call(Func::ToTimestampLtz, vec![x, p]),
                     SqlType::TimestampLtz(3),

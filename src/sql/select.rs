@@ -55,7 +55,7 @@ pub(crate) fn select_list(
             SelectItem::UnnamedExpr(e) => (e, None),
             SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
             SelectItem::Wildcard(_) => {
-                for (i, c) in scope.columns.iter().enumerate() {
+                for c in scope.columns {
                     let id = ast::Ident::new(c.name.clone());
                     let (x, _) = binder.bind(&ast::Expr::Identifier(id)).map_err(|_| {
                         err!(
@@ -65,7 +65,6 @@ pub(crate) fn select_list(
                             c.name
                         )
                     })?;
-                    let _ = i;
                     exprs.push(x);
                     columns.push(c.clone());
                 }
