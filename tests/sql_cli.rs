@@ -266,3 +266,69 @@ fn a_sql_job_recovers_from_injected_failures_exactly_once() {
     assert_eq!(restarts, 2, "{stderr}");
     assert_eq!(sorted_lines(&output), want);
 }
+
+#[test]
+fn a_savepoint_of_a_sql_job_restores_at_another_parallelism() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("clicks.csv");
+    let output = dir.path().join("per_minute.csv");
+    let want = data(&input);
+    let script = script(&input, &output).replace(
+        "'format' = 'csv');\nCREATE TABLE per_minute",
+        "'format' = 'csv', 'scan.watermark.emit.strategy' = 'on-event');\nCREATE TABLE per_minute",
+    );
+    let savepoints = dir.path().join("savepoints");
+    let checkpoints = dir.path().join("checkpoints");
+    let path = |p: &Path| p.to_str().expect("utf-8").to_string();
+    let first = floe(&[
+        "sql",
+        "-e",
+        &script,
+        "--parallelism",
+        "2",
+        "--checkpoint-interval",
+        "60000",
+        "--checkpoint-dir",
+        &path(&checkpoints),
+        "--savepoint-at-records",
+        "700",
+        "--savepoint-dir",
+        &path(&savepoints),
+    ]);
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    let savepoint = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint="))
+        .unwrap_or_else(|| panic!("a savepoint line: {stderr}"))
+        .to_string();
+    assert_eq!(sorted_lines(&output), want, "the first run");
+    // The same script from the savepoint, on one subtask: the output is
+    // cut back to the savepoint's commit and written on from there.
+    let second = floe(&[
+        "sql",
+        "-e",
+        &script,
+        "--parallelism",
+        "1",
+        "--checkpoint-interval",
+        "60000",
+        "--checkpoint-dir",
+        &path(&dir.path().join("checkpoints-2")),
+        "--from-checkpoint",
+        &savepoint,
+    ]);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    let records: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("records="))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a summary line: {stderr}"));
+    assert!(
+        records < 1500,
+        "the second run read from the savepoint on: {stderr}"
+    );
+    assert_eq!(sorted_lines(&output), want, "after the restore");
+}
