@@ -41,6 +41,9 @@ use std::sync::Arc;
 struct CalcOp {
     filter: Option<Arc<Expr>>,
     project: Arc<[Expr]>,
+    /// The projection keeps every column in place: a row passes as it is
+    /// (no new row per record).
+    identity: bool,
     /// The operator's name, for the message of a failed expression.
     name: Arc<str>,
 }
@@ -56,6 +59,10 @@ impl Operator<Row, Row> for CalcOp {
             if let Some(f) = &self.filter
                 && !f.holds(&r.value).map_err(|m| eval_error(&self.name, m))?
             {
+                continue;
+            }
+            if self.identity && r.value.len() == self.project.len() {
+                out.records.push(r);
                 continue;
             }
             let value = project(&self.project, &r.value).map_err(|m| eval_error(&self.name, m))?;
@@ -143,9 +150,14 @@ impl<'e> Builder<'e> {
         filter: Option<Expr>,
         project: Vec<Expr>,
     ) -> DataStream<Row> {
+        let identity = project
+            .iter()
+            .enumerate()
+            .all(|(i, e)| matches!(e, Expr::Column(c) if *c == i));
         let op = CalcOp {
             filter: filter.map(Arc::new),
             project: project.into(),
+            identity,
             name: "Calc".into(),
         };
         let uid = self.uid("calc");
