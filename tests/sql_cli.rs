@@ -43,8 +43,9 @@ fn data(path: &Path) -> Vec<String> {
         .into_iter()
         .map(|((key, start), (n, sum))| {
             let s = start / 1000;
+            // A timestamp is quoted (its space), as Flink's CSV writer does.
             format!(
-                "{key},2024-03-01 {:02}:{:02}:00,{n},{sum}",
+                "{key},\"2024-03-01 {:02}:{:02}:00\",{n},{sum}",
                 s / 3600,
                 s / 60 % 60
             )

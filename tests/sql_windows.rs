@@ -42,8 +42,9 @@ fn events(seed: u64, n: u64) -> Vec<Event> {
         .collect()
 }
 
-/// `2024-01-01 HH:MM:SS[.fff]` as Flink's CSV format writes it (the
-/// fraction without trailing zeros).
+/// `"2024-01-01 HH:MM:SS[.fff]"` as Flink's CSV format writes it: the
+/// fraction without trailing zeros, quoted (a timestamp is written as a
+/// string, and its space makes the CSV writer quote it).
 fn timestamp(ms: i64) -> String {
     let (s, frac) = (ms / 1000, ms % 1000);
     let mut out = format!(
@@ -57,7 +58,7 @@ fn timestamp(ms: i64) -> String {
         out.push('.');
         out.push_str(f.trim_end_matches('0'));
     }
-    out
+    format!("\"{out}\"")
 }
 
 fn write_input(path: &Path, events: &[Event]) {

@@ -24,7 +24,7 @@ use super::csv::CsvDecoder;
 use super::expr::{Expr, project};
 use super::planner::{GroupItem, Plan, Window, WindowAgg};
 use super::table::{Connector, Table, WatermarkEmit};
-use super::value::{CsvLine, PrintLine, Row, SqlType, Value};
+use super::value::{CsvFormat, CsvLine, PrintLine, Row, SqlType, Value};
 use crate::connectors::file_source::FileSource;
 use crate::connectors::transactional_file::TransactionalFileSink;
 use crate::operators::sink::{SinkContext, SinkFunction};
@@ -316,9 +316,16 @@ impl<'e> Builder<'e> {
         let uid = self.uid("sink");
         let parallelism = table.sink_parallelism;
         match &table.connector {
-            Connector::FileSystem { path, .. } => {
+            Connector::FileSystem { path, csv } => {
                 let config = self.env.config();
-                let lines = rows.map(CsvLine).name("CsvFormat");
+                let format = Arc::new(CsvFormat {
+                    delimiter: csv.delimiter,
+                    quote: csv.quote,
+                    null: csv.null_literal.clone(),
+                });
+                let lines = rows
+                    .map(move |row| CsvLine(row, format.clone()))
+                    .name("CsvFormat");
                 let transactional =
                     config.checkpoint.interval.is_some() || config.restore_from.is_some();
                 let sink = match transactional {

@@ -451,29 +451,48 @@ fn write_decimal(out: &mut impl fmt::Write, unscaled: i128, scale: u8) -> fmt::R
 }
 
 impl Value {
-    /// Writes the value as Flink's CSV format does (`NULL`: nothing; a
-    /// string quoted when it holds the delimiter, a quote or a line end).
-    pub fn write_csv(&self, out: &mut impl fmt::Write) -> fmt::Result {
+    /// Writes the value as Flink's CSV format does with `format`
+    /// (`NULL`: the null literal, else nothing). A string is quoted as the
+    /// format's CSV writer quotes it: when it is longer than 24 UTF-16
+    /// units, or holds a character below the delimiter, the quote and the
+    /// line feed (all three excluded) — a space, a comma, `#` … — with the
+    /// quote doubled inside.
+    pub fn write_csv(&self, out: &mut impl fmt::Write, format: &CsvFormat) -> fmt::Result {
         match self {
-            Value::Null => Ok(()),
+            Value::Null => out.write_str(format.null.as_deref().unwrap_or("")),
             Value::Str(s) => {
-                if s.contains([',', '"', '\n', '\r']) {
-                    out.write_char('"')?;
-                    for c in s.chars() {
-                        if c == '"' {
-                            out.write_char('"')?;
-                        }
-                        out.write_char(c)?;
-                    }
-                    out.write_char('"')
-                } else {
-                    out.write_str(s)
+                let Some(q) = format.quote.map(char::from) else {
+                    return out.write_str(s);
+                };
+                let safe = u32::from(format.delimiter.max(b'"').max(b'\n').max(q as u8)) + 1;
+                let quote = s.encode_utf16().count() > 24 || s.chars().any(|c| (c as u32) < safe);
+                if !quote {
+                    return out.write_str(s);
                 }
+                out.write_char(q)?;
+                for c in s.chars() {
+                    if c == q {
+                        out.write_char(q)?;
+                    }
+                    out.write_char(c)?;
+                }
+                out.write_char(q)
             }
-            Value::Timestamp(ms) => write_timestamp(out, *ms, ' ', TimeStyle::Sql),
-            Value::TimestampLtz(ms) => {
+            // A timestamp is written as a string, and its space (below every
+            // delimiter, quote and line feed) makes it quoted.
+            Value::Timestamp(ms) | Value::TimestampLtz(ms) => {
+                let q = format.quote.map(char::from);
+                if let Some(q) = q {
+                    out.write_char(q)?;
+                }
                 write_timestamp(out, *ms, ' ', TimeStyle::Sql)?;
-                out.write_char('Z')
+                if matches!(self, Value::TimestampLtz(_)) {
+                    out.write_char('Z')?;
+                }
+                match q {
+                    Some(q) => out.write_char(q),
+                    None => Ok(()),
+                }
             }
             other => other.write_plain(out),
         }
@@ -517,17 +536,39 @@ impl Value {
     }
 }
 
-/// A row as one line of Flink's CSV format (comma separated).
+/// How the `csv` format writes a row: its delimiter, quote and null text.
 #[derive(Clone, Debug)]
-pub struct CsvLine(pub Row);
+pub struct CsvFormat {
+    /// Between fields.
+    pub delimiter: u8,
+    /// Around a field that needs it (`None`: never quoted).
+    pub quote: Option<u8>,
+    /// The text of `NULL` (`None`: an empty field).
+    pub null: Option<String>,
+}
+
+impl Default for CsvFormat {
+    fn default() -> Self {
+        CsvFormat {
+            delimiter: b',',
+            quote: Some(b'"'),
+            null: None,
+        }
+    }
+}
+
+/// A row as one line of Flink's CSV format (the format shared by every
+/// row of a sink).
+#[derive(Clone, Debug)]
+pub struct CsvLine(pub Row, pub std::sync::Arc<CsvFormat>);
 
 impl fmt::Display for CsvLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, v) in self.0.iter().enumerate() {
             if i > 0 {
-                f.write_char(',')?;
+                f.write_char(char::from(self.1.delimiter))?;
             }
-            v.write_csv(f)?;
+            v.write_csv(f, &self.1)?;
         }
         Ok(())
     }
@@ -556,7 +597,8 @@ mod tests {
 
     fn csv(v: Value) -> String {
         let mut s = String::new();
-        v.write_csv(&mut s).expect("a string");
+        v.write_csv(&mut s, &CsvFormat::default())
+            .expect("a string");
         s
     }
 
@@ -569,19 +611,20 @@ mod tests {
     #[test]
     fn timestamps_read_and_write_as_flink_formats_them() {
         let t = parse_timestamp("2020-03-01 12:34:56.120").expect("valid");
-        assert_eq!(csv(Value::Timestamp(t)), "2020-03-01 12:34:56.12");
+        assert_eq!(csv(Value::Timestamp(t)), "\"2020-03-01 12:34:56.12\"");
         assert_eq!(print(Value::Timestamp(t)), "2020-03-01T12:34:56.120");
         let whole = parse_timestamp("2020-03-01 12:00:00").expect("valid");
-        assert_eq!(csv(Value::Timestamp(whole)), "2020-03-01 12:00:00");
+        assert_eq!(csv(Value::Timestamp(whole)), "\"2020-03-01 12:00:00\"");
         assert_eq!(print(Value::Timestamp(whole)), "2020-03-01T12:00");
-        assert_eq!(csv(Value::TimestampLtz(whole)), "2020-03-01 12:00:00Z");
+        assert_eq!(csv(Value::TimestampLtz(whole)), "\"2020-03-01 12:00:00Z\"");
         assert_eq!(parse_timestamp("1970-01-01 00:00:01"), Some(1000));
         assert_eq!(parse_timestamp("1969-12-31 23:59:59.999"), Some(-1));
         assert_eq!(parse_timestamp("2021-02-29 00:00:00"), None);
         assert_eq!(parse_timestamp("2020-01-01 24:00:00"), None);
         assert_eq!(parse_timestamp("nope"), None);
         for ms in [-86_400_001i64, 0, 1, 951_782_400_000, 4_102_444_800_123] {
-            assert_eq!(parse_timestamp(&csv(Value::Timestamp(ms))), Some(ms));
+            let text = csv(Value::Timestamp(ms));
+            assert_eq!(parse_timestamp(text.trim_matches('"')), Some(ms));
         }
     }
 
@@ -601,7 +644,12 @@ mod tests {
 
     #[test]
     fn strings_are_quoted_only_when_needed() {
-        assert_eq!(csv(Value::Str("a b".into())), "a b");
+        assert_eq!(csv(Value::Str("a-b.c".into())), "a-b.c");
+        assert_eq!(csv(Value::Str("a b".into())), "\"a b\"");
+        assert_eq!(
+            csv(Value::Str("x".repeat(25).into())),
+            format!("\"{}\"", "x".repeat(25))
+        );
         assert_eq!(csv(Value::Str("a,\"b\"".into())), "\"a,\"\"b\"\"\"");
         assert_eq!(
             PrintLine(vec![Value::Str("x".into()), Value::Null, Value::Int(3)]).to_string(),
