@@ -297,3 +297,55 @@ fn a_computed_event_time_from_epoch_millis_feeds_a_window() {
         );
     }
 }
+
+#[test]
+fn two_scripts_of_a_session_share_tables_and_run_as_one_job() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("items.csv");
+    let rows = items(13, 300);
+    write_input(&input, &rows);
+    let (first, second) = (dir.path().join("first.csv"), dir.path().join("second.csv"));
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    let mut session = SqlSession::new(&env);
+    session
+        .plan_sql(&format!(
+            "CREATE TABLE items (id INT, name STRING, qty INT, price DECIMAL(8, 2), flag BOOLEAN)
+             WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+             CREATE TABLE a (id INT) WITH ('connector' = 'filesystem', 'path' = '{}',
+               'format' = 'csv');
+             INSERT INTO a SELECT id FROM items WHERE flag;",
+            input.display(),
+            first.display()
+        ))
+        .expect("the first script plans");
+    let planned = session
+        .plan_sql(&format!(
+            "CREATE TABLE b (id INT) WITH ('connector' = 'filesystem', 'path' = '{}',
+               'format' = 'csv');
+             SET 'parallelism.default' = '1';
+             INSERT INTO b SELECT id FROM items WHERE NOT flag;",
+            second.display()
+        ))
+        .expect("the second script sees the first one's table");
+    assert_eq!(planned.inserts, 1);
+    assert_eq!(env.config().parallelism, 1);
+    env.execute().expect("one job runs both");
+    let ids = |path: &Path| {
+        let mut v: Vec<i32> = std::fs::read_to_string(path)
+            .expect("output")
+            .lines()
+            .map(|l| l.parse().expect("an id"))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let want = |flag: bool| -> Vec<i32> {
+        rows.iter()
+            .filter(|it| it.flag == Some(flag))
+            .map(|it| it.id)
+            .collect()
+    };
+    assert_eq!(ids(&first), want(true));
+    assert_eq!(ids(&second), want(false));
+}

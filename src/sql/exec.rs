@@ -129,9 +129,12 @@ pub struct Builder<'e> {
 impl<'e> Builder<'e> {
     /// A builder adding to `env`.
     pub fn new(env: &'e StreamExecutionEnvironment) -> Self {
+        // Ids go on from the operators already there (another script's), so
+        // they stay unique in the job.
+        let operators = env.inner.borrow().nodes.len();
         Builder {
             env,
-            operators: 0,
+            operators,
             sources: Vec::new(),
         }
     }

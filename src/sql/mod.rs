@@ -129,9 +129,6 @@ impl SqlSession {
                 }
             }
         }
-        for apply in settings {
-            apply(&self.env);
-        }
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env);
         let built = inserts.iter().try_for_each(|(plan, sink)| {
@@ -141,6 +138,11 @@ impl SqlSession {
         if let Err(e) = built {
             self.env.inner.borrow_mut().nodes.truncate(before);
             return Err(e);
+        }
+        // Operators take the environment's parallelism when the job starts,
+        // so a `SET` applies to those just added too.
+        for apply in settings {
+            apply(&self.env);
         }
         self.catalog = catalog;
         out.inserts = inserts.len();
