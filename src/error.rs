@@ -200,6 +200,12 @@ pub enum Error {
         /// The limit in force.
         limit: u64,
     },
+    /// A SQL script does not parse or plan (names the line and column;
+    /// nothing of the script ran), or one of its expressions failed on a
+    /// row while the job ran (kind `Evaluation`).
+    #[cfg(feature = "sql")]
+    #[error(transparent)]
+    Sql(#[from] crate::sql::SqlError),
     /// An invariant of floe itself broke (a bug in floe, not in the job):
     /// say, an edge of the stream graph joined operators whose record types
     /// differ. Reported rather than panicking.
@@ -274,6 +280,8 @@ impl Error {
             Error::Postgres(_) => true,
             #[cfg(feature = "kafka")]
             Error::Kafka(e) => e.is_retriable(),
+            #[cfg(feature = "sql")]
+            Error::Sql(_) => false,
         }
     }
 

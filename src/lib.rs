@@ -19,6 +19,8 @@
 //! - `http` (implied by `cli`): [`http`], an axum router serving `/metrics`,
 //!   `/status`, the jobs, cancel and savepoint, for a service to mount in its
 //!   own app. See `docs/embedding.md`.
+//! - `sql` (implied by `cli`): [`sql`], Flink SQL statements planned onto
+//!   floe's operators. See `docs/sql.md`.
 //!
 //! # Examples
 //! ```
@@ -53,6 +55,8 @@ pub mod http;
 pub mod operators;
 pub(crate) mod plan;
 pub mod runtime;
+#[cfg(feature = "sql")]
+pub mod sql;
 pub mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -109,6 +113,10 @@ pub struct FaultToleranceDoctests;
 #[cfg(all(doctest, feature = "kafka"))]
 #[doc = include_str!("../docs/kafka.md")]
 pub struct KafkaDoctests;
+
+#[cfg(all(doctest, feature = "sql"))]
+#[doc = include_str!("../docs/sql.md")]
+pub struct SqlDoctests;
 
 #[cfg(doctest)]
 #[doc = include_str!("../docs/state.md")]

@@ -381,6 +381,15 @@ impl StreamExecutionEnvironment {
         Ok((Job::new(nodes, &config)?, config, pool))
     }
 
+    /// The graph [`execute`](Self::execute) would deploy (its chains,
+    /// parallelism and the partitioning of every edge), without running
+    /// it. Like `execute`, this takes the operators out of the
+    /// environment.
+    pub fn job_graph(&self) -> Result<crate::runtime::status::JobGraphInfo> {
+        let (plan, _, _) = self.take_plan()?;
+        Ok(plan.describe())
+    }
+
     /// Starts the job and returns at once with its handle.
     ///
     /// Called on a running arbiter of an actix system (inside

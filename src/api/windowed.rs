@@ -219,7 +219,10 @@ where
             .unwrap_or_else(|e| panic!("{e}"))
         };
         let redb = matches!(self.backend, StateBackendKind::Redb { .. });
-        let sliced = !custom && spec.panes && !spec.assigner.is_merging() && valid;
+        // Cumulative windows share their start, not panes of one length:
+        // the general operator keeps them.
+        let cumulative = matches!(spec.assigner, WindowAssigner::Cumulative { .. });
+        let sliced = !custom && spec.panes && !spec.assigner.is_merging() && valid && !cumulative;
         let out = if custom {
             let trigger: Arc<dyn Trigger<T>> = match &self.trigger {
                 Some(t) => t.clone(),

@@ -10,6 +10,7 @@ mod output;
 mod pipelines;
 mod progress;
 mod signal;
+mod sql;
 mod state_args;
 mod window;
 mod wordcount;
@@ -37,6 +38,9 @@ enum Command {
         #[command(subcommand)]
         bench: Bench,
     },
+    /// Run a Flink SQL script (CREATE TABLE, CREATE VIEW, INSERT INTO,
+    /// EXPLAIN) as one job; see docs/sql.md.
+    Sql(Box<SqlArgs>),
     /// Inspect a checkpoint directory.
     Checkpoints {
         #[command(subcommand)]
@@ -142,6 +146,43 @@ pub struct WindowArgs {
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,
     /// Metrics endpoint.
+    #[command(flatten)]
+    pub observe: observe::ObserveArgs,
+}
+
+/// Options of `floe sql`.
+#[derive(Args, Debug, Clone)]
+pub struct SqlArgs {
+    /// The script: a file of statements separated by `;`.
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        conflicts_with = "execute"
+    )]
+    pub file: Option<PathBuf>,
+    /// The script, given inline (it may start with a `--` comment).
+    #[arg(
+        short = 'e',
+        long = "execute",
+        value_name = "SQL",
+        allow_hyphen_values = true
+    )]
+    pub execute: Option<String>,
+    /// Parallelism of the job's operators (a `filesystem` sink writes one
+    /// file from one subtask).
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Arbiters (threads); default: the number of cores.
+    #[arg(long)]
+    pub arbiters: Option<usize>,
+    /// Seed of injected failures.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Checkpoints, savepoints, restore, failover.
+    #[command(flatten)]
+    pub checkpoints: checkpointing::CheckpointArgs,
+    /// Metrics endpoint and dashboard.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,
 }
@@ -295,6 +336,7 @@ pub fn main() -> i32 {
         Command::Run {
             job: Job::Pipelines(args),
         } => pipelines::run(&args),
+        Command::Sql(args) => sql::run(&args),
         Command::Bench {
             bench: Bench::Mailbox(args),
         } => bench::mailbox(&args),

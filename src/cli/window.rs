@@ -373,6 +373,7 @@ fn always_in_range<T>(assigner: &WindowAssigner<T>) -> Option<std::ops::RangeInc
         WindowAssigner::Session {
             gap: SessionGap::Static(gap),
         } => Some((*gap).max(0)),
+        WindowAssigner::Cumulative { size, .. } => Some(*size),
         WindowAssigner::Global => Some(0),
         _ => None,
     };

@@ -107,6 +107,16 @@ pub enum WindowAssigner<T> {
         /// Shift of window starts (ms), `|offset| < slide`.
         offset: i64,
     },
+    /// Windows that grow by `step` from a common start up to `size`, then
+    /// start again (Flink SQL's `CUMULATE`): `[s, s + step)`, `[s, s + 2 *
+    /// step)`, .., `[s, s + size)` for every `s` that is a multiple of
+    /// `size`. A record belongs to each of them that ends after it.
+    Cumulative {
+        /// How much each window is longer than the previous one (ms).
+        step: i64,
+        /// The longest window (ms), a multiple of `step`.
+        size: i64,
+    },
     /// Windows of activity separated by a gap of inactivity.
     Session {
         /// The gap: fixed, or computed from each record.
@@ -144,6 +154,10 @@ impl<T> Clone for WindowAssigner<T> {
                 slide: *slide,
                 offset: *offset,
             },
+            WindowAssigner::Cumulative { step, size } => WindowAssigner::Cumulative {
+                step: *step,
+                size: *size,
+            },
             WindowAssigner::Session { gap } => WindowAssigner::Session {
                 gap: match gap {
                     SessionGap::Static(g) => SessionGap::Static(*g),
@@ -171,6 +185,12 @@ impl<T> WindowAssigner<T> {
             slide,
             offset: 0,
         }
+    }
+
+    /// Cumulative event-time windows growing by `step` ms up to `size` ms
+    /// (see [`WindowAssigner::Cumulative`]).
+    pub fn cumulative(step: i64, size: i64) -> Self {
+        WindowAssigner::Cumulative { step, size }
     }
 
     /// Session windows with a fixed gap of `gap` ms.
@@ -241,6 +261,13 @@ impl<T> WindowAssigner<T> {
                     return bad("sliding windows need size > 0, slide > 0 and |offset| < slide");
                 }
             }
+            WindowAssigner::Cumulative { step, size } => {
+                if *step <= 0 || *size <= 0 || *size % *step != 0 {
+                    return bad(
+                        "cumulative windows need step > 0 and a size that is a multiple of it",
+                    );
+                }
+            }
             WindowAssigner::Session { gap } => {
                 if let SessionGap::Static(g) = gap
                     && *g <= 0
@@ -269,6 +296,9 @@ impl<T> WindowAssigner<T> {
             WindowAssigner::Sliding { size, slide, .. } if *size > 0 && *slide > 0 => {
                 size.unsigned_abs().div_ceil(slide.unsigned_abs())
             }
+            WindowAssigner::Cumulative { step, size } if *step > 0 && *size > 0 => {
+                size.unsigned_abs().div_ceil(step.unsigned_abs())
+            }
             WindowAssigner::ProcessingTime(inner) => inner.windows_per_record(),
             _ => 1,
         }
@@ -283,6 +313,7 @@ impl<T> WindowAssigner<T> {
         }
         let (size, slide) = match self {
             WindowAssigner::Sliding { size, slide, .. } => (*size, *slide),
+            WindowAssigner::Cumulative { step, size } => (*size, *step),
             WindowAssigner::ProcessingTime(inner) => match **inner {
                 WindowAssigner::Sliding { size, slide, .. } => (size, slide),
                 _ => (0, 0),
@@ -356,6 +387,20 @@ impl<T> WindowAssigner<T> {
                     f(TimeWindow::new(start, start + *size));
                 }
             }
+            WindowAssigner::Cumulative { step, size } => {
+                // The windows start where `ts`'s window of `size` does and
+                // end at the first step boundary after `ts`, or later.
+                let start = start_exact(ts, 0, *size);
+                let end = start + i128::from(*size);
+                if !in_range(start, end) {
+                    return Err(out_of_range());
+                }
+                let first = (i128::from(ts) - start) / i128::from(*step) + 1;
+                let (start, steps) = (start as i64, *size / *step);
+                for k in first as i64..=steps {
+                    f(TimeWindow::new(start, start + k * *step));
+                }
+            }
             WindowAssigner::Session { gap } => {
                 let g = match gap {
                     SessionGap::Static(g) => *g,
@@ -393,6 +438,23 @@ mod tests {
         assert_eq!(windows(&a, -1), vec![TimeWindow::new(-1000, 0)]);
         let o = WindowAssigner::<()>::tumbling(1000).with_offset(100);
         assert_eq!(windows(&o, 50), vec![TimeWindow::new(-900, 100)]);
+    }
+
+    #[test]
+    fn cumulative_examples() {
+        let a = WindowAssigner::<()>::cumulative(2, 6);
+        assert_eq!(
+            windows(&a, 3),
+            vec![TimeWindow::new(0, 4), TimeWindow::new(0, 6)]
+        );
+        assert_eq!(
+            windows(&a, 6),
+            (1..=3)
+                .map(|k| TimeWindow::new(6, 6 + 2 * k))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(windows(&a, -1), vec![TimeWindow::new(-6, 0)]);
+        assert_eq!(a.windows_per_record(), 3);
     }
 
     #[test]

@@ -113,6 +113,7 @@ impl<T, K, ACC, R, OUT, A, S, F: ?Sized> SlicedWindowOp<T, K, ACC, R, OUT, A, S,
                 offset,
             } => (size, slide, offset),
             WindowAssigner::Session { .. }
+            | WindowAssigner::Cumulative { .. }
             | WindowAssigner::Global
             | WindowAssigner::ProcessingTime(_) => {
                 return Err(Error::Config(

@@ -1,0 +1,223 @@
+//! The aggregates of a window aggregate (`COUNT`, `SUM`, `MIN`, `MAX`,
+//! `AVG`, `COUNT(DISTINCT ..)`) as one floe [`AggregateFunction`] over rows,
+//! so a SQL window runs on floe's own window operators (panes, state in
+//! checkpoints).
+//!
+//! The input row is `[key.., argument of each call..]` (a `Calc` computed
+//! it). `NULL` arguments are skipped; a `SUM`, `MIN`, `MAX` or `AVG` of no
+//! values is `NULL`. Integer sums are exact in `i128` and wrap to the
+//! result type at the end, which gives what Java's wrapping additions give
+//! in any order; `AVG` of integers is the truncated quotient, as Flink's.
+
+use super::bind::{AggCall, AggKind};
+use super::expr::fits;
+use super::value::{Row, SqlType, Value, rescale};
+use crate::state::AggregateFunction;
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One call's accumulator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Acc {
+    /// Rows or non-`NULL` values counted.
+    Count(i64),
+    /// A sum (integers and decimals in `int`, doubles in `float`) and how
+    /// many values it holds.
+    Sum {
+        /// Integer or unscaled decimal sum.
+        int: i128,
+        /// Double sum.
+        float: f64,
+        /// Values summed.
+        n: i64,
+    },
+    /// The least or greatest value so far (`NULL`: none yet).
+    Extreme(Value),
+    /// Distinct values and how often each was seen.
+    Distinct(HashMap<Value, u64>),
+}
+
+/// A call as the aggregate runs it.
+#[derive(Clone, Debug)]
+struct Spec {
+    kind: AggKind,
+    /// The argument's column in the input row (`None`: `COUNT(*)`).
+    arg: Option<usize>,
+    distinct: bool,
+    ty: SqlType,
+    /// The argument's decimal scale, for sums and averages of decimals.
+    arg_scale: u8,
+}
+
+/// The calls of one window aggregate.
+#[derive(Clone, Debug)]
+pub struct RowAggregate {
+    specs: Arc<[Spec]>,
+}
+
+impl RowAggregate {
+    /// The aggregate of `calls`, whose arguments are the input columns
+    /// `args` (`None`: `COUNT(*)`), of types `arg_types`.
+    pub fn new(calls: &[AggCall], args: &[Option<usize>], arg_types: &[SqlType]) -> Self {
+        let specs = calls
+            .iter()
+            .zip(args)
+            .zip(arg_types)
+            .map(|((c, a), t)| Spec {
+                kind: c.kind,
+                arg: *a,
+                distinct: c.distinct,
+                ty: c.ty,
+                arg_scale: match t {
+                    SqlType::Decimal(_, s) => *s,
+                    _ => 0,
+                },
+            })
+            .collect();
+        RowAggregate { specs }
+    }
+}
+
+fn add(spec: &Spec, acc: &mut Acc, v: Option<&Value>) {
+    match (acc, v) {
+        (Acc::Count(n), None) => *n += 1,
+        (_, Some(Value::Null)) => {}
+        (Acc::Count(n), Some(_)) => *n += 1,
+        (Acc::Distinct(seen), Some(v)) => *seen.entry(v.clone()).or_insert(0) += 1,
+        (Acc::Sum { int, float, n }, Some(v)) => {
+            *n += 1;
+            match v {
+                Value::Double(d) => *float += d,
+                other => {
+                    let u = other.as_decimal(spec.arg_scale).unwrap_or(0);
+                    *int = int.wrapping_add(u);
+                }
+            }
+        }
+        (Acc::Extreme(cur), Some(v)) => {
+            let replace = match cur.sql_cmp(v) {
+                None => cur.is_null(),
+                Some(o) => match spec.kind {
+                    AggKind::Min => o == Ordering::Greater,
+                    _ => o == Ordering::Less,
+                },
+            };
+            if replace {
+                *cur = v.clone();
+            }
+        }
+        (_, None) => {}
+    }
+}
+
+fn merge(spec: &Spec, a: Acc, b: Acc) -> Acc {
+    match (a, b) {
+        (Acc::Count(x), Acc::Count(y)) => Acc::Count(x + y),
+        (
+            Acc::Sum {
+                int: i1,
+                float: f1,
+                n: n1,
+            },
+            Acc::Sum {
+                int: i2,
+                float: f2,
+                n: n2,
+            },
+        ) => Acc::Sum {
+            int: i1.wrapping_add(i2),
+            float: f1 + f2,
+            n: n1 + n2,
+        },
+        (Acc::Distinct(mut x), Acc::Distinct(y)) => {
+            for (v, c) in y {
+                *x.entry(v).or_insert(0) += c;
+            }
+            Acc::Distinct(x)
+        }
+        (Acc::Extreme(x), Acc::Extreme(y)) => {
+            let mut acc = Acc::Extreme(x);
+            add(spec, &mut acc, Some(&y));
+            acc
+        }
+        (a, _) => a,
+    }
+}
+
+fn result(spec: &Spec, acc: &Acc) -> Value {
+    match acc {
+        Acc::Count(n) => Value::BigInt(*n),
+        Acc::Distinct(seen) => Value::BigInt(seen.len() as i64),
+        Acc::Extreme(v) => v.clone(),
+        Acc::Sum { n: 0, .. } => Value::Null,
+        Acc::Sum { int, float, n } => {
+            let avg = spec.kind == AggKind::Avg;
+            match spec.ty {
+                SqlType::Double => Value::Double(if avg { float / *n as f64 } else { *float }),
+                SqlType::Int => Value::Int(if avg { int / i128::from(*n) } else { *int } as i32),
+                SqlType::BigInt => {
+                    Value::BigInt(if avg { int / i128::from(*n) } else { *int } as i64)
+                }
+                SqlType::Decimal(p, s) => {
+                    let v = if avg {
+                        // int / n at scale s, rounded half up.
+                        rescale(*int, spec.arg_scale, s).map(|x| {
+                            let n = i128::from(*n);
+                            let (q, r) = (x / n, x % n);
+                            if r.abs() * 2 >= n { q + x.signum() } else { q }
+                        })
+                    } else {
+                        rescale(*int, spec.arg_scale, s)
+                    };
+                    match v {
+                        Some(v) if fits(v, p) => Value::Decimal(v, s),
+                        _ => Value::Null,
+                    }
+                }
+                _ => Value::Null,
+            }
+        }
+    }
+}
+
+impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
+    fn create_accumulator(&self) -> Vec<Acc> {
+        self.specs
+            .iter()
+            .map(|s| match (s.kind, s.distinct) {
+                (AggKind::Count, true) => Acc::Distinct(HashMap::new()),
+                (AggKind::Count, false) => Acc::Count(0),
+                (AggKind::Sum | AggKind::Avg, _) => Acc::Sum {
+                    int: 0,
+                    float: 0.0,
+                    n: 0,
+                },
+                (AggKind::Min | AggKind::Max, _) => Acc::Extreme(Value::Null),
+            })
+            .collect()
+    }
+
+    fn add(&self, row: &Row, acc: &mut Vec<Acc>) {
+        for (spec, a) in self.specs.iter().zip(acc.iter_mut()) {
+            add(spec, a, spec.arg.and_then(|i| row.get(i)));
+        }
+    }
+
+    fn get_result(&self, acc: &Vec<Acc>) -> Row {
+        self.specs
+            .iter()
+            .zip(acc)
+            .map(|(s, a)| result(s, a))
+            .collect()
+    }
+
+    fn merge(&self, a: Vec<Acc>, b: Vec<Acc>) -> Vec<Acc> {
+        self.specs
+            .iter()
+            .zip(a.into_iter().zip(b))
+            .map(|(s, (x, y))| merge(s, x, y))
+            .collect()
+    }
+}

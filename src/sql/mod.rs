@@ -1,0 +1,455 @@
+//! Flink SQL on floe: the statements streaming users write most, with
+//! Flink's semantics, planned onto floe's own operators, so a SQL job has
+//! the checkpoints, failover and metrics of any other job.
+//!
+//! A script goes through four steps, and nothing runs until every
+//! statement of it has passed the first three:
+//!
+//! 1. **Parse** ([`parse`]): `sqlparser` with [`FlinkDialect`], which adds
+//!    Flink's `CREATE TABLE` (computed columns, `WATERMARK FOR`) and `TABLE
+//!    name` arguments of window functions.
+//! 2. **Catalog** ([`table`]): each `CREATE TABLE` checked (types,
+//!    connector options, the watermark), each view kept as its query.
+//! 3. **Plan** ([`planner`], [`bind`]): each `INSERT INTO` bound and typed
+//!    into a tree of `Calc`, `WindowAggregate` and `Union` nodes; a
+//!    problem is one [`SqlError`] naming its line and column.
+//! 4. **Build** ([`exec`]): the trees onto the environment's DataStream
+//!    graph (file source, chained calcs, timestamps and watermarks, keyed
+//!    window operator, sink), all inserts of a script in one job.
+//!
+//! See `docs/sql.md` for what is supported.
+//!
+//! # Examples
+//! ```
+//! use floe::sql::SqlSession;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let input = dir.path().join("clicks.csv");
+//! std::fs::write(&input, "alice,3\nbob,5\nalice,4\n").unwrap();
+//! let output = dir.path().join("out.csv");
+//! let env = floe::StreamExecutionEnvironment::new();
+//! env.set_parallelism(1);
+//! let mut session = SqlSession::new(&env);
+//! session
+//!     .execute_sql(&format!(
+//!         "CREATE TABLE clicks (name STRING, n INT) WITH (
+//!            'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+//!          CREATE TABLE out (name STRING, twice INT) WITH (
+//!            'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+//!          INSERT INTO out SELECT UPPER(name), n * 2 FROM clicks WHERE n > 3;",
+//!         input.display(),
+//!         output.display()
+//!     ))
+//!     .unwrap();
+//! assert_eq!(std::fs::read_to_string(&output).unwrap(), "BOB,10\nALICE,8\n");
+//! ```
+
+pub mod aggregate;
+pub mod bind;
+pub mod csv;
+pub mod dialect;
+pub mod error;
+pub mod exec;
+pub mod explain;
+pub mod expr;
+pub mod parse;
+pub mod planner;
+pub mod select;
+pub mod table;
+pub mod typing;
+pub mod value;
+
+pub use dialect::FlinkDialect;
+pub use error::{SqlError, SqlErrorKind};
+pub use value::{Row, SqlType, Value};
+
+use crate::{JobResult, Result, StreamExecutionEnvironment};
+use bind::assignable;
+use error::{SqlResult, err};
+use expr::Expr;
+use parse::Statement;
+use planner::{Catalog, Entry, Plan, Planner};
+use sqlparser::ast::{ObjectName, Spanned};
+use sqlparser::tokenizer::Span;
+use std::sync::Arc;
+use table::{Connector, Table};
+
+/// What a script planned: how many `INSERT INTO` statements it added to
+/// the job, and the text of each `EXPLAIN`.
+#[derive(Debug, Default, Clone)]
+#[non_exhaustive]
+pub struct SqlScript {
+    /// `INSERT INTO` statements added to the environment's job.
+    pub inserts: usize,
+    /// What each `EXPLAIN` printed, in order.
+    pub explains: Vec<String>,
+    /// The names of the source operators added (`Source: clicks`).
+    pub sources: Vec<String>,
+}
+
+/// A SQL session over an environment: its catalog of tables and views
+/// lives across scripts; its inserts become operators of the environment.
+pub struct SqlSession {
+    env: StreamExecutionEnvironment,
+    catalog: Catalog,
+}
+
+impl SqlSession {
+    /// A session adding its jobs to `env` (its parallelism, checkpoints
+    /// and restore settings are the job's).
+    pub fn new(env: &StreamExecutionEnvironment) -> Self {
+        SqlSession {
+            env: env.clone(),
+            catalog: Catalog::default(),
+        }
+    }
+
+    /// Plans `script` and adds its `INSERT INTO` statements to the
+    /// environment's job, without running it (the caller runs it, with
+    /// `execute` or `execute_async`). If any statement fails to parse or
+    /// plan, nothing is added and the catalog is as before.
+    pub fn plan_sql(&mut self, script: &str) -> Result<SqlScript> {
+        let statements = parse::parse_script(script)?;
+        let mut catalog = self.catalog.clone();
+        let mut inserts: Vec<(Plan, Arc<Table>)> = Vec::new();
+        let mut out = SqlScript::default();
+        let mut settings = Vec::new();
+        for s in &statements {
+            match s {
+                Statement::Explain(inner, at) => {
+                    out.explains.push(self.explain(&catalog, inner, *at)?);
+                }
+                Statement::Set { key, value, span } => {
+                    settings.push(setting(key, value, *span)?);
+                }
+                other => {
+                    if let Some(insert) = plan_statement(&mut catalog, other)? {
+                        inserts.push(insert);
+                    }
+                }
+            }
+        }
+        let before = self.env.inner.borrow().nodes.len();
+        let mut builder = exec::Builder::new(&self.env);
+        let built = inserts.iter().try_for_each(|(plan, sink)| {
+            let rows = builder.stream(plan)?;
+            builder.sink(&rows, sink)
+        });
+        if let Err(e) = built {
+            self.env.inner.borrow_mut().nodes.truncate(before);
+            return Err(e);
+        }
+        // Operators take the environment's parallelism when the job starts,
+        // so a `SET` applies to those just added too.
+        for apply in settings {
+            apply(&self.env);
+        }
+        self.catalog = catalog;
+        out.inserts = inserts.len();
+        out.sources = builder.sources;
+        Ok(out)
+    }
+
+    /// Plans `script` and, if it inserts into any table, runs the job to
+    /// its end ([`StreamExecutionEnvironment::execute`]); `EXPLAIN`s are
+    /// returned, not printed.
+    pub fn execute_sql(&mut self, script: &str) -> Result<(SqlScript, Option<JobResult>)> {
+        let planned = self.plan_sql(script)?;
+        if planned.inserts == 0 {
+            return Ok((planned, None));
+        }
+        let result = self.env.execute()?;
+        Ok((planned, Some(result)))
+    }
+
+    /// The text of `EXPLAIN statement`: the plan, and the job graph built in
+    /// an environment of its own with this one's configuration.
+    fn explain(&self, catalog: &Catalog, s: &Statement, at: Span) -> Result<String> {
+        let mut scratch = catalog.clone();
+        let (plan, sink) = match s {
+            Statement::Insert { .. } => match plan_statement(&mut scratch, s)? {
+                Some((plan, sink)) => (plan, Some(sink)),
+                None => return Err(err!(Unsupported, at, "nothing to explain").into()),
+            },
+            Statement::Query(q, _) => (Planner::new(catalog, None).query(q)?, None),
+            _ => {
+                return Err(err!(
+                    Unsupported,
+                    at,
+                    "EXPLAIN takes a query or an INSERT INTO statement"
+                )
+                .into());
+            }
+        };
+        let env = StreamExecutionEnvironment::with_config(self.env.config());
+        let mut builder = exec::Builder::new(&env);
+        let rows = builder.stream(&plan)?;
+        match &sink {
+            Some(t) => builder.sink(&rows, t)?,
+            None => {
+                let blackhole = Table {
+                    name: "collect".into(),
+                    columns: plan.columns().to_vec(),
+                    physical: (0..plan.columns().len()).collect(),
+                    computed: Vec::new(),
+                    watermark: None,
+                    connector: Connector::Blackhole,
+                    sink_parallelism: None,
+                };
+                builder.sink(&rows, &blackhole)?;
+            }
+        }
+        let graph = env.job_graph()?;
+        Ok(format!(
+            "{}\n{}",
+            explain::plan_text(&plan, sink.as_deref()),
+            explain::graph_text(&graph)
+        ))
+    }
+}
+
+/// Applies a DDL statement to `catalog`, or plans an `INSERT INTO`.
+fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Plan, Arc<Table>)>> {
+    match s {
+        Statement::CreateTable(def) => {
+            let name = def.name.value.clone();
+            if catalog.entries.contains_key(&name) {
+                if def.if_not_exists {
+                    return Ok(None);
+                }
+                return Err(err!(
+                    Invalid,
+                    def.name.span,
+                    "table '{name}' already exists"
+                ));
+            }
+            let table = Table::from_ddl(def)?;
+            catalog.entries.insert(name, Entry::Table(Arc::new(table)));
+            Ok(None)
+        }
+        Statement::CreateView { name, query } => {
+            if catalog.entries.contains_key(&name.value) {
+                return Err(err!(
+                    Invalid,
+                    name.span,
+                    "table or view '{}' already exists",
+                    name.value
+                ));
+            }
+            // Planned once here so that its errors show where it is defined.
+            Planner::new(catalog, None).query(query)?;
+            catalog
+                .entries
+                .insert(name.value.clone(), Entry::View(query.clone()));
+            Ok(None)
+        }
+        Statement::Insert {
+            table,
+            columns,
+            query,
+            span,
+        } => {
+            let sink = sink_table(catalog, table, *span)?;
+            let append_only = matches!(sink.connector, Connector::FileSystem { .. });
+            let label = sink.name.clone();
+            let plan = Planner::new(catalog, Some((&label, append_only))).query(query)?;
+            let plan = fit_to_sink(plan, &sink, columns, query.span())?;
+            if let Connector::FileSystem { path, .. } = &sink.connector
+                && reads(&plan, path)
+            {
+                return Err(err!(
+                    Invalid,
+                    *span,
+                    "table '{}' writes the file '{}' that the query reads",
+                    sink.name,
+                    path.display()
+                ));
+            }
+            Ok(Some((plan, sink)))
+        }
+        Statement::Query(_, at) => Err(err!(
+            Unsupported,
+            *at,
+            "a SELECT on its own has nowhere to go: write INSERT INTO a table (a 'print' table \
+             prints)"
+        )),
+        Statement::Explain(_, at) => Err(err!(Unsupported, *at, "a nested EXPLAIN")),
+        Statement::Set { .. } => Ok(None),
+    }
+}
+
+fn sink_table(catalog: &Catalog, name: &ObjectName, at: Span) -> SqlResult<Arc<Table>> {
+    let key = name.to_string().replace('`', "");
+    let at = match name.span() {
+        s if s.start.line > 0 => s,
+        _ => at,
+    };
+    match catalog.entries.get(&key) {
+        Some(Entry::Table(t)) => Ok(t.clone()),
+        Some(Entry::View(_)) => Err(err!(Invalid, at, "'{key}' is a view; INSERT INTO a table")),
+        None => Err(err!(UnknownTable, at, "unknown table '{key}'")),
+    }
+}
+
+/// The plan's rows in the sink's physical columns: each query column
+/// checked against its sink column (a wider number is cast to it).
+fn fit_to_sink(
+    plan: Plan,
+    sink: &Table,
+    columns: &[sqlparser::ast::Ident],
+    at: Span,
+) -> SqlResult<Plan> {
+    if !sink.computed.is_empty() {
+        return Err(err!(
+            Unsupported,
+            at,
+            "table '{}' has computed columns and cannot be written",
+            sink.name
+        ));
+    }
+    // The sink columns written, in query order.
+    let targets: Vec<usize> = if columns.is_empty() {
+        sink.physical.clone()
+    } else {
+        let mut t = Vec::new();
+        for c in columns {
+            let i = sink
+                .columns
+                .iter()
+                .position(|x| x.name == c.value)
+                .ok_or_else(|| {
+                    err!(
+                        UnknownColumn,
+                        c.span,
+                        "unknown column '{}' in table '{}'",
+                        c.value,
+                        sink.name
+                    )
+                })?;
+            t.push(i);
+        }
+        t
+    };
+    let produced = plan.columns().to_vec();
+    let describe = |cols: Vec<String>| format!("[{}]", cols.join(", "));
+    let query_schema = describe(
+        produced
+            .iter()
+            .map(|c| format!("{}: {}", c.name, c.ty))
+            .collect(),
+    );
+    let sink_schema = describe(
+        targets
+            .iter()
+            .map(|&i| format!("{}: {}", sink.columns[i].name, sink.columns[i].ty))
+            .collect(),
+    );
+    if produced.len() != targets.len() {
+        return Err(err!(
+            TypeMismatch,
+            at,
+            "column types of query result and sink for '{}' do not match: the query has {} \
+             columns, the sink {}. Query schema: {query_schema} Sink schema: {sink_schema}",
+            sink.name,
+            produced.len(),
+            targets.len()
+        ));
+    }
+    let mut project = vec![Expr::Literal(Value::Null); sink.columns.len()];
+    let mut cast = false;
+    for (k, (c, &t)) in produced.iter().zip(&targets).enumerate() {
+        let want = sink.columns[t].ty;
+        if !assignable(c.ty, want) {
+            return Err(err!(
+                TypeMismatch,
+                at,
+                "column types of query result and sink for '{}' do not match: column '{}' \
+                 (position {}) is {}, the sink's '{}' is {want}. Query schema: {query_schema} \
+                 Sink schema: {sink_schema}",
+                sink.name,
+                c.name,
+                k + 1,
+                c.ty,
+                sink.columns[t].name
+            ));
+        }
+        project[t] = match c.ty == want {
+            true => Expr::Column(k),
+            false => {
+                cast = true;
+                Expr::Cast(Box::new(Expr::Column(k)), want, false)
+            }
+        };
+    }
+    if !cast
+        && targets.iter().enumerate().all(|(k, &t)| k == t)
+        && targets.len() == sink.columns.len()
+    {
+        return Ok(plan);
+    }
+    Ok(Plan::Calc {
+        input: Box::new(plan),
+        filter: None,
+        project,
+        columns: sink.columns.clone(),
+        text: "select=[sink columns]".into(),
+    })
+}
+
+/// Whether `plan` reads the file `path` (writing it would destroy the
+/// input).
+fn reads(plan: &Plan, path: &std::path::Path) -> bool {
+    let same = |p: &std::path::Path| {
+        p == path
+            || matches!(
+                (std::fs::canonicalize(p), std::fs::canonicalize(path)),
+                (Ok(a), Ok(b)) if a == b
+            )
+    };
+    match plan {
+        Plan::Scan(t) => matches!(&t.connector, Connector::FileSystem { path: p, .. } if same(p)),
+        Plan::Calc { input, .. } => reads(input, path),
+        Plan::WindowAgg(w) => reads(&w.input, path),
+        Plan::Union(inputs) => inputs.iter().any(|p| reads(p, path)),
+    }
+}
+
+/// A change a `SET` makes to the environment.
+type Setting = Box<dyn FnOnce(&StreamExecutionEnvironment)>;
+
+/// What `SET 'key' = 'value'` does: the options of Flink's that floe
+/// has; any other is refused.
+fn setting(key: &str, value: &str, at: Span) -> SqlResult<Setting> {
+    let bad = || err!(InvalidOption, at, "'{key}' cannot be '{value}'");
+    Ok(match key {
+        "execution.runtime-mode" if value.eq_ignore_ascii_case("streaming") => Box::new(|_| {}),
+        "table.local-time-zone" if value.eq_ignore_ascii_case("UTC") => Box::new(|_| {}),
+        "execution.runtime-mode" | "table.local-time-zone" => {
+            return Err(err!(
+                Unsupported,
+                at,
+                "'{key}' = '{value}' is not supported (floe runs streaming jobs in UTC)"
+            ));
+        }
+        "parallelism.default" => {
+            let p: usize = value.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+            Box::new(move |env| {
+                env.set_parallelism(p);
+            })
+        }
+        "pipeline.name" => {
+            let name = value.to_string();
+            Box::new(move |env| {
+                env.set_job_name(name);
+            })
+        }
+        _ => {
+            return Err(err!(
+                Unsupported,
+                at,
+                "SET '{key}' is not supported (execution.runtime-mode, parallelism.default, \
+                 pipeline.name and table.local-time-zone are)"
+            ));
+        }
+    })
+}

@@ -1,0 +1,269 @@
+//! Each kind of SQL error is one line naming the line and column of the
+//! problem in the script, as a typed [`SqlError`]; nothing of a script
+//! runs, or is added to the job, when any statement of it fails.
+
+use floe::StreamExecutionEnvironment;
+use floe::sql::{SqlError, SqlErrorKind, SqlSession};
+
+/// Two tables over files that exist, then `rest` from line 3 on.
+fn script(dir: &std::path::Path, rest: &str) -> String {
+    let input = dir.join("in.csv");
+    std::fs::write(&input, "a,1,2024-01-01 00:00:00\n").expect("write");
+    format!(
+        "CREATE TABLE clicks (name STRING, n INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');\n\
+         CREATE TABLE out (name STRING, n INT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');\n\
+         {rest}",
+        input.display(),
+        dir.join("out.csv").display()
+    )
+}
+
+fn error(rest: &str) -> SqlError {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = StreamExecutionEnvironment::new();
+    match SqlSession::new(&env).plan_sql(&script(dir.path(), rest)) {
+        Err(floe::Error::Sql(e)) => {
+            assert!(!e.to_string().contains('\n'), "one line: {e}");
+            e
+        }
+        other => panic!("expected a SQL error, got {other:?}"),
+    }
+}
+
+fn check(rest: &str, kind: SqlErrorKind, line: u64, column: u64, message: &str) {
+    let e = error(rest);
+    assert_eq!(
+        (e.kind.clone(), e.line, e.column),
+        (kind, line, column),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("line {line}, column {column}: {message}")
+    );
+}
+
+#[test]
+fn an_unknown_column_names_its_table() {
+    check(
+        "INSERT INTO out SELECT x, n FROM clicks;",
+        SqlErrorKind::UnknownColumn,
+        3,
+        24,
+        "unknown column 'x' in table 'clicks'",
+    );
+}
+
+#[test]
+fn an_unknown_table_is_named_where_it_is_used() {
+    check(
+        "INSERT INTO out\nSELECT name, n FROM klicks;",
+        SqlErrorKind::UnknownTable,
+        4,
+        21,
+        "unknown table 'klicks'",
+    );
+    check(
+        "INSERT INTO sink SELECT name, n FROM clicks;",
+        SqlErrorKind::UnknownTable,
+        3,
+        13,
+        "unknown table 'sink'",
+    );
+}
+
+#[test]
+fn a_type_mismatch_names_the_types() {
+    check(
+        "INSERT INTO out SELECT name, n FROM clicks WHERE name > 3;",
+        SqlErrorKind::TypeMismatch,
+        3,
+        50,
+        "cannot compare values of type STRING and INT",
+    );
+    let e = error("INSERT INTO out SELECT n, name FROM clicks;");
+    assert_eq!(e.kind, SqlErrorKind::TypeMismatch, "{e}");
+    assert_eq!((e.line, e.column), (3, 17), "{e}");
+    assert!(
+        e.message.starts_with(
+            "column types of query result and sink for 'out' do not match: column 'n' \
+             (position 1) is INT, the sink's 'name' is STRING"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn unsupported_constructs_say_so_in_one_line() {
+    check(
+        "CREATE TABLE k (a STRING) WITH ('connector' = 'kafka', 'topic' = 't');",
+        SqlErrorKind::Unsupported,
+        3,
+        33,
+        "connector 'kafka' is not supported yet (filesystem, print and blackhole are)",
+    );
+    check(
+        "INSERT INTO out SELECT name, COUNT(*) FROM clicks GROUP BY name;",
+        SqlErrorKind::Unsupported,
+        3,
+        17,
+        "Table sink 'out' doesn't support consuming update changes which is produced by node \
+         GroupAggregate(groupBy=[name])",
+    );
+    let e = error(
+        "INSERT INTO out SELECT name, n FROM TABLE(SLIDE(TABLE clicks, DESCRIPTOR(ts), \
+         INTERVAL '1' MINUTE));",
+    );
+    assert_eq!(e.kind, SqlErrorKind::Unsupported, "{e}");
+    assert!(
+        e.message.contains("table function SLIDE is not supported"),
+        "{e}"
+    );
+    check(
+        "SET 'table.exec.mini-batch.enabled' = 'true';",
+        SqlErrorKind::Unsupported,
+        3,
+        1,
+        "SET 'table.exec.mini-batch.enabled' is not supported (execution.runtime-mode, \
+         parallelism.default, pipeline.name and table.local-time-zone are)",
+    );
+    let e = error("INSERT INTO out SELECT a.name, b.n FROM clicks a JOIN clicks b ON a.n = b.n;");
+    assert_eq!(e.kind, SqlErrorKind::Unsupported, "{e}");
+}
+
+#[test]
+fn a_window_needs_an_event_time_attribute_and_its_bounds_grouped() {
+    let e = error(
+        "CREATE TABLE plain (name STRING, ts TIMESTAMP(3)) WITH ('connector' = 'filesystem', \
+         'path' = '/x', 'format' = 'csv');\n\
+         INSERT INTO out SELECT name, CAST(COUNT(*) AS INT) FROM TABLE(\n\
+         TUMBLE(TABLE plain, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY window_start, \
+         window_end, name;",
+    );
+    assert_eq!(
+        (e.kind.clone(), e.line, e.column),
+        (SqlErrorKind::TypeMismatch, 5, 21),
+        "{e}"
+    );
+    assert!(e.message.contains("event-time attribute"), "{e}");
+    let e = error(
+        "INSERT INTO out SELECT name, CAST(COUNT(*) AS INT) FROM TABLE(TUMBLE(TABLE clicks, \
+         DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY window_start, name;",
+    );
+    assert!(
+        e.message
+            .contains("must GROUP BY both window_start and window_end"),
+        "{e}"
+    );
+    let e = error(
+        "INSERT INTO out SELECT name, n FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), \
+         INTERVAL '1' MINUTE)) GROUP BY window_start, window_end, name;",
+    );
+    assert_eq!(e.kind, SqlErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("'n' is not being grouped"), "{e}");
+}
+
+#[test]
+fn a_syntax_error_keeps_the_parsers_position() {
+    check(
+        "INSERT INTO out SELEC name, n FROM clicks;",
+        SqlErrorKind::Syntax,
+        3,
+        17,
+        "Expected: SELECT, VALUES, or a subquery in the query body, found: SELEC",
+    );
+}
+
+#[test]
+fn nothing_is_added_to_the_job_when_a_later_statement_fails() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = StreamExecutionEnvironment::new();
+    let mut session = SqlSession::new(&env);
+    let bad = script(
+        dir.path(),
+        "INSERT INTO out SELECT name, n FROM clicks;\nINSERT INTO out SELECT nope FROM clicks;",
+    );
+    let e = session.plan_sql(&bad).expect_err("the second insert fails");
+    assert!(e.to_string().starts_with("line 4, column 24: "), "{e}");
+    // The failed script defined nothing: its tables are unknown.
+    let e = session
+        .plan_sql("INSERT INTO out SELECT name, n FROM clicks;")
+        .expect_err("no table 'out'");
+    assert!(e.to_string().contains("unknown table 'out'"), "{e}");
+    // And the environment holds no operator of it.
+    assert!(env.job_graph().is_err(), "an empty job");
+    assert!(!dir.path().join("out.csv").exists());
+}
+
+mod bad_input {
+    use floe::StreamExecutionEnvironment;
+    use floe::sql::SqlSession;
+    use proptest::prelude::*;
+
+    /// A valid script to cut up: every statement kind, expressions and a
+    /// window function.
+    const SCRIPT: &str = "CREATE TABLE t (a STRING, b INT, c DECIMAL(5, 2), d AS b * 2, \
+        ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH ('connector' = \
+        'filesystem', 'path' = '/nonexistent/in.csv', 'format' = 'csv');\n\
+        CREATE TABLE o (a STRING, n BIGINT, s INT) WITH ('connector' = 'blackhole');\n\
+        CREATE VIEW v AS SELECT a, b, ts FROM t WHERE b > 0 AND a LIKE 'x%';\n\
+        EXPLAIN INSERT INTO o SELECT UPPER(a), COUNT(*), CAST(SUM(b) AS INT) FROM \
+        TABLE(HOP(TABLE v, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '2' MINUTE)) \
+        GROUP BY window_start, window_end, a HAVING MAX(b) IS NOT NULL;\n\
+        INSERT INTO o SELECT CASE WHEN b IN (1, 2) THEN 'x' ELSE COALESCE(a, '') END, \
+        CAST(b AS BIGINT), CHAR_LENGTH(SUBSTRING(a FROM 2 FOR 3)) FROM t;";
+
+    fn plan(script: &str) {
+        let env = StreamExecutionEnvironment::new();
+        // Ok or a typed error; a panic fails the test.
+        let _ = SqlSession::new(&env).plan_sql(script);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn a_cut_or_changed_script_never_panics(
+            cut in 0usize..SCRIPT.len(),
+            at in 0usize..SCRIPT.len(),
+            with in prop::sample::select(vec!["", "(", ")", ",", "'", "`", "-", "*", "9", "NULL",
+                "SELECT", "TABLE", "9999999999999999999999", "1.5E400", ";", "/", "%"]),
+        ) {
+            plan(&SCRIPT[..cut]);
+            let mut changed = SCRIPT.as_bytes().to_vec();
+            let end = (at + 1 + cut % 7).min(changed.len());
+            changed.splice(at..end, with.bytes());
+            if let Ok(text) = String::from_utf8(changed) {
+                plan(&text);
+            }
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            plan(&text);
+        }
+    }
+}
+
+#[test]
+fn a_sink_may_not_write_the_file_its_query_reads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "a,1\n").expect("write");
+    let script = format!(
+        "CREATE TABLE t (a STRING, n INT) WITH ('connector' = 'filesystem', 'path' = '{p}', \
+         'format' = 'csv');\nCREATE TABLE o (a STRING, n INT) WITH ('connector' = \
+         'filesystem', 'path' = '{p}', 'format' = 'csv');\nINSERT INTO o SELECT a, n FROM t;",
+        p = input.display()
+    );
+    let env = StreamExecutionEnvironment::new();
+    let e = SqlSession::new(&env)
+        .plan_sql(&script)
+        .expect_err("the input would be truncated");
+    assert!(
+        e.to_string()
+            .starts_with("line 3, column 1: table 'o' writes the file"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&input).expect("read"), "a,1\n");
+}
