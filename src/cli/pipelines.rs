@@ -165,24 +165,13 @@ pub fn run(args: &PipelinesArgs) -> floe::Result<()> {
     let endpoint = args
         .observe
         .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;
-    let waited = {
-        let _progress = super::progress::Progress::start_with(
-            &handle,
-            "Pipeline Source",
-            Some(args.records),
-            args.observe.status_interval(),
-        );
-        futures::executor::block_on(handle.wait())
-    };
-    let result = match waited {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(ep) = endpoint {
-                ep.linger();
-            }
-            return Err(e);
-        }
-    };
+    let (result, endpoint) = super::progress::wait_for_job(
+        &handle,
+        "Pipeline Source",
+        Some(args.records),
+        args.observe.status_interval(),
+        endpoint,
+    )?;
     args.checkpoints
         .report_savepoint(&handle.checkpoint_stats())?;
     let records = super::source_records(&result, "Pipeline Source");

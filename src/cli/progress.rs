@@ -212,3 +212,29 @@ impl Drop for Progress {
         }
     }
 }
+
+/// Waits for the job's end with its progress on stderr (a [`Progress`]
+/// over `source`). A failed job's metrics endpoint lingers here, before
+/// the error goes up; after a success the endpoint is handed back, to
+/// linger once the job's summary is printed.
+pub fn wait_for_job(
+    handle: &JobHandle,
+    source: &'static str,
+    total: Option<u64>,
+    status_interval: Option<Duration>,
+    endpoint: Option<super::observe::Endpoint>,
+) -> floe::Result<(floe::JobResult, Option<super::observe::Endpoint>)> {
+    let waited = {
+        let _progress = Progress::start_with(handle, source, total, status_interval);
+        futures::executor::block_on(handle.wait())
+    };
+    match waited {
+        Ok(result) => Ok((result, endpoint)),
+        Err(e) => {
+            if let Some(ep) = endpoint {
+                ep.linger();
+            }
+            Err(e)
+        }
+    }
+}

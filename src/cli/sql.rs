@@ -57,24 +57,13 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
             .unwrap_or_default()
             .into_boxed_str(),
     );
-    let waited = {
-        let _progress = super::progress::Progress::start_with(
-            &handle,
-            source,
-            None,
-            args.observe.status_interval(),
-        );
-        futures::executor::block_on(handle.wait())
-    };
-    let result = match waited {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(ep) = endpoint {
-                ep.linger();
-            }
-            return Err(e);
-        }
-    };
+    let (result, endpoint) = super::progress::wait_for_job(
+        &handle,
+        source,
+        None,
+        args.observe.status_interval(),
+        endpoint,
+    )?;
     args.checkpoints
         .report_savepoint(&handle.checkpoint_stats())?;
     let records: u64 = result

@@ -24,7 +24,7 @@
 
 use super::WindowArgs;
 use super::output::Output;
-use super::progress::Progress;
+use super::progress::wait_for_job;
 use floe::connectors::file_source::{FileSource, LineDecoder, LongLines};
 use floe::time::WatermarkStrategy;
 use floe::window::{AggregateFunction, TimeWindow, WindowAssigner};
@@ -676,22 +676,17 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     let endpoint = args
         .observe
         .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;
-    let waited = {
-        let _progress = Progress::start_with(&handle, SOURCE, None, args.observe.status_interval());
-        futures::executor::block_on(handle.wait())
-    };
+    let waited = wait_for_job(
+        &handle,
+        SOURCE,
+        None,
+        args.observe.status_interval(),
+        endpoint,
+    );
     if args.explain_watermarks {
         eprint!("{}", handle.status_snapshot().explain_watermarks("Window"));
     }
-    let result = match waited {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(ep) = endpoint {
-                ep.linger();
-            }
-            return Err(e);
-        }
-    };
+    let (result, endpoint) = waited?;
     let count = |name: &str, out: bool| {
         result
             .operator(name)

@@ -28,7 +28,7 @@
 
 use super::WordcountArgs;
 use super::output::Output;
-use super::progress::Progress;
+use super::progress::wait_for_job;
 use floe::StreamExecutionEnvironment;
 use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::ProcessContext;
@@ -283,11 +283,13 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
     let endpoint = args
         .observe
         .serve(prometheus, &handle, args.checkpoints.savepoint_target())?;
-    let result = {
-        let _progress =
-            Progress::start_with(&handle, source_name, total, args.observe.status_interval());
-        futures::executor::block_on(handle.wait())?
-    };
+    let (result, endpoint) = wait_for_job(
+        &handle,
+        source_name,
+        total,
+        args.observe.status_interval(),
+        endpoint,
+    )?;
     // `records` are what the source emitted (lines of `--input`, else
     // generated words), as `--savepoint-at-records` counts them; `words`
     // what the counter received.

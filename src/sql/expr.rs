@@ -227,12 +227,19 @@ fn truth(v: &Value) -> Option<bool> {
 fn arith(op: Arith, ty: SqlType, a: &Value, b: &Value) -> EvalResult {
     let by_zero = || Err("division by zero".to_string());
     Ok(match ty {
-        SqlType::Int => {
-            let (x, y) = (
-                a.as_i64().unwrap_or(0) as i32,
-                b.as_i64().unwrap_or(0) as i32,
-            );
-            Value::Int(match op {
+        // INT wraps as Java's int: its operands as i32, the i64 result
+        // truncated (for +, -, *, / and % the same as i32's wrapping ops).
+        SqlType::Int | SqlType::BigInt => {
+            let narrow = |v: &Value| {
+                let v = v.as_i64().unwrap_or(0);
+                if ty == SqlType::Int {
+                    v as i32 as i64
+                } else {
+                    v
+                }
+            };
+            let (x, y) = (narrow(a), narrow(b));
+            let v = match op {
                 Arith::Add => x.wrapping_add(y),
                 Arith::Sub => x.wrapping_sub(y),
                 Arith::Mul => x.wrapping_mul(y),
@@ -240,19 +247,12 @@ fn arith(op: Arith, ty: SqlType, a: &Value, b: &Value) -> EvalResult {
                 Arith::Div => x.wrapping_div(y),
                 Arith::Mod if y == 0 => return by_zero(),
                 Arith::Mod => x.wrapping_rem(y),
-            })
-        }
-        SqlType::BigInt => {
-            let (x, y) = (a.as_i64().unwrap_or(0), b.as_i64().unwrap_or(0));
-            Value::BigInt(match op {
-                Arith::Add => x.wrapping_add(y),
-                Arith::Sub => x.wrapping_sub(y),
-                Arith::Mul => x.wrapping_mul(y),
-                Arith::Div if y == 0 => return by_zero(),
-                Arith::Div => x.wrapping_div(y),
-                Arith::Mod if y == 0 => return by_zero(),
-                Arith::Mod => x.wrapping_rem(y),
-            })
+            };
+            if ty == SqlType::Int {
+                Value::Int(v as i32)
+            } else {
+                Value::BigInt(v)
+            }
         }
         SqlType::Double => {
             let (x, y) = (a.as_f64().unwrap_or(0.0), b.as_f64().unwrap_or(0.0));
@@ -559,6 +559,39 @@ fn like(s: &str, pattern: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn int_arithmetic_wraps_as_javas_int_and_bigint_as_long() {
+        let int = |x: i32| Value::Int(x);
+        let cases = [
+            (Arith::Add, i32::MAX, 1),
+            (Arith::Sub, i32::MIN, 1),
+            (Arith::Mul, 65_536, 65_536),
+            (Arith::Div, i32::MIN, -1),
+            (Arith::Mod, i32::MIN, -1),
+            (Arith::Mod, -7, 3),
+        ];
+        for (op, x, y) in cases {
+            let want = match op {
+                Arith::Add => x.wrapping_add(y),
+                Arith::Sub => x.wrapping_sub(y),
+                Arith::Mul => x.wrapping_mul(y),
+                Arith::Div => x.wrapping_div(y),
+                Arith::Mod => x.wrapping_rem(y),
+            };
+            assert_eq!(arith(op, SqlType::Int, &int(x), &int(y)), Ok(int(want)));
+        }
+        let big = |x: i64| Value::BigInt(x);
+        assert_eq!(
+            arith(Arith::Add, SqlType::BigInt, &big(i64::MAX), &big(1)),
+            Ok(big(i64::MIN))
+        );
+        assert_eq!(
+            arith(Arith::Mul, SqlType::BigInt, &big(65_536), &big(65_536)),
+            Ok(big(1 << 32))
+        );
+        assert!(arith(Arith::Div, SqlType::Int, &int(1), &int(0)).is_err());
+    }
 
     fn lit(v: Value) -> Box<Expr> {
         Box::new(Expr::Literal(v))
