@@ -84,6 +84,12 @@ pub struct Config {
     /// does: fail (default) or start fresh ([`RestoreMode::LatestOrFresh`],
     /// see [`resume_latest`](Self::resume_latest)).
     pub restore_mode: RestoreMode,
+    /// Keyed state taken key group by key group, each from a checkpoint of
+    /// its own: `(checkpoint, key groups)`, used when `restore_from` is
+    /// `None` (a group member's partitions, each from the checkpoint its
+    /// committed offset names; `docs/scale-out.md`). Only keyed state is
+    /// restored; sources start from their configured positions.
+    pub restore_key_groups: Vec<(std::path::PathBuf, Vec<u32>)>,
     /// Whether and when a failed job restarts; `None` here means the
     /// default: [`RestartStrategy::exponential_default`] with checkpointing
     /// on, no restart without.
@@ -112,6 +118,7 @@ impl Default for Config {
             checkpoint: Default::default(),
             restore_from: None,
             restore_mode: RestoreMode::Required,
+            restore_key_groups: Vec::new(),
             restart: None,
             failover: Default::default(),
             hooks: Default::default(),

@@ -188,6 +188,16 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// Restores keyed state key group by key group, each from a checkpoint
+    /// of its own (`(checkpoint, key groups)`), when no
+    /// [`restore_from`](Self::restore_from) is set: how a group member
+    /// takes over partitions whose state other members checkpointed
+    /// (`docs/scale-out.md`). Only keyed state is restored.
+    pub fn restore_key_groups(&self, sources: Vec<(std::path::PathBuf, Vec<u32>)>) -> &Self {
+        self.inner.borrow_mut().config.restore_key_groups = sources;
+        self
+    }
+
     /// Runs the job on `pool`'s threads instead of threads of its own
     /// (which are `RuntimeConfig::arbiters` subtask threads, one for the
     /// checkpoint coordinator, one for the supervisor and, off an actix

@@ -102,14 +102,7 @@ impl RestorePlan {
                 subtasks.sort_by_key(|s| s.subtask);
                 for s in subtasks {
                     for blob in &s.keyed {
-                        let bytes = loaded.read_blob(blob)?;
-                        let groups: Vec<KeyGroupBytes> =
-                            postcard::from_bytes(&bytes).map_err(|e| CheckpointError::Corrupt {
-                                checkpoint: name.clone(),
-                                file: blob.path.clone().into(),
-                                reason: format!("undecodable keyed state: {e}"),
-                            })?;
-                        for g in groups {
+                        for g in read_keyed(loaded, blob)? {
                             keyed.entry(g.key_group).or_default().push(g);
                         }
                     }
@@ -219,6 +212,21 @@ impl RestorePlan {
     }
 }
 
+/// The key groups of one keyed-state blob of `loaded`.
+fn read_keyed(
+    loaded: &LoadedSnapshot,
+    blob: &floe_actors::checkpoint::BlobRef,
+) -> crate::Result<Vec<KeyGroupBytes>> {
+    let bytes = loaded.read_blob(blob)?;
+    Ok(
+        postcard::from_bytes(&bytes).map_err(|e| CheckpointError::Corrupt {
+            checkpoint: loaded.meta.id.0.to_string(),
+            file: blob.path.clone().into(),
+            reason: format!("undecodable keyed state: {e}"),
+        })?,
+    )
+}
+
 /// Why channel state of `meta` cannot be restored into `plan`: the first
 /// edge (in graph order) with channel state at either end whose upstream
 /// or downstream vertex changes parallelism; `None` if there is none.
@@ -281,6 +289,8 @@ fn rescaled_channel_state(
     }
     None
 }
+
+mod key_groups;
 
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,7 @@ mod bench_window;
 mod checkpointing;
 mod checkpoints;
 mod connectors;
+mod group;
 mod observe;
 mod output;
 mod pipelines;
@@ -278,6 +279,9 @@ pub struct WordcountArgs {
     /// Metrics endpoint.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,
+    /// Group mode: one job across every process of a group.
+    #[command(flatten)]
+    pub group: group::GroupArgs,
 }
 
 /// The start of every `run` job's summary line:

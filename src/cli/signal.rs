@@ -17,7 +17,8 @@ use floe::JobHandle;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The first stop signal received (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
@@ -49,42 +50,55 @@ pub fn stop_on_signal(
     job: &JobHandle,
     savepoint_dir: Option<PathBuf>,
 ) -> floe::Result<StopOnSignal> {
+    let job = job.clone();
+    on_signal(move |name| {
+        eprintln!("stopping: {name} received; taking a final checkpoint (again to abort)");
+        let (job, dir) = (job.clone(), savepoint_dir.clone());
+        // The stop waits for the checkpoint; the signal thread goes on
+        // listening for a second signal meanwhile.
+        std::thread::spawn(move || {
+            match futures::executor::block_on(job.stop_with_checkpoint(dir)) {
+                Ok(Some(path)) => eprintln!("savepoint={}", path.display()),
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("warning: cannot stop with a final checkpoint ({e}); canceling");
+                    job.cancel();
+                }
+            }
+        });
+    })
+}
+
+/// Sets `flag` on the first SIGINT or SIGTERM (a second exits at once).
+pub fn flag_on_signal(flag: Arc<AtomicBool>) -> floe::Result<StopOnSignal> {
+    on_signal(move |name| {
+        eprintln!("stopping: {name} received (again to abort)");
+        flag.store(true, Ordering::Release);
+    })
+}
+
+/// Calls `first` with the signal's name on the first SIGINT or SIGTERM;
+/// a second exits at once.
+fn on_signal(first: impl Fn(&'static str) + Send + 'static) -> floe::Result<StopOnSignal> {
     let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(|e| {
         floe::Error::Config(format!("cannot install the SIGINT/SIGTERM handlers: {e}"))
     })?;
     let handle = signals.handle();
-    let job = job.clone();
     let thread = std::thread::Builder::new()
         .name("floe-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                let first = RECEIVED
+                let is_first = RECEIVED
                     .compare_exchange(0, signal, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok();
-                if !first {
+                if !is_first {
                     // The second signal: abort at once.
                     std::process::exit(exit_code().unwrap_or(128 + signal));
                 }
-                let name = if signal == SIGINT {
+                first(if signal == SIGINT {
                     "SIGINT"
                 } else {
                     "SIGTERM"
-                };
-                eprintln!("stopping: {name} received; taking a final checkpoint (again to abort)");
-                let (job, dir) = (job.clone(), savepoint_dir.clone());
-                // The stop waits for the checkpoint; this thread goes on
-                // listening for a second signal meanwhile.
-                std::thread::spawn(move || {
-                    match futures::executor::block_on(job.stop_with_checkpoint(dir)) {
-                        Ok(Some(path)) => eprintln!("savepoint={}", path.display()),
-                        Ok(None) => {}
-                        Err(e) => {
-                            eprintln!(
-                                "warning: cannot stop with a final checkpoint ({e}); canceling"
-                            );
-                            job.cancel();
-                        }
-                    }
                 });
             }
         })

@@ -94,6 +94,9 @@ impl KeyedProcessFunction<Word, (Word, u64), (Word, u64)> for StateCount {
 }
 
 pub fn run(args: &WordcountArgs) -> floe::Result<()> {
+    if let Some(group) = &args.group.group {
+        return super::group::run_wordcount(args, group);
+    }
     super::check_parallelism(args.parallelism, args.arbiters)?;
     let input = args
         .input

@@ -31,6 +31,7 @@
 
 use super::kafka::KafkaError;
 use super::kafka::close::{CLOSE_DEADLINE, close_in_background};
+use super::kafka::group::GroupCommit;
 use super::kafka::txn_recovery::{self, CoordinatorClient, Ended, ProducerIdentity};
 use super::two_phase::{Recovery, TwoPhaseCommitSink};
 use crate::Result;
@@ -49,6 +50,13 @@ use std::time::Duration;
 /// Writes a record's key and value into the two buffers (cleared before;
 /// an empty key is sent as none).
 pub type RecordSerializer<T> = Arc<dyn Fn(&T, &mut Vec<u8>, &mut Vec<u8>) + Send + Sync>;
+
+/// Picks a record's partition.
+pub type RecordPartitioner<T> = Arc<dyn Fn(&T) -> i32 + Send + Sync>;
+
+/// Group mode: the offsets of these topics commit in the sink's
+/// transactions.
+type GroupOffsets = (Arc<GroupCommit>, Vec<String>);
 
 /// Collects the first failed delivery of a producer, and its latest
 /// transactional state from the statistics.
@@ -132,6 +140,8 @@ pub struct KafkaSink<T> {
     brokers: String,
     topic: String,
     serialize: RecordSerializer<T>,
+    partition: Option<RecordPartitioner<T>>,
+    group: Option<GroupOffsets>,
     properties: Vec<(String, String)>,
     prefix: String,
     timeout: Duration,
@@ -151,6 +161,8 @@ impl<T> Clone for KafkaSink<T> {
             brokers: self.brokers.clone(),
             topic: self.topic.clone(),
             serialize: self.serialize.clone(),
+            partition: self.partition.clone(),
+            group: self.group.clone(),
             properties: self.properties.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
@@ -191,6 +203,8 @@ impl<T> KafkaSink<T> {
             brokers: brokers.to_string(),
             topic: topic.to_string(),
             serialize,
+            partition: None,
+            group: None,
             properties: Vec::new(),
             prefix: format!("floe-{topic}"),
             timeout: Duration::from_secs(30),
@@ -213,6 +227,21 @@ impl<T> KafkaSink<T> {
     /// A librdkafka producer property, set last (overrides floe's own).
     pub fn property(mut self, key: &str, value: &str) -> Self {
         self.properties.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Sends each record to the partition `partition` picks (default: the
+    /// client's partitioner, by key).
+    pub fn partitioner(mut self, partition: RecordPartitioner<T>) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Group mode, exactly-once: each transaction also commits the offsets
+    /// of `topics` that `commit` recorded at its checkpoint, with the
+    /// group's metadata ([`GroupCommit`]).
+    pub fn group_offsets(mut self, commit: Arc<GroupCommit>, topics: &[&str]) -> Self {
+        self.group = Some((commit, topics.iter().map(|t| t.to_string()).collect()));
         self
     }
 
@@ -314,7 +343,7 @@ impl<T> KafkaSink<T> {
     fn send(
         producer: &Client,
         topic: &str,
-        serialize: &RecordSerializer<T>,
+        (serialize, partition): (&RecordSerializer<T>, Option<&RecordPartitioner<T>>),
         (key, value): (&mut Vec<u8>, &mut Vec<u8>),
         batch: Batch<T>,
         timeout: Duration,
@@ -324,6 +353,7 @@ impl<T> KafkaSink<T> {
             key.clear();
             value.clear();
             serialize(&r.value, key, value);
+            let to = partition.map(|p| p(&r.value));
             loop {
                 let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(value.as_slice());
                 if !key.is_empty() {
@@ -331,6 +361,9 @@ impl<T> KafkaSink<T> {
                 }
                 if let Some(ts) = r.timestamp {
                     record = record.timestamp(ts);
+                }
+                if let Some(p) = to {
+                    record = record.partition(p);
                 }
                 match producer.send(record) {
                     Ok(()) => break,
@@ -398,7 +431,7 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
         Self::send(
             producer,
             &self.topic,
-            &self.serialize,
+            (&self.serialize, self.partition.as_ref()),
             (&mut self.key, &mut self.value),
             batch,
             self.timeout,
@@ -446,80 +479,6 @@ impl<T> Clone for KafkaTransactionalSink<T> {
         KafkaTransactionalSink {
             sink: self.sink.clone(),
         }
-    }
-}
-
-/// A Kafka transaction of the exactly-once sink, as checkpoints hold it.
-///
-/// Encoded as the transactional id, a format version (1) and the
-/// producer; a checkpoint of format 0 (before the version) holds only the
-/// id and decodes with `producer: None`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KafkaTxn {
-    /// Its transactional id, `PREFIX-SUBTASK-N`.
-    pub transactional_id: String,
-    /// The producer id and epoch that own it, read at pre-commit: what
-    /// recovery needs to commit it from another process. `None` before
-    /// pre-commit, and in checkpoints of format 0.
-    pub producer: Option<ProducerIdentity>,
-}
-
-/// The format version written after the transactional id.
-const TXN_FORMAT: u8 = 1;
-
-impl serde::Serialize for KafkaTxn {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeTuple;
-        let mut t = s.serialize_tuple(3)?;
-        t.serialize_element(&self.transactional_id)?;
-        t.serialize_element(&TXN_FORMAT)?;
-        t.serialize_element(&self.producer)?;
-        t.end()
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for KafkaTxn {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = KafkaTxn;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a Kafka transaction")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<KafkaTxn, A::Error> {
-                let transactional_id: String = seq
-                    .next_element()?
-                    .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
-                // Format 0 ends here: the transaction is the last field of
-                // its checkpoint entry, so postcard meets the end of the
-                // entry's bytes (an error) where the version would be.
-                let version = match seq.next_element::<u8>() {
-                    Ok(Some(v)) => v,
-                    Ok(None) | Err(_) => {
-                        return Ok(KafkaTxn {
-                            transactional_id,
-                            producer: None,
-                        });
-                    }
-                };
-                if version != TXN_FORMAT {
-                    return Err(serde::de::Error::custom(format!(
-                        "Kafka transaction format {version}, this build reads 0 and {TXN_FORMAT}"
-                    )));
-                }
-                let producer = seq
-                    .next_element()?
-                    .ok_or_else(|| serde::de::Error::invalid_length(2, &self))?;
-                Ok(KafkaTxn {
-                    transactional_id,
-                    producer,
-                })
-            }
-        }
-        d.deserialize_tuple(3, Visitor)
     }
 }
 
@@ -644,8 +603,8 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     /// transaction (idempotently).
     async fn recover(&mut self, ctx: &SinkContext, r: Recovery<KafkaTxn>) -> Result<()> {
         if r.partial {
-            for (_, txn) in r.pending {
-                self.commit_now(txn)?;
+            for (checkpoint, txn) in r.pending {
+                self.commit_now(txn, checkpoint)?;
             }
             return Ok(());
         }
@@ -722,7 +681,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         KafkaSink::send(
             producer,
             &sink.topic,
-            &sink.serialize,
+            (&sink.serialize, sink.partition.as_ref()),
             (&mut sink.key, &mut sink.value),
             batch,
             sink.timeout,
@@ -742,8 +701,8 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         Ok(())
     }
 
-    async fn commit(&mut self, txn: KafkaTxn, _checkpoint: CheckpointId) -> Result<()> {
-        self.commit_now(txn)
+    async fn commit(&mut self, txn: KafkaTxn, checkpoint: CheckpointId) -> Result<()> {
+        self.commit_now(txn, checkpoint)
     }
 
     async fn abort(&mut self, txn: KafkaTxn) -> Result<()> {
@@ -759,11 +718,16 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
 impl<T: Send + 'static> KafkaTransactionalSink<T> {
     /// Commits `txn`: its open producer's transaction, or a restored one
     /// through its coordinator.
-    fn commit_now(&mut self, txn: KafkaTxn) -> Result<()> {
+    fn commit_now(&mut self, txn: KafkaTxn, checkpoint: CheckpointId) -> Result<()> {
         match self.sink.open.remove(&txn.transactional_id) {
-            Some((producer, _)) => producer
-                .commit_transaction(self.sink.timeout)
-                .map_err(|e| no_transactions(&self.sink.brokers, e)),
+            Some((producer, _)) => {
+                if let Some((group, topics)) = &self.sink.group {
+                    group.send_offsets(&producer, topics, checkpoint, self.sink.timeout)?;
+                }
+                producer
+                    .commit_transaction(self.sink.timeout)
+                    .map_err(|e| no_transactions(&self.sink.brokers, e))
+            }
             None => match txn.producer {
                 // Another process's transaction (see the module docs): its
                 // producer is gone, its coordinator commits it.
@@ -781,6 +745,9 @@ impl<T: Send + 'static> KafkaTransactionalSink<T> {
         }
     }
 }
+
+mod txn;
+pub use txn::KafkaTxn;
 
 #[cfg(test)]
 mod tests;

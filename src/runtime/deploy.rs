@@ -80,6 +80,11 @@ pub(crate) fn deploy_attempt(
             tracing::info!(checkpoint = loaded.meta.id.0, from = %loaded.source.display(), "restoring");
             Some(RestorePlan::build(&loaded, &plan, config.max_parallelism)?)
         }
+        None if !config.restore_key_groups.is_empty() => Some(RestorePlan::build_key_groups(
+            &config.restore_key_groups,
+            &plan,
+            config.max_parallelism,
+        )?),
         None => None,
     };
     let restored = restore.as_ref().map(|r| r.checkpoint_id);

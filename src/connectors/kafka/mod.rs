@@ -51,6 +51,7 @@ use std::time::Duration;
 
 mod assign;
 pub(crate) mod close;
+pub mod group;
 mod source;
 pub mod txn_recovery;
 mod url;
@@ -256,6 +257,8 @@ pub struct KafkaSource<T> {
     properties: Vec<(String, String)>,
     decode: ValueDecoder<T>,
     watermarks: Option<PartitionWatermarks>,
+    only: Option<Arc<std::collections::BTreeSet<(String, i32)>>>,
+    group_commit: Option<Arc<group::GroupCommit>>,
 }
 
 /// Per-partition watermarks of a Kafka source (Flink's bounded
@@ -283,6 +286,8 @@ impl<T> Clone for KafkaSource<T> {
             properties: self.properties.clone(),
             decode: self.decode.clone(),
             watermarks: self.watermarks,
+            only: self.only.clone(),
+            group_commit: self.group_commit.clone(),
         }
     }
 }
@@ -318,6 +323,8 @@ impl<T: Send + 'static> KafkaSource<T> {
             properties: Vec::new(),
             decode,
             watermarks: None,
+            only: None,
+            group_commit: None,
         }
     }
 
@@ -348,6 +355,23 @@ impl<T: Send + 'static> KafkaSource<T> {
     /// The consumer group offsets are committed to (default `floe`).
     pub fn group_id(mut self, group: &str) -> Self {
         self.group = group.to_string();
+        self
+    }
+
+    /// Reads exactly `partitions` of its topics, as (topic, partition): a
+    /// group member's assignment. Discovery is off; the partitions are
+    /// dealt over the subtasks by the usual rule.
+    pub fn partitions(mut self, partitions: &[(String, i32)]) -> Self {
+        self.only = Some(Arc::new(partitions.iter().cloned().collect()));
+        self.discovery = None;
+        self
+    }
+
+    /// Group mode: the positions at each checkpoint go to `commit`, whose
+    /// sinks commit them in their transactions; the source commits none
+    /// itself.
+    pub fn group_commit(mut self, commit: Arc<group::GroupCommit>) -> Self {
+        self.group_commit = Some(commit);
         self
     }
 

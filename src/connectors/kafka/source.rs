@@ -186,7 +186,15 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
                 // too: should its owner finish, a restore must not take the
                 // partition for a new one.
                 let fresh = self.known.insert((topic.clone(), partition));
-                if fresh && partition_owner(&topic, partition, self.parallelism) == self.subtask {
+                let listed = self
+                    .config
+                    .only
+                    .as_ref()
+                    .is_none_or(|only| only.contains(&(topic.clone(), partition)));
+                if fresh
+                    && listed
+                    && partition_owner(&topic, partition, self.parallelism) == self.subtask
+                {
                     new.push(Part {
                         topic: topic.clone(),
                         partition,
@@ -483,8 +491,12 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
             .iter()
             .map(|(topic, partition)| super::encode_entry(&(topic.as_str(), *partition)))
             .collect();
-        // Committed to the group when the checkpoint completes.
-        self.positions.push_back((checkpoint, positions));
+        match &self.config.group_commit {
+            // Committed by the group's transactions.
+            Some(group) => group.record(checkpoint, &positions),
+            // Committed to the group when the checkpoint completes.
+            None => self.positions.push_back((checkpoint, positions)),
+        }
         union
     }
 

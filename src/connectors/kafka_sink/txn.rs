@@ -1,0 +1,77 @@
+//! The transaction handle the exactly-once Kafka sink keeps in checkpoints.
+
+use super::ProducerIdentity;
+
+/// A Kafka transaction of the exactly-once sink, as checkpoints hold it.
+///
+/// Encoded as the transactional id, a format version (1) and the
+/// producer; a checkpoint of format 0 (before the version) holds only the
+/// id and decodes with `producer: None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaTxn {
+    /// Its transactional id, `PREFIX-SUBTASK-N`.
+    pub transactional_id: String,
+    /// The producer id and epoch that own it, read at pre-commit: what
+    /// recovery needs to commit it from another process. `None` before
+    /// pre-commit, and in checkpoints of format 0.
+    pub producer: Option<ProducerIdentity>,
+}
+
+/// The format version written after the transactional id.
+const TXN_FORMAT: u8 = 1;
+
+impl serde::Serialize for KafkaTxn {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(3)?;
+        t.serialize_element(&self.transactional_id)?;
+        t.serialize_element(&TXN_FORMAT)?;
+        t.serialize_element(&self.producer)?;
+        t.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KafkaTxn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = KafkaTxn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kafka transaction")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<KafkaTxn, A::Error> {
+                let transactional_id: String = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
+                // Format 0 ends here: the transaction is the last field of
+                // its checkpoint entry, so postcard meets the end of the
+                // entry's bytes (an error) where the version would be.
+                let version = match seq.next_element::<u8>() {
+                    Ok(Some(v)) => v,
+                    Ok(None) | Err(_) => {
+                        return Ok(KafkaTxn {
+                            transactional_id,
+                            producer: None,
+                        });
+                    }
+                };
+                if version != TXN_FORMAT {
+                    return Err(serde::de::Error::custom(format!(
+                        "Kafka transaction format {version}, this build reads 0 and {TXN_FORMAT}"
+                    )));
+                }
+                let producer = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(2, &self))?;
+                Ok(KafkaTxn {
+                    transactional_id,
+                    producer,
+                })
+            }
+        }
+        d.deserialize_tuple(3, Visitor)
+    }
+}

@@ -1,0 +1,242 @@
+//! Group mode against Apache Kafka: one word count run by several `floe`
+//! processes of one consumer group (`docs/scale-out.md`).
+//!
+//! Members join, are killed with `kill -9`, and join again while input
+//! arrives; the `read_committed` output must be the exact changelog of the
+//! input's word counts: every word's counts 1..=n, each once (the oracle:
+//! a HashMap over the same lines, by floe's own tokenizer). Every wait is
+//! for an event (a `rebalance` line, the output reaching the oracle),
+//! bounded by a watchdog.
+
+#![cfg(feature = "kafka")]
+
+#[path = "kafka_support/mod.rs"]
+mod kafka_support;
+
+use kafka_support::*;
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::process::Child;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// The input topic's partitions, and the repartition topic's.
+const PARTITIONS: i32 = 6;
+
+/// One `floe run wordcount --group` process and its stderr lines.
+struct Member {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Member {
+    fn start(broker: &str, input: &str, output: &str, group: &str, dir: &str) -> Member {
+        let args: Vec<String> = [
+            "run",
+            "wordcount",
+            "--input",
+            &format!("kafka://{broker}/{input}"),
+            "--output",
+            &format!("kafka://{broker}/{output}"),
+            "--group",
+            group,
+            "--group-partitions",
+            &PARTITIONS.to_string(),
+            "--session-timeout",
+            "6000",
+            "--checkpoint-dir",
+            dir,
+            "--checkpoint-interval",
+            "200",
+            "--parallelism",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut child = floe(&args).spawn().expect("floe runs");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Member {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Takes the lines printed so far.
+    fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// Waits for a line that `matches` (after those seen), within the
+    /// watchdog.
+    fn wait_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let hit = matches(&line);
+                    self.seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("member ended before {what}:\n{}", self.seen.join("\n"))
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {WATCHDOG:?}:\n{}",
+                self.seen.join("\n")
+            );
+        }
+    }
+
+    fn rebalances(&mut self) -> usize {
+        self.drain();
+        self.seen
+            .iter()
+            .filter(|l| l.starts_with("rebalance generation="))
+            .count()
+    }
+
+    fn kill9(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then its exit: the status and every stderr line.
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                // The reader thread ends with the pipe.
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                    self.seen.push(line);
+                }
+                return (status, self.seen);
+            }
+            self.drain();
+            assert!(
+                Instant::now() < deadline,
+                "member still running {WATCHDOG:?} after SIGTERM:\n{}",
+                self.seen.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Waits until the committed output holds every update of `oracle`
+/// (then checks it exactly), within the watchdog; the members' lines on
+/// failure.
+fn wait_for_oracle(
+    broker: &str,
+    output: &str,
+    oracle: &HashMap<String, u64>,
+    members: &mut [&mut Member],
+) {
+    let deadline = Instant::now() + WATCHDOG;
+    let want: u64 = oracle.values().sum();
+    loop {
+        let records = read_all(broker, output);
+        let seen = updates(&records);
+        let complete = oracle
+            .iter()
+            .all(|(w, n)| seen.contains_key(&(w.clone(), *n)));
+        if complete && records.len() as u64 >= want {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let mut text = String::new();
+            for m in members.iter_mut() {
+                m.drain();
+                text.push_str(&m.seen.join("\n"));
+                text.push_str("\n---\n");
+            }
+            panic!(
+                "output not complete within {WATCHDOG:?}: {} of {want} updates\n{text}",
+                records.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Three members over a 6-partition topic; one is killed with `kill -9`
+/// mid-run (its partitions move, their state is restored from the
+/// checkpoints their committed offsets name); a fourth joins; more input
+/// arrives meanwhile; all stop with SIGTERM. The committed changelog is
+/// the oracle's, every update exactly once.
+#[test]
+fn members_that_die_and_join_keep_the_counts_exact() {
+    let Some(broker) = broker() else { return };
+    let input = unique("group-in");
+    let output = unique("group-out");
+    let group = unique("g");
+    create_topic(&broker, &input, PARTITIONS);
+    create_topic(&broker, &output, 3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path().to_str().expect("utf-8 path").to_string();
+    let lines = corpus(30, 6000, 300);
+    let (first, second) = lines.split_at(3000);
+    produce(&broker, &input, PARTITIONS, first);
+
+    let mut a = Member::start(&broker, &input, &output, &group, &dir);
+    let mut b = Member::start(&broker, &input, &output, &group, &dir);
+    let mut c = Member::start(&broker, &input, &output, &group, &dir);
+    for m in [&mut a, &mut b, &mut c] {
+        m.wait_line("rebalance line", |l| l.starts_with("rebalance generation="));
+    }
+    // The first half counted by the three, then one dies mid-run while
+    // the second half arrives.
+    wait_for_oracle(
+        &broker,
+        &output,
+        &oracle(first),
+        &mut [&mut a, &mut b, &mut c],
+    );
+    b.kill9();
+    produce(&broker, &input, PARTITIONS, &second[..1500]);
+    let mut d = Member::start(&broker, &input, &output, &group, &dir);
+    d.wait_line("rebalance line", |l| l.starts_with("rebalance generation="));
+    produce(&broker, &input, PARTITIONS, &second[1500..]);
+    let all = oracle(&lines);
+    wait_for_oracle(&broker, &output, &all, &mut [&mut a, &mut c, &mut d]);
+    assert!(
+        a.rebalances() + c.rebalances() >= 3,
+        "the kill and the join moved partitions: each member saw a new generation"
+    );
+    for m in [a, c, d] {
+        let (status, seen) = m.terminate();
+        let text = seen.join("\n");
+        assert_eq!(status.code(), Some(143), "SIGTERM exits 143:\n{text}");
+        let summary = seen
+            .iter()
+            .find(|l| l.starts_with("records="))
+            .unwrap_or_else(|| panic!("a summary line:\n{text}"));
+        assert!(field(summary, "rebalances").is_some(), "{summary}");
+    }
+    // After every member stopped: still exactly the oracle's changelog.
+    let records = read_all(&broker, &output);
+    check_changelog(&records, &all, true);
+}
