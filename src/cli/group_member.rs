@@ -47,6 +47,8 @@ struct Group {
 /// The assignment a member holds.
 struct Held {
     generation: i32,
+    /// When the assignment came.
+    assigned_at: Instant,
     partitions: Vec<(String, i32)>,
     /// For the transactions that commit this generation's offsets.
     metadata: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
@@ -58,6 +60,37 @@ struct Held {
 struct Running {
     handle: JobHandle,
     ended: std::sync::mpsc::Receiver<JobEnd>,
+    commit: Arc<GroupCommit>,
+    /// The assignment's generation, and when it came.
+    generation: i32,
+    assigned_at: Instant,
+    /// The first record was reported.
+    reported: bool,
+}
+
+impl Running {
+    /// Prints `first_record generation=N after_ms=T at_ms=U` once a source
+    /// emitted its first record: T ms after the assignment came, at U ms
+    /// since the epoch (what a rebalance costs, measured from a member's
+    /// death to this line).
+    fn report_first_record(&mut self) {
+        if self.reported {
+            return;
+        }
+        let Some(at) = self.commit.first_record() else {
+            return;
+        };
+        self.reported = true;
+        let wall = std::time::SystemTime::now() - at.elapsed();
+        let epoch_ms = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        eprintln!(
+            "first_record generation={} after_ms={} at_ms={epoch_ms}",
+            self.generation,
+            at.saturating_duration_since(self.assigned_at).as_millis()
+        );
+    }
 }
 
 /// The totals the summary reports.
@@ -233,6 +266,7 @@ fn member_loop(
                 failures = 0;
                 held = Some(Held {
                     generation,
+                    assigned_at: Instant::now(),
                     partitions,
                     metadata,
                     runs: 0,
@@ -252,6 +286,9 @@ fn member_loop(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(floe::Error::Config("the group membership ended".into()));
             }
+        }
+        if let Some(r) = running.as_mut() {
+            r.report_first_record();
         }
         let ended = running.as_ref().and_then(|r| r.ended.try_recv().ok());
         if let Some(end) = ended {
@@ -301,6 +338,7 @@ fn start(
 ) -> floe::Result<Option<Running>> {
     let Some(Held {
         generation,
+        assigned_at,
         partitions,
         metadata,
         runs,
@@ -407,7 +445,14 @@ fn start(
             let _ = tx.send(futures::executor::block_on(waiter.outcome()));
         })
         .map_err(|e| floe::Error::Config(format!("cannot start a thread: {e}")))?;
-    Ok(Some(Running { handle, ended }))
+    Ok(Some(Running {
+        handle,
+        ended,
+        commit,
+        generation: *generation,
+        assigned_at: *assigned_at,
+        reported: false,
+    }))
 }
 
 /// Where each counted partition's state comes from: the checkpoint its

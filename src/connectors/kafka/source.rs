@@ -77,6 +77,8 @@ pub struct KafkaSourceReader<T> {
     /// Since when the client has lost its brokers and no record came
     /// (cleared by a record or a broker's answer).
     lost_since: Option<Instant>,
+    /// A record was emitted (group mode reports the first).
+    emitted: bool,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -98,6 +100,7 @@ impl<T> KafkaSourceReader<T> {
             next_discovery: None,
             positions: VecDeque::new(),
             lost_since: None,
+            emitted: false,
         }
     }
 
@@ -444,6 +447,12 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
                 }
             }
             out.push(Record { value, timestamp });
+        }
+        if !self.emitted && !out.is_empty() {
+            self.emitted = true;
+            if let Some(group) = &self.config.group_commit {
+                group.record_emitted();
+            }
         }
         if self.config.bounded && self.parts.iter().all(Part::done) {
             return Ok(if out.is_empty() {

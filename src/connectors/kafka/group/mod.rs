@@ -91,6 +91,8 @@ pub struct GroupCommit {
     run: String,
     metadata: Arc<ConsumerGroupMetadata>,
     positions: Mutex<BTreeMap<u64, Offsets>>,
+    /// When a source of the run first emitted a record.
+    first_record: std::sync::OnceLock<std::time::Instant>,
 }
 
 impl std::fmt::Debug for GroupCommit {
@@ -110,12 +112,23 @@ impl GroupCommit {
             run: run.to_string(),
             metadata,
             positions: Mutex::new(BTreeMap::new()),
+            first_record: std::sync::OnceLock::new(),
         })
     }
 
     /// The run's directory, relative to the shared checkpoint directory.
     pub fn run(&self) -> &str {
         &self.run
+    }
+
+    /// When a source of the run first emitted a record, if one did.
+    pub fn first_record(&self) -> Option<std::time::Instant> {
+        self.first_record.get().copied()
+    }
+
+    /// Notes that a source emitted its first record (the first call counts).
+    pub(crate) fn record_emitted(&self) {
+        let _ = self.first_record.set(std::time::Instant::now());
     }
 
     /// Records a source subtask's positions at `checkpoint`.
