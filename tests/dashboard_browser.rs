@@ -182,12 +182,8 @@ async fn browser(webdriver: &str) -> Client {
             "args": ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1300,900"]
         }),
     );
-    // With the `s3` feature two rustls crypto providers are compiled in
-    // (the S3 client's ring, fantoccini's aws-lc-rs) and rustls picks
-    // neither by itself: name one.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    ClientBuilder::rustls()
-        .expect("a TLS setup for the WebDriver client")
+    // chromedriver listens on loopback: plain HTTP.
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(webdriver)
         .await
