@@ -240,3 +240,66 @@ fn members_that_die_and_join_keep_the_counts_exact() {
     let records = read_all(&broker, &output);
     check_changelog(&records, &all, true);
 }
+
+/// Sends `signal` (`-STOP`, `-CONT`) to a member's process.
+fn signal(member: &Member, signal: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([signal, &member.child.id().to_string()])
+        .status();
+}
+
+/// A member frozen (SIGSTOP) past the session timeout loses its
+/// partitions to the other; when it comes back (SIGCONT) its open
+/// transactions and its commits are fenced (the broker aborted them, its
+/// generation is gone), it rejoins, and the output stays exactly the
+/// oracle's changelog: nothing the frozen member wrote is counted twice.
+#[test]
+fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
+    let Some(broker) = broker() else { return };
+    let input = unique("fence-in");
+    let output = unique("fence-out");
+    let group = unique("g");
+    create_topic(&broker, &input, PARTITIONS);
+    create_topic(&broker, &output, 3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path().to_str().expect("utf-8 path").to_string();
+    let lines = corpus(31, 4500, 200);
+    produce(&broker, &input, PARTITIONS, &lines[..1500]);
+    let mut a = Member::start(&broker, &input, &output, &group, &dir);
+    let mut b = Member::start(&broker, &input, &output, &group, &dir);
+    for m in [&mut a, &mut b] {
+        m.wait_line("rebalance line", |l| l.starts_with("rebalance generation="));
+    }
+    wait_for_oracle(
+        &broker,
+        &output,
+        &oracle(&lines[..1500]),
+        &mut [&mut a, &mut b],
+    );
+    // Frozen mid-stream: input arrives, the group gives the frozen
+    // member's partitions to the other, which counts everything.
+    signal(&b, "-STOP");
+    produce(&broker, &input, PARTITIONS, &lines[1500..3000]);
+    let before = a.rebalances();
+    a.wait_line("rebalance after the freeze", |l| {
+        l.starts_with("rebalance generation=")
+    });
+    assert!(a.rebalances() > before);
+    wait_for_oracle(&broker, &output, &oracle(&lines[..3000]), &mut [&mut a]);
+    // Back: fenced, then a member again.
+    let rejoined_before = b.rebalances();
+    signal(&b, "-CONT");
+    b.wait_line("rebalance after coming back", |l| {
+        l.starts_with("rebalance generation=")
+    });
+    assert!(b.rebalances() > rejoined_before);
+    produce(&broker, &input, PARTITIONS, &lines[3000..]);
+    let all = oracle(&lines);
+    wait_for_oracle(&broker, &output, &all, &mut [&mut a, &mut b]);
+    for m in [a, b] {
+        let (status, seen) = m.terminate();
+        assert_eq!(status.code(), Some(143), "{}", seen.join("\n"));
+    }
+    let records = read_all(&broker, &output);
+    check_changelog(&records, &all, true);
+}
