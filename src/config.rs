@@ -90,6 +90,9 @@ pub struct Config {
     /// committed offset names; `docs/scale-out.md`). Only keyed state is
     /// restored; sources start from their configured positions.
     pub restore_key_groups: Vec<(std::path::PathBuf, Vec<u32>)>,
+    /// Facts about the job that `/status` and the dashboard show (`info`),
+    /// e.g. a group member's generation and partitions.
+    pub job_info: std::collections::BTreeMap<String, String>,
     /// Whether and when a failed job restarts; `None` here means the
     /// default: [`RestartStrategy::exponential_default`] with checkpointing
     /// on, no restart without.
@@ -119,6 +122,7 @@ impl Default for Config {
             restore_from: None,
             restore_mode: RestoreMode::Required,
             restore_key_groups: Vec::new(),
+            job_info: Default::default(),
             restart: None,
             failover: Default::default(),
             hooks: Default::default(),

@@ -32,6 +32,17 @@ struct Member {
 
 impl Member {
     fn start(broker: &str, input: &str, output: &str, group: &str, dir: &str) -> Member {
+        Member::start_with(broker, input, output, group, dir, &[])
+    }
+
+    fn start_with(
+        broker: &str,
+        input: &str,
+        output: &str,
+        group: &str,
+        dir: &str,
+        extra: &[&str],
+    ) -> Member {
         let args: Vec<String> = [
             "run",
             "wordcount",
@@ -53,6 +64,7 @@ impl Member {
             "2",
         ]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .collect();
         let mut child = floe(&args).spawn().expect("floe runs");
@@ -182,6 +194,18 @@ fn wait_for_oracle(
     }
 }
 
+/// The `info` object of the `/status` served at `addr`.
+fn status_info(addr: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("the status endpoint");
+    write!(stream, "GET /status HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let body = response.split_once("\r\n\r\n").expect("a body").1;
+    let status: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    status["info"].clone()
+}
+
 /// Three members over a 6-partition topic; one is killed with `kill -9`
 /// mid-run (its partitions move, their state is restored from the
 /// checkpoints their committed offsets name); a fourth joins; more input
@@ -201,7 +225,15 @@ fn members_that_die_and_join_keep_the_counts_exact() {
     let (first, second) = lines.split_at(3000);
     produce(&broker, &input, PARTITIONS, first);
 
-    let mut a = Member::start(&broker, &input, &output, &group, &dir);
+    let mut a = Member::start_with(
+        &broker,
+        &input,
+        &output,
+        &group,
+        &dir,
+        &["--metrics-addr", "127.0.0.1:0"],
+    );
+    a.wait_line("status address", |l| l.starts_with("metrics: http://"));
     let mut b = Member::start(&broker, &input, &output, &group, &dir);
     let mut c = Member::start(&broker, &input, &output, &group, &dir);
     for m in [&mut a, &mut b, &mut c] {
@@ -225,6 +257,29 @@ fn members_that_die_and_join_keep_the_counts_exact() {
     assert!(
         a.rebalances() + c.rebalances() >= 3,
         "the kill and the join moved partitions: each member saw a new generation"
+    );
+    // A's /status names its member run's generation and partitions: those
+    // of its last `rebalance` line.
+    let last = a
+        .seen
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("rebalance generation="))
+        .expect("a rebalance line")
+        .clone();
+    let status = a
+        .seen
+        .iter()
+        .find_map(|l| l.strip_prefix("metrics: http://"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the status address")
+        .trim_end_matches("/metrics")
+        .to_string();
+    let info = status_info(&status);
+    assert_eq!(
+        (info["generation"].as_str(), info["partitions"].as_str()),
+        (field(&last, "generation"), field(&last, "partitions")),
+        "{info}"
     );
     for m in [a, c, d] {
         let (status, seen) = m.terminate();

@@ -198,6 +198,17 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// A fact about the job that `/status` and the dashboard show, under
+    /// `info` (e.g. which group member runs it).
+    pub fn set_job_info(&self, key: &str, value: &str) -> &Self {
+        self.inner
+            .borrow_mut()
+            .config
+            .job_info
+            .insert(key.to_string(), value.to_string());
+        self
+    }
+
     /// Runs the job on `pool`'s threads instead of threads of its own
     /// (which are `RuntimeConfig::arbiters` subtask threads, one for the
     /// checkpoint coordinator, one for the supervisor and, off an actix

@@ -209,8 +209,15 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
         config.session_timeout = Duration::from_millis(ms);
     }
     config.revoke_deadline = STOP_DEADLINE;
+    // One endpoint for the member's life: each job run is registered in
+    // turn (its /status `info` names the member, generation and partitions).
+    let prometheus = args
+        .observe
+        .install(&StreamExecutionEnvironment::new(), "wordcount")?;
+    let served = args.observe.serve_jobs(prometheus, None)?;
+    let jobs = served.as_ref().map(|(_, jobs)| jobs);
     let (membership, events) = Membership::join(config)?;
-    let result = member_loop(args, &group, &events, &stop);
+    let result = member_loop(args, &group, &events, &stop, jobs);
     let totals = match result {
         Ok(totals) => totals,
         Err(e) => {
@@ -241,6 +248,7 @@ fn member_loop(
     group: &Group,
     events: &std::sync::mpsc::Receiver<GroupEvent>,
     stop: &AtomicBool,
+    jobs: Option<&floe::http::Jobs>,
 ) -> floe::Result<Totals> {
     let mut totals = Totals::default();
     let mut running: Option<Running> = None;
@@ -271,7 +279,7 @@ fn member_loop(
                     metadata,
                     runs: 0,
                 });
-                running = start(args, group, held.as_mut())?;
+                running = start(args, group, held.as_mut(), jobs)?;
             }
             Ok(GroupEvent::Revoked { done }) => {
                 if let Some(r) = running.take() {
@@ -309,7 +317,7 @@ fn member_loop(
                 "restart attempt={failures} reason=\"{}\": planning the assignment again from the group's committed offsets",
                 error.replace('"', "'")
             );
-            running = start(args, group, held.as_mut())?;
+            running = start(args, group, held.as_mut(), jobs)?;
         }
     }
     if let Some(r) = running.take() {
@@ -335,6 +343,7 @@ fn start(
     args: &WordcountArgs,
     group: &Group,
     held: Option<&mut Held>,
+    jobs: Option<&floe::http::Jobs>,
 ) -> floe::Result<Option<Running>> {
     let Some(Held {
         generation,
@@ -363,6 +372,12 @@ fn start(
     env.set_parallelism(args.parallelism);
     env.set_max_parallelism(group.key_groups as u32);
     env.set_batch_size(args.batch_size);
+    env.set_job_name(args.observe.job_name.as_deref().unwrap_or("wordcount"));
+    let listed: Vec<String> = partitions.iter().map(|(t, p)| format!("{t}-{p}")).collect();
+    env.set_job_info("group", &group.name)
+        .set_job_info("member", &group.member)
+        .set_job_info("generation", &generation.to_string())
+        .set_job_info("partitions", &listed.join(","));
     if let Some(a) = args.arbiters {
         env.set_arbiters(a);
     }
@@ -437,6 +452,10 @@ fn start(
             .set_parallelism(1);
     }
     let handle = env.execute_async()?;
+    if let Some(jobs) = jobs {
+        // The previous run has ended: its name is free.
+        let _ = jobs.insert(handle.clone());
+    }
     let (tx, ended) = std::sync::mpsc::channel();
     let waiter = handle.clone();
     std::thread::Builder::new()

@@ -76,6 +76,21 @@ impl ObserveArgs {
         job: &JobHandle,
         savepoints: Option<std::path::PathBuf>,
     ) -> Result<Option<Endpoint>> {
+        let Some((endpoint, jobs)) = self.serve_jobs(prometheus, savepoints)? else {
+            return Ok(None);
+        };
+        // A new registry holds no job yet: the insert cannot be refused.
+        let _ = jobs.insert(job.clone());
+        Ok(Some(endpoint))
+    }
+
+    /// Starts serving an empty registry, if an address was given: a
+    /// command that runs one job after another (group mode) registers each.
+    pub fn serve_jobs(
+        &self,
+        prometheus: Option<PrometheusHandle>,
+        savepoints: Option<std::path::PathBuf>,
+    ) -> Result<Option<(Endpoint, Jobs)>> {
         let (Some(addr), Some(prometheus)) = (&self.metrics_addr, prometheus) else {
             return Ok(None);
         };
@@ -83,20 +98,22 @@ impl ObserveArgs {
         if let Some(dir) = savepoints {
             jobs = jobs.with_savepoint_dir(dir);
         }
-        // A new registry holds no job yet: the insert cannot be refused.
-        let _ = jobs.insert(job.clone());
-        let server = BackgroundServer::start(addr, floe::http::router(jobs)).map_err(|e| {
-            Error::InvalidConfig {
-                source: Box::new(e),
-            }
-        })?;
+        let server =
+            BackgroundServer::start(addr, floe::http::router(jobs.clone())).map_err(|e| {
+                Error::InvalidConfig {
+                    source: Box::new(e),
+                }
+            })?;
         let a = server.local_addr();
         eprintln!("metrics: http://{a}/metrics status: http://{a}/status");
         eprintln!("dashboard: http://{a}/dashboard/");
-        Ok(Some(Endpoint {
-            _server: server,
-            linger: Duration::from_millis(self.metrics_linger_ms),
-        }))
+        Ok(Some((
+            Endpoint {
+                _server: server,
+                linger: Duration::from_millis(self.metrics_linger_ms),
+            },
+            jobs,
+        )))
     }
 }
 

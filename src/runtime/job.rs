@@ -57,6 +57,7 @@ pub struct JobHandle {
     graph: Arc<JobGraphInfo>,
     done: Shared<BoxFuture<'static, floe_actors::Result<JobOutcome>>>,
     checkpoints: Arc<Mutex<CheckpointStats>>,
+    info: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// Reaches the current attempt of a job (restarts replace it). The job's
@@ -247,7 +248,13 @@ impl JobHandle {
             graph: Arc::new(graph),
             done,
             checkpoints: Arc::default(),
+            info: Arc::default(),
         }
+    }
+
+    pub(crate) fn with_info(mut self, info: std::collections::BTreeMap<String, String>) -> Self {
+        self.info = Arc::new(info);
+        self
     }
 
     pub(crate) fn with_checkpoints(mut self, stats: Arc<Mutex<CheckpointStats>>) -> Self {
@@ -549,6 +556,7 @@ impl JobHandle {
             graph: self.graph.clone(),
             checkpoints: self.checkpoints.clone(),
             failover: self.control.failover.clone(),
+            info: self.info.clone(),
         }
     }
 }

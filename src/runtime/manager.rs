@@ -100,7 +100,8 @@ pub(crate) fn launch(plan: Job, config: Config, pool: Option<ArbiterPool>) -> Re
         graph,
         done_rx,
     )
-    .with_checkpoints(shared.stats.clone());
+    .with_checkpoints(shared.stats.clone())
+    .with_info(config.job_info.clone());
     let manager = Manager {
         plan,
         config,

@@ -283,6 +283,10 @@ pub struct JobStatusSnapshot {
     /// Restarts: how many, how many subtasks, the longest recovery, the
     /// checkpoint each restored.
     pub failover: FailoverStats,
+    /// Facts about the job its configuration gives (`Config::job_info`),
+    /// e.g. a group member's generation and partitions.
+    #[serde(default)]
+    pub info: std::collections::BTreeMap<String, String>,
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -373,6 +377,7 @@ pub struct StatusReporter {
     pub(crate) graph: Arc<JobGraphInfo>,
     pub(crate) checkpoints: Arc<Mutex<crate::checkpoint::CheckpointStats>>,
     pub(crate) failover: Arc<Mutex<FailoverStats>>,
+    pub(crate) info: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 impl StatusReporter {
@@ -519,6 +524,7 @@ impl StatusReporter {
                 .map(|c| c.clone())
                 .unwrap_or_default(),
             failover: self.failover.lock().map(|f| f.clone()).unwrap_or_default(),
+            info: (*self.info).clone(),
         }
     }
 

@@ -202,6 +202,9 @@ function overviewPage() {
       card("Records out", sec(S.rates.out), "job-rate-out"),
       card("Restarts", num(st.failover.restarts), "job-restarts"),
       card("Checkpoints", `${num(st.checkpoints.completed)} completed, ${num(st.checkpoints.failed)} failed`, "job-checkpoints"),
+      // Facts the job's configuration gives (a group member's generation
+      // and partitions), one card each.
+      ...Object.entries(st.info || {}).map(([k, v]) => card(k, v, `job-info-${k}`)),
     ),
     el("h2", {}, "Job graph"),
     graphView(st),
