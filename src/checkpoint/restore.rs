@@ -130,12 +130,8 @@ impl RestorePlan {
             let mut split =
                 crate::state::operator::deal_split_list(split, old_parallelism, p).into_iter();
             for j in 0..p {
-                let range = key_group_range(j as u32, max_parallelism, p as u32);
                 let restored = RestoredState {
-                    keyed: keyed
-                        .range(range)
-                        .flat_map(|(_, g)| g.iter().cloned())
-                        .collect(),
+                    keyed: keyed_share(&keyed, j, p, max_parallelism),
                     split_list: split.next().unwrap_or_default(),
                     union_list: union.clone(),
                     partial: false,
@@ -210,6 +206,19 @@ impl RestorePlan {
             runtime,
         })
     }
+}
+
+/// The entries of the key groups subtask `j` of `p` owns.
+fn keyed_share(
+    keyed: &BTreeMap<u32, Vec<KeyGroupBytes>>,
+    j: usize,
+    p: usize,
+    max_parallelism: u32,
+) -> Vec<KeyGroupBytes> {
+    keyed
+        .range(key_group_range(j as u32, max_parallelism, p as u32))
+        .flat_map(|(_, g)| g.iter().cloned())
+        .collect()
 }
 
 /// The key groups of one keyed-state blob of `loaded`.

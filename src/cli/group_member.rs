@@ -255,6 +255,8 @@ fn member_loop(
     // The assignment held: generation, partitions, group metadata, runs.
     let mut held: Option<Held> = None;
     let mut failures = 0u32;
+    // When to plan the held assignment (again).
+    let mut retry_at: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         match events.recv_timeout(Duration::from_millis(100)) {
             Ok(GroupEvent::Assigned {
@@ -272,6 +274,12 @@ fn member_loop(
                 );
                 let metadata = Arc::new(metadata);
                 failures = 0;
+                // The eager protocol revoked everything first; a job of an
+                // earlier assignment still running stops here.
+                if let Some(r) = running.take() {
+                    stop_job(r, &mut totals);
+                }
+                retry_at = Some(Instant::now());
                 held = Some(Held {
                     generation,
                     assigned_at: Instant::now(),
@@ -279,13 +287,13 @@ fn member_loop(
                     metadata,
                     runs: 0,
                 });
-                running = start(args, group, held.as_mut(), jobs)?;
             }
             Ok(GroupEvent::Revoked { done }) => {
                 if let Some(r) = running.take() {
                     stop_job(r, &mut totals);
                 }
                 held = None;
+                retry_at = None;
                 let _ = done.send(());
             }
             Ok(GroupEvent::Failed(e)) => return Err(e.into()),
@@ -297,6 +305,10 @@ fn member_loop(
         }
         if let Some(r) = running.as_mut() {
             r.report_first_record();
+            // A run that completed a checkpoint ends a run of failures.
+            if failures > 0 && r.handle.checkpoint_stats().completed > 0 {
+                failures = 0;
+            }
         }
         let ended = running.as_ref().and_then(|r| r.ended.try_recv().ok());
         if let Some(end) = ended {
@@ -307,23 +319,39 @@ fn member_loop(
                 JobEnd::Canceled => "canceled".into(),
                 _ => "its input ended".into(),
             };
-            failures += 1;
-            if failures > MAX_FAILURES {
-                return Err(floe::Error::Config(format!(
-                    "the group's job failed {failures} times in a row; last: {error}"
-                )));
+            retry_at = Some(failed(&mut failures, &error)?);
+        }
+        if retry_at.is_some_and(|at| Instant::now() >= at) {
+            retry_at = None;
+            match start(args, group, held.as_mut(), jobs) {
+                Ok(r) => running = r,
+                Err(e) => retry_at = Some(failed(&mut failures, &e.to_string())?),
             }
-            eprintln!(
-                "restart attempt={failures} reason=\"{}\": planning the assignment again from the group's committed offsets",
-                error.replace('"', "'")
-            );
-            running = start(args, group, held.as_mut(), jobs)?;
         }
     }
     if let Some(r) = running.take() {
         stop_job(r, &mut totals);
     }
     Ok(totals)
+}
+
+/// Counts a failed run of the held assignment and says so in one line;
+/// when to plan it again (a second more per failure in a row), or the
+/// error that ends the member after too many.
+fn failed(failures: &mut u32, error: &str) -> floe::Result<Instant> {
+    *failures += 1;
+    if *failures > MAX_FAILURES {
+        return Err(floe::Error::Config(format!(
+            "the group's job failed {failures} times in a row; last: {error}"
+        )));
+    }
+    let delay = Duration::from_secs(u64::from(*failures));
+    eprintln!(
+        "restart attempt={failures} delay_ms={} reason=\"{}\": planning the assignment again from the group's committed offsets",
+        delay.as_millis(),
+        error.replace('"', "'")
+    );
+    Ok(Instant::now() + delay)
 }
 
 /// Cancels a job (its open transactions are aborted by their fencing on

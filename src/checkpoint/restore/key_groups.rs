@@ -7,12 +7,11 @@
 //! channel state start empty. The checkpoints must be aligned (no channel
 //! state): in-flight records are not part of a key group.
 
-use super::{RestorePlan, read_keyed};
+use super::{RestorePlan, keyed_share, read_keyed};
 use crate::operators::RestoredState;
 use crate::plan::Plan;
 use crate::state::KeyGroupBytes;
 use floe_actors::ids::CheckpointId;
-use floe_actors::keygroup::key_group_range;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
@@ -74,12 +73,8 @@ impl RestorePlan {
         for (node, groups) in keyed {
             let p = plan.nodes[node].parallelism;
             for j in 0..p {
-                let range = key_group_range(j as u32, max_parallelism, p as u32);
                 let restored = RestoredState {
-                    keyed: groups
-                        .range(range)
-                        .flat_map(|(_, g)| g.iter().cloned())
-                        .collect(),
+                    keyed: keyed_share(&groups, j, p, max_parallelism),
                     split_list: Vec::new(),
                     union_list: Vec::new(),
                     partial: false,
