@@ -50,6 +50,9 @@ use std::time::Duration;
 /// an empty key is sent as none).
 pub type RecordSerializer<T> = Arc<dyn Fn(&T, &mut Vec<u8>, &mut Vec<u8>) + Send + Sync>;
 
+/// Whether a record is a tombstone (its key, no value: an upsert's delete).
+pub type TombstoneTest<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
+
 /// Collects the first failed delivery of a producer, and its latest
 /// transactional state from the statistics.
 #[derive(Clone, Default)]
@@ -132,6 +135,7 @@ pub struct KafkaSink<T> {
     brokers: String,
     topic: String,
     serialize: RecordSerializer<T>,
+    tombstone: Option<TombstoneTest<T>>,
     properties: Vec<(String, String)>,
     prefix: String,
     timeout: Duration,
@@ -151,6 +155,7 @@ impl<T> Clone for KafkaSink<T> {
             brokers: self.brokers.clone(),
             topic: self.topic.clone(),
             serialize: self.serialize.clone(),
+            tombstone: self.tombstone.clone(),
             properties: self.properties.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
@@ -191,6 +196,7 @@ impl<T> KafkaSink<T> {
             brokers: brokers.to_string(),
             topic: topic.to_string(),
             serialize,
+            tombstone: None,
             properties: Vec::new(),
             prefix: format!("floe-{topic}"),
             timeout: Duration::from_secs(30),
@@ -213,6 +219,12 @@ impl<T> KafkaSink<T> {
     /// A librdkafka producer property, set last (overrides floe's own).
     pub fn property(mut self, key: &str, value: &str) -> Self {
         self.properties.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Records for which `test` holds are sent as tombstones (no value).
+    pub fn tombstones(mut self, test: TombstoneTest<T>) -> Self {
+        self.tombstone = Some(test);
         self
     }
 
@@ -253,11 +265,9 @@ impl<T> KafkaSink<T> {
     /// Checks that the brokers can run this sink's transactions (the
     /// exactly-once sink needs them): initialises a producer on the id
     /// `PREFIX-probe` and commits a transaction holding only an offset of
-    /// the group `PREFIX-probe` (no record in the topic). The offset makes
-    /// the commit reach the broker (`AddOffsetsToTxn`, `TxnOffsetCommit`,
-    /// `EndTxn`): librdkafka commits an empty transaction without asking
-    /// it, so a broker without `EndTxn` (some Kafka-protocol brokers lack
-    /// it) would pass unnoticed.
+    /// the group `PREFIX-probe` (no record in the topic), which makes the
+    /// commit reach the broker (librdkafka commits an empty transaction
+    /// without asking it, so a broker without `EndTxn` would pass).
     pub fn check_transactions(&self) -> Result<()> {
         let id = format!("{}-probe", self.prefix);
         let (producer, _) = self.producer(Some(&id))?;
@@ -314,7 +324,7 @@ impl<T> KafkaSink<T> {
     fn send(
         producer: &Client,
         topic: &str,
-        serialize: &RecordSerializer<T>,
+        (serialize, tombstone): (&RecordSerializer<T>, Option<&TombstoneTest<T>>),
         (key, value): (&mut Vec<u8>, &mut Vec<u8>),
         batch: Batch<T>,
         timeout: Duration,
@@ -324,8 +334,12 @@ impl<T> KafkaSink<T> {
             key.clear();
             value.clear();
             serialize(&r.value, key, value);
+            let null = tombstone.is_some_and(|t| t(&r.value));
             loop {
-                let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(value.as_slice());
+                let mut record = BaseRecord::<[u8], [u8]>::to(topic);
+                if !null {
+                    record = record.payload(value.as_slice());
+                }
                 if !key.is_empty() {
                     record = record.key(key.as_slice());
                 }
@@ -398,7 +412,7 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
         Self::send(
             producer,
             &self.topic,
-            &self.serialize,
+            (&self.serialize, self.tombstone.as_ref()),
             (&mut self.key, &mut self.value),
             batch,
             self.timeout,
@@ -722,7 +736,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         KafkaSink::send(
             producer,
             &sink.topic,
-            &sink.serialize,
+            (&sink.serialize, sink.tombstone.as_ref()),
             (&mut sink.key, &mut sink.value),
             batch,
             sink.timeout,
