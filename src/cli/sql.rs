@@ -31,6 +31,7 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
     }
     args.checkpoints.apply(&env, args.seed)?;
     let mut session = SqlSession::new(&env);
+    session.set_sink_rate(args.checkpoints.sink_rate);
     let planned = session.plan_sql(&script)?;
     for text in &planned.explains {
         println!("{text}");
