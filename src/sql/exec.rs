@@ -102,6 +102,8 @@ pub struct Builder<'e> {
     pub(super) checks: bool,
     /// `--sink-rate`: each sink's input rate.
     pub(super) sink_rate: Option<f64>,
+    /// The job's name, if known when it is built.
+    pub(super) job_name: Option<String>,
 }
 
 impl<'e> Builder<'e> {
@@ -117,6 +119,7 @@ impl<'e> Builder<'e> {
             sources: Vec::new(),
             checks,
             sink_rate: None,
+            job_name: None,
         }
     }
 

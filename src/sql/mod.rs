@@ -151,6 +151,14 @@ impl SqlSession {
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env, true);
         builder.sink_rate = self.sink_rate;
+        // The job's name (its transactions' ids name it): the
+        // environment's, else the script's last `SET 'pipeline.name'`.
+        builder.job_name = self.env.config().job_name.or_else(|| {
+            statements.iter().rev().find_map(|s| match s {
+                Statement::Set { key, value, .. } if key == "pipeline.name" => Some(value.clone()),
+                _ => None,
+            })
+        });
         let built = inserts.iter().try_for_each(|(plan, sink)| {
             let rows = builder.stream(plan, retracts(sink))?;
             builder.sink(&rows, sink)

@@ -164,7 +164,8 @@ impl Builder<'_> {
             #[cfg(feature = "postgres")]
             Connector::Jdbc(j) => {
                 let changes = self.keyed(rows, table);
-                jdbc_sink(&changes, table, j, &name, &uid, transactional, &config)?
+                let job = self.job_name.clone().unwrap_or_else(|| "sql".into());
+                jdbc_sink(&changes, table, j, (&name, &uid, &job), transactional)?
             }
             #[allow(unreachable_patterns)]
             other => {
@@ -321,10 +322,8 @@ fn jdbc_sink(
     changes: &DataStream<Change>,
     table: &Table,
     j: &super::connector::JdbcTable,
-    name: &str,
-    uid: &str,
+    (name, uid, job): (&str, &str, &str),
     transactional: bool,
-    config: &crate::Config,
 ) -> Result<DataStreamSink> {
     use super::value::SqlType;
     use crate::connectors::postgres::{ColumnType, PostgresSink, PostgresSinkConfig, WriteMode};
@@ -347,11 +346,7 @@ fn jdbc_sink(
         true => WriteMode::Append,
         false => WriteMode::Upsert,
     };
-    let job = config
-        .job_name
-        .clone()
-        .unwrap_or_else(|| "sql".into())
-        .replace(':', "_");
+    let job = job.replace(':', "_");
     let pg = PostgresSinkConfig::new(j.connection.clone(), j.table.clone(), &columns, mode)
         .key(&key)
         .create_table(false)
