@@ -30,7 +30,11 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
         env.set_arbiters(a);
     }
     args.checkpoints.apply(&env, args.seed)?;
+    if let Some(name) = &args.observe.job_name {
+        env.set_job_name(name.clone());
+    }
     let mut session = SqlSession::new(&env);
+    session.set_sink_rate(args.checkpoints.sink_rate);
     let planned = session.plan_sql(&script)?;
     for text in &planned.explains {
         println!("{text}");

@@ -57,6 +57,8 @@ pub type RecordPartitioner<T> = Arc<dyn Fn(&T) -> i32 + Send + Sync>;
 /// Group mode: the offsets of these topics commit in the sink's
 /// transactions.
 type GroupOffsets = (Arc<GroupCommit>, Vec<String>);
+/// Whether a record is a tombstone (its key, no value: an upsert's delete).
+pub type TombstoneTest<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
 
 /// Collects the first failed delivery of a producer, and its latest
 /// transactional state from the statistics.
@@ -142,6 +144,7 @@ pub struct KafkaSink<T> {
     serialize: RecordSerializer<T>,
     partition: Option<RecordPartitioner<T>>,
     group: Option<GroupOffsets>,
+    tombstone: Option<TombstoneTest<T>>,
     properties: Vec<(String, String)>,
     prefix: String,
     timeout: Duration,
@@ -163,6 +166,7 @@ impl<T> Clone for KafkaSink<T> {
             serialize: self.serialize.clone(),
             partition: self.partition.clone(),
             group: self.group.clone(),
+            tombstone: self.tombstone.clone(),
             properties: self.properties.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
@@ -205,6 +209,7 @@ impl<T> KafkaSink<T> {
             serialize,
             partition: None,
             group: None,
+            tombstone: None,
             properties: Vec::new(),
             prefix: format!("floe-{topic}"),
             timeout: Duration::from_secs(30),
@@ -245,6 +250,12 @@ impl<T> KafkaSink<T> {
         self
     }
 
+    /// Records for which `test` holds are sent as tombstones (no value).
+    pub fn tombstones(mut self, test: TombstoneTest<T>) -> Self {
+        self.tombstone = Some(test);
+        self
+    }
+
     /// How long a flush or a transaction step may take (default 30 s);
     /// the start's metadata check waits the shorter of it and 10 s.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
@@ -282,11 +293,9 @@ impl<T> KafkaSink<T> {
     /// Checks that the brokers can run this sink's transactions (the
     /// exactly-once sink needs them): initialises a producer on the id
     /// `PREFIX-probe` and commits a transaction holding only an offset of
-    /// the group `PREFIX-probe` (no record in the topic). The offset makes
-    /// the commit reach the broker (`AddOffsetsToTxn`, `TxnOffsetCommit`,
-    /// `EndTxn`): librdkafka commits an empty transaction without asking
-    /// it, so a broker without `EndTxn` (some Kafka-protocol brokers lack
-    /// it) would pass unnoticed.
+    /// the group `PREFIX-probe` (no record in the topic), which makes the
+    /// commit reach the broker (librdkafka commits an empty transaction
+    /// without asking it, so a broker without `EndTxn` would pass).
     pub fn check_transactions(&self) -> Result<()> {
         let id = format!("{}-probe", self.prefix);
         let (producer, _) = self.producer(Some(&id))?;
@@ -343,7 +352,11 @@ impl<T> KafkaSink<T> {
     fn send(
         producer: &Client,
         topic: &str,
-        (serialize, partition): (&RecordSerializer<T>, Option<&RecordPartitioner<T>>),
+        (serialize, partition, tombstone): (
+            &RecordSerializer<T>,
+            Option<&RecordPartitioner<T>>,
+            Option<&TombstoneTest<T>>,
+        ),
         (key, value): (&mut Vec<u8>, &mut Vec<u8>),
         batch: Batch<T>,
         timeout: Duration,
@@ -354,8 +367,12 @@ impl<T> KafkaSink<T> {
             value.clear();
             serialize(&r.value, key, value);
             let to = partition.map(|p| p(&r.value));
+            let null = tombstone.is_some_and(|t| t(&r.value));
             loop {
-                let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(value.as_slice());
+                let mut record = BaseRecord::<[u8], [u8]>::to(topic);
+                if !null {
+                    record = record.payload(value.as_slice());
+                }
                 if !key.is_empty() {
                     record = record.key(key.as_slice());
                 }
@@ -431,7 +448,11 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
         Self::send(
             producer,
             &self.topic,
-            (&self.serialize, self.partition.as_ref()),
+            (
+                &self.serialize,
+                self.partition.as_ref(),
+                self.tombstone.as_ref(),
+            ),
             (&mut self.key, &mut self.value),
             batch,
             self.timeout,
@@ -681,7 +702,11 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
         KafkaSink::send(
             producer,
             &sink.topic,
-            (&sink.serialize, sink.partition.as_ref()),
+            (
+                &sink.serialize,
+                sink.partition.as_ref(),
+                sink.tombstone.as_ref(),
+            ),
             (&mut sink.key, &mut sink.value),
             batch,
             sink.timeout,

@@ -1,7 +1,7 @@
-//! The aggregates of a window aggregate (`COUNT`, `SUM`, `MIN`, `MAX`,
+//! The aggregates of a window or group aggregate (`COUNT`, `SUM`, `MIN`, `MAX`,
 //! `AVG`, `COUNT(DISTINCT ..)`) as one floe [`AggregateFunction`] over rows,
 //! so a SQL window runs on floe's own window operators (panes, state in
-//! checkpoints).
+//! checkpoints) and a `GROUP BY` on keyed state ([`changelog`](super::changelog)).
 //!
 //! The input row is `[key.., argument of each call..]` (a `Calc` computed
 //! it). `NULL` arguments are skipped; a `SUM`, `MIN`, `MAX` or `AVG` of no
@@ -51,10 +51,13 @@ struct Spec {
     arg_scale: u8,
 }
 
-/// The calls of one window aggregate.
+/// The calls of one aggregate.
 #[derive(Clone, Debug)]
 pub struct RowAggregate {
     specs: Arc<[Spec]>,
+    /// `COUNT(DISTINCT ..)` accumulators are plain counts that the caller
+    /// keeps (the values seen live in its keyed map state).
+    distinct_outside: bool,
 }
 
 impl RowAggregate {
@@ -76,7 +79,33 @@ impl RowAggregate {
                 },
             })
             .collect();
-        RowAggregate { specs }
+        RowAggregate {
+            specs,
+            distinct_outside: false,
+        }
+    }
+
+    /// As [`new`](Self::new), with each `COUNT(DISTINCT ..)` a count the
+    /// caller increments for each value it had not seen (`add` leaves it).
+    pub fn with_distinct_outside(
+        calls: &[AggCall],
+        args: &[Option<usize>],
+        arg_types: &[SqlType],
+    ) -> Self {
+        RowAggregate {
+            distinct_outside: true,
+            ..RowAggregate::new(calls, args, arg_types)
+        }
+    }
+
+    /// The `COUNT(DISTINCT ..)` calls: their index and argument column.
+    pub fn distinct_arguments(&self) -> Vec<(usize, usize)> {
+        self.specs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.distinct && s.kind == AggKind::Count)
+            .filter_map(|(i, s)| Some((i, s.arg?)))
+            .collect()
     }
 }
 
@@ -187,6 +216,7 @@ impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
         self.specs
             .iter()
             .map(|s| match (s.kind, s.distinct) {
+                (AggKind::Count, true) if self.distinct_outside => Acc::Count(0),
                 (AggKind::Count, true) => Acc::Distinct(HashMap::new()),
                 (AggKind::Count, false) => Acc::Count(0),
                 (AggKind::Sum | AggKind::Avg, _) => Acc::Sum {
@@ -201,6 +231,9 @@ impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
 
     fn add(&self, row: &Row, acc: &mut Vec<Acc>) {
         for (spec, a) in self.specs.iter().zip(acc.iter_mut()) {
+            if spec.distinct && self.distinct_outside {
+                continue;
+            }
             add(spec, a, spec.arg.and_then(|i| row.get(i)));
         }
     }

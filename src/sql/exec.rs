@@ -1,40 +1,54 @@
 //! A plan onto floe's operators: the same sources, windows, sinks and
 //! checkpoints as a DataStream program's.
 //!
-//! - `Scan`: the parallel file source (one split per file, dealt round
-//!   robin to the source's subtasks) decoding CSV in its read buffer, then
-//!   a `Calc` filling computed columns (and refusing a `NULL` event time, as
-//!   Flink does), then, with a `WATERMARK`, the timestamps and watermarks
-//!   operator: the watermark is the largest `event time - delay` seen
-//!   (Flink SQL's, without the DataStream API's `- 1`), emitted per row
-//!   (`on-event`) or every 200 ms (`on-periodic`).
+//! - `Scan` ([`sources`](super::sources)): the parallel file source or the
+//!   Kafka source, decoding rows, a `Calc` filling computed columns, then,
+//!   with a `WATERMARK`, the timestamps and watermarks operator.
 //! - `Calc`: one operator per filter and projection, chained, a batch at a
-//!   time.
+//!   time; over updates, the same on each change, its kind kept.
 //! - `WindowAgg`: a `Calc` computing `[key.., arguments..]`, a hash exchange
 //!   on the key, floe's window operator (tumbling or sliding, panes,
 //!   late rows dropped when their window's end - 1 is at or below the
 //!   watermark), emitting `[grouped columns.., aggregates..]` with the
 //!   window's last millisecond as event time.
-//! - Sinks: `filesystem` writes one CSV file from one sink subtask
-//!   (two-phase commit when checkpointing is on), `print` prints `+I[..]`
-//!   lines as Flink's, `blackhole` discards.
+//! - `GroupAgg`: a `Calc` computing `[key.., arguments..]`, a hash exchange
+//!   on the key, the keyed [`GroupAggregate`](super::changelog) emitting
+//!   changes.
+//! - Sinks ([`sinks`](super::sinks)): one per connector.
 
 use super::aggregate::RowAggregate;
-use super::csv::CsvDecoder;
+use super::changelog::{Change, ChangeCalcOp, GroupAggregate, RowKind};
 use super::expr::{Expr, project};
-use super::planner::{GroupItem, Plan, Window, WindowAgg};
-use super::table::{Connector, Table, WatermarkEmit};
-use super::value::{CsvFormat, CsvLine, PrintLine, Row, SqlType, Value};
-use crate::connectors::file_source::FileSource;
-use crate::connectors::transactional_file::TransactionalFileSink;
-use crate::operators::sink::{SinkContext, SinkFunction};
+use super::planner::{GroupAgg, GroupItem, Plan, Window, WindowAgg};
+use super::value::{Row, SqlType, Value};
 use crate::operators::{Operator, Output};
-use crate::time::WatermarkStrategy;
 use crate::window::WindowAssigner;
 use crate::{DataStream, Error, Record, Result, StreamExecutionEnvironment};
 use floe_actors::element::Batch;
-use std::io::Write;
 use std::sync::Arc;
+
+/// The rows of a plan: plain rows, or changes (an updating plan).
+pub enum Rows {
+    /// Append-only rows (each an insertion).
+    Append(DataStream<Row>),
+    /// Changes with their kinds.
+    Changes(DataStream<Change>),
+}
+
+impl Rows {
+    /// The rows as changes (plain rows are insertions).
+    pub fn changes(&self) -> DataStream<Change> {
+        match self {
+            Rows::Changes(c) => c.clone(),
+            Rows::Append(rows) => rows
+                .map(|row| Change {
+                    kind: RowKind::Insert,
+                    row,
+                })
+                .name("Changes"),
+        }
+    }
+}
 
 /// A filter and a projection, a batch at a time.
 #[derive(Clone)]
@@ -48,7 +62,7 @@ struct CalcOp {
     name: Arc<str>,
 }
 
-fn eval_error(op: &str, message: String) -> Error {
+pub(crate) fn eval_error(op: &str, message: String) -> Error {
     Error::Sql(super::SqlError::evaluation(format!("{op}: {message}")))
 }
 
@@ -75,60 +89,27 @@ impl Operator<Row, Row> for CalcOp {
     }
 }
 
-/// The rows a file source decoded, with their computed columns.
-#[derive(Clone)]
-struct ReadOp {
-    computed: Arc<[(usize, Expr)]>,
-    rowtime: Option<(usize, Arc<str>)>,
-    table: Arc<str>,
-}
-
-impl Operator<Option<Row>, Row> for ReadOp {
-    fn process_batch(
-        &mut self,
-        batch: Batch<Option<Row>>,
-        out: &mut Output<'_, Row>,
-    ) -> Result<()> {
-        out.records.reserve(batch.len());
-        for r in batch {
-            let Some(mut row) = r.value else {
-                continue;
-            };
-            for (i, e) in self.computed.iter() {
-                row[*i] = e.eval(&row).map_err(|m| eval_error(&self.table, m))?;
-            }
-            if let Some((i, name)) = &self.rowtime
-                && row[*i].is_null()
-            {
-                return Err(eval_error(
-                    &self.table,
-                    format!(
-                        "the event-time column '{name}' is NULL in a row; a row's event time \
-                         must not be NULL"
-                    ),
-                ));
-            }
-            out.records.push(Record {
-                value: row,
-                timestamp: r.timestamp,
-            });
-        }
-        Ok(())
-    }
-}
-
 /// Builds the operators of a plan in an environment.
 pub struct Builder<'e> {
-    env: &'e StreamExecutionEnvironment,
+    pub(super) env: &'e StreamExecutionEnvironment,
     /// Operators so far, for unique ids.
     operators: usize,
     /// The names of the sources added.
     pub sources: Vec<String>,
+    /// Whether connectors check their servers while the job is built (not
+    /// for `EXPLAIN`).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(super) checks: bool,
+    /// `--sink-rate`: each sink's input rate.
+    pub(super) sink_rate: Option<f64>,
+    /// The job's name, if known when it is built.
+    pub(super) job_name: Option<String>,
 }
 
 impl<'e> Builder<'e> {
-    /// A builder adding to `env`.
-    pub fn new(env: &'e StreamExecutionEnvironment) -> Self {
+    /// A builder adding to `env`; `checks`: connectors check that their
+    /// servers answer (and their topics exist) now.
+    pub fn new(env: &'e StreamExecutionEnvironment, checks: bool) -> Self {
         // Ids go on from the operators already there (another script's), so
         // they stay unique in the job.
         let operators = env.inner.borrow().nodes.len();
@@ -136,13 +117,16 @@ impl<'e> Builder<'e> {
             env,
             operators,
             sources: Vec::new(),
+            checks,
+            sink_rate: None,
+            job_name: None,
         }
     }
 
     /// A stable id for the next operator: its kind and its position in the
     /// script's graph, so a savepoint of a script restores into the same
     /// script.
-    fn uid(&mut self, kind: &str) -> String {
+    pub(super) fn uid(&mut self, kind: &str) -> String {
         self.operators += 1;
         format!("sql-{}-{kind}", self.operators)
     }
@@ -170,104 +154,76 @@ impl<'e> Builder<'e> {
             .uid(&uid)
     }
 
-    /// The stream of a plan's rows.
-    pub fn stream(&mut self, plan: &Plan) -> Result<DataStream<Row>> {
-        match plan {
-            Plan::Scan(t) => self.scan(t),
+    /// The rows of `plan`. `retract`: whoever reads them needs each update's
+    /// `-U` row (a filter, a `print` sink), not only its `+U` row.
+    pub fn stream(&mut self, plan: &Plan, retract: bool) -> Result<Rows> {
+        Ok(match plan {
+            Plan::Scan(t) => Rows::Append(self.scan(t)?),
             Plan::Calc {
                 input,
                 filter,
                 project,
                 ..
-            } => {
-                let input = self.stream(input)?;
-                Ok(self.calc(&input, filter.clone(), project.clone()))
-            }
-            Plan::WindowAgg(w) => self.window(w),
+            } => match self.stream(input, retract || filter.is_some())? {
+                Rows::Append(rows) => {
+                    Rows::Append(self.calc(&rows, filter.clone(), project.clone()))
+                }
+                Rows::Changes(changes) => {
+                    let op = ChangeCalcOp {
+                        filter: filter.clone().map(Arc::new),
+                        project: project.clone().into(),
+                    };
+                    let uid = self.uid("calc");
+                    Rows::Changes(
+                        changes
+                            .transform("Calc", move |_| op.clone())
+                            .name("Calc")
+                            .uid(&uid),
+                    )
+                }
+            },
+            Plan::WindowAgg(w) => Rows::Append(self.window(w)?),
+            Plan::GroupAgg(g) => Rows::Changes(self.group(g, retract)?),
             Plan::Union(inputs) => {
                 let streams = inputs
                     .iter()
-                    .map(|p| self.stream(p))
+                    .map(|p| self.stream(p, retract))
                     .collect::<Result<Vec<_>>>()?;
-                let (first, rest) = streams
-                    .split_first()
-                    .ok_or_else(|| Error::Internal("a UNION ALL without inputs".into()))?;
-                let rest: Vec<&DataStream<Row>> = rest.iter().collect();
-                Ok(first.union(&rest))
+                if streams.iter().all(|s| matches!(s, Rows::Append(_))) {
+                    let rows: Vec<DataStream<Row>> = streams
+                        .into_iter()
+                        .filter_map(|s| match s {
+                            Rows::Append(r) => Some(r),
+                            Rows::Changes(_) => None,
+                        })
+                        .collect();
+                    let (first, rest) = rows
+                        .split_first()
+                        .ok_or_else(|| Error::Internal("a UNION ALL without inputs".into()))?;
+                    let rest: Vec<&DataStream<Row>> = rest.iter().collect();
+                    Rows::Append(first.union(&rest))
+                } else {
+                    let changes: Vec<DataStream<Change>> =
+                        streams.iter().map(Rows::changes).collect();
+                    let rest: Vec<&DataStream<Change>> = changes[1..].iter().collect();
+                    Rows::Changes(changes[0].union(&rest))
+                }
             }
-        }
+        })
     }
 
-    fn scan(&mut self, t: &Table) -> Result<DataStream<Row>> {
-        let Connector::FileSystem { path, csv } = &t.connector else {
-            return Err(Error::Internal(format!(
-                "table '{}' is not a source",
-                t.name
-            )));
-        };
-        let decoder = CsvDecoder::new(
-            t.physical_types(),
-            t.physical.clone(),
-            t.columns.len(),
-            csv.clone(),
-        );
-        // One split per file, as Flink reads a CSV file: a file's rows come
-        // in file order from one subtask.
-        let source = FileSource::new(path, decoder)?.split_size(u64::MAX);
-        let name = format!("Source: {}", t.name);
-        self.sources.push(name.clone());
-        let uid = self.uid("source");
-        let rows = self
-            .env
-            .add_source(&name, move |ctx| Ok(source.reader(ctx)))
-            .name(&name)
-            .uid(&uid);
-        let read = ReadOp {
-            computed: t.computed.clone().into(),
-            rowtime: t
-                .watermark
-                .as_ref()
-                .map(|w| (w.column, Arc::from(t.columns[w.column].name.as_str()))),
-            table: Arc::from(t.name.as_str()),
-        };
-        let uid = self.uid("read");
-        let rows = rows
-            .transform("Calc", move |_| read.clone())
-            .name("Calc")
-            .uid(&uid);
-        let Some(w) = &t.watermark else {
-            return Ok(rows);
-        };
-        let (col, delay) = (w.column, w.delay_ms);
-        let millis = move |row: &Row| row[col].as_millis().unwrap_or(i64::MIN);
-        let strategy = match (w.emit, delay) {
-            (WatermarkEmit::OnEvent, _) | (WatermarkEmit::OnPeriodic, 0) => {
-                WatermarkStrategy::punctuated(move |row: &Row, _| {
-                    Some(millis(row).saturating_sub(delay))
-                })
-                .with_timestamp_assigner(move |row, _| millis(row))
-            }
-            // `max - (delay - 1) - 1`: the largest event time minus the delay.
-            (WatermarkEmit::OnPeriodic, _) => {
-                WatermarkStrategy::bounded_out_of_orderness(delay - 1)
-                    .with_timestamp_assigner(move |row, _| millis(row))
-            }
-        };
-        let uid = self.uid("watermarks");
-        Ok(rows
-            .assign_timestamps_and_watermarks(strategy)
-            .name("WatermarkAssigner")
-            .uid(&uid))
-    }
-
-    fn window(&mut self, w: &WindowAgg) -> Result<DataStream<Row>> {
-        let input = self.stream(&w.input)?;
-        let nk = w.keys.len();
-        // `[key.., argument of each call..]`.
-        let mut pre: Vec<Expr> = w.keys.iter().map(|&k| Expr::Column(k)).collect();
+    /// `[key.., argument of each call..]` of an aggregate's input, and the
+    /// arguments' columns and types.
+    fn pre_aggregate(
+        &mut self,
+        input: &DataStream<Row>,
+        keys: &[usize],
+        calls: &[super::bind::AggCall],
+    ) -> (DataStream<Row>, Vec<Option<usize>>, Vec<SqlType>) {
+        let mut pre: Vec<Expr> = keys.iter().map(|&k| Expr::Column(k)).collect();
         let mut args = Vec::new();
         let mut arg_types = Vec::new();
-        for c in &w.calls {
+        for c in calls {
             match &c.arg {
                 Some(e) => {
                     args.push(Some(pre.len()));
@@ -280,7 +236,31 @@ impl<'e> Builder<'e> {
                 }
             }
         }
-        let pre = self.calc(&input, None, pre);
+        (self.calc(input, None, pre), args, arg_types)
+    }
+
+    fn group(&mut self, g: &GroupAgg, retract: bool) -> Result<DataStream<Change>> {
+        let Rows::Append(input) = self.stream(&g.input, false)? else {
+            return Err(Error::Internal(format!("{}: an updating input", g.text)));
+        };
+        let nk = g.keys.len();
+        let (pre, args, arg_types) = self.pre_aggregate(&input, &g.keys, &g.calls);
+        let agg = RowAggregate::with_distinct_outside(&g.calls, &args, &arg_types);
+        let function = GroupAggregate::new(agg, nk, retract);
+        let uid = self.uid("group-aggregate");
+        Ok(pre
+            .key_by(move |r: &Row| r[..nk].to_vec())
+            .process(function)
+            .name("GroupAggregate")
+            .uid(&uid))
+    }
+
+    fn window(&mut self, w: &WindowAgg) -> Result<DataStream<Row>> {
+        let Rows::Append(input) = self.stream(&w.input, false)? else {
+            return Err(Error::Internal("a window over updates".into()));
+        };
+        let nk = w.keys.len();
+        let (pre, args, arg_types) = self.pre_aggregate(&input, &w.keys, &w.calls);
         let agg = RowAggregate::new(&w.calls, &args, &arg_types);
         let assigner = match w.window {
             Window::Tumble { size } => WindowAssigner::tumbling(size),
@@ -311,104 +291,5 @@ impl<'e> Builder<'e> {
             .name("WindowAggregate")
             .uid(&uid);
         Ok(out)
-    }
-
-    /// Adds the sink of `table` writing `rows`.
-    pub fn sink(&mut self, rows: &DataStream<Row>, table: &Table) -> Result<()> {
-        let name = format!("Sink: {}", table.name);
-        let uid = self.uid("sink");
-        let parallelism = table.sink_parallelism;
-        match &table.connector {
-            Connector::FileSystem { path, csv } => {
-                let config = self.env.config();
-                let format = Arc::new(CsvFormat {
-                    delimiter: csv.delimiter,
-                    quote: csv.quote,
-                    null: csv.null_literal.clone(),
-                });
-                let lines = rows
-                    .map(move |row| CsvLine(row, format.clone()))
-                    .name("CsvFormat");
-                let transactional =
-                    config.checkpoint.interval.is_some() || config.restore_from.is_some();
-                let sink = match transactional {
-                    true => lines.sink_exactly_once(&name, TransactionalFileSink::new(path)?),
-                    false => lines.write_as_text(path),
-                };
-                // One file: one sink subtask.
-                sink.name(&name).uid(&uid).set_parallelism(1);
-            }
-            Connector::Print { identifier, stderr } => {
-                let sink = rows.sink(
-                    &name,
-                    PrintRows {
-                        identifier: identifier.clone(),
-                        stderr: *stderr,
-                        prefix: String::new(),
-                        buf: Vec::new(),
-                    },
-                );
-                let sink = sink.name(&name).uid(&uid);
-                if let Some(p) = parallelism {
-                    sink.set_parallelism(p);
-                }
-            }
-            Connector::Blackhole => {
-                let sink = rows.sink(&name, Blackhole).name(&name).uid(&uid);
-                if let Some(p) = parallelism {
-                    sink.set_parallelism(p);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Flink's `print` connector: `+I[..]` lines, prefixed by the identifier
-/// and, with more than one sink subtask, the subtask's number.
-#[derive(Clone)]
-struct PrintRows {
-    identifier: Option<String>,
-    stderr: bool,
-    prefix: String,
-    buf: Vec<u8>,
-}
-
-impl SinkFunction<Row> for PrintRows {
-    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
-        let n = ctx.subtask.0 + 1;
-        self.prefix = match (&self.identifier, ctx.parallelism > 1) {
-            (Some(id), true) => format!("{id}:{n}> "),
-            (Some(id), false) => format!("{id}> "),
-            (None, true) => format!("{n}> "),
-            (None, false) => String::new(),
-        };
-        Ok(())
-    }
-
-    async fn write(&mut self, batch: Batch<Row>) -> Result<()> {
-        self.buf.clear();
-        for r in batch {
-            // Writing to a Vec cannot fail.
-            let _ = writeln!(self.buf, "{}{}", self.prefix, PrintLine(r.value));
-        }
-        let result = if self.stderr {
-            let mut err = std::io::stderr().lock();
-            err.write_all(&self.buf).and_then(|_| err.flush())
-        } else {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&self.buf).and_then(|_| out.flush())
-        };
-        result.map_err(|e| Error::io("cannot write", "stdout", e))
-    }
-}
-
-/// Flink's `blackhole` connector: every row is dropped.
-#[derive(Clone, Copy)]
-struct Blackhole;
-
-impl SinkFunction<Row> for Blackhole {
-    async fn write(&mut self, _batch: Batch<Row>) -> Result<()> {
-        Ok(())
     }
 }

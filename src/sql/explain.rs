@@ -4,7 +4,7 @@
 //! and how each edge partitions.
 
 use super::planner::{GroupItem, Plan, Window};
-use super::table::{Connector, Table};
+use super::table::Table;
 use crate::runtime::status::JobGraphInfo;
 use std::fmt::Write as _;
 
@@ -13,11 +13,7 @@ pub fn plan_text(plan: &Plan, sink: Option<&Table>) -> String {
     let mut out = String::from("== Physical Plan ==\n");
     let mut depth = 0;
     if let Some(t) = sink {
-        let kind = match t.connector {
-            Connector::FileSystem { .. } => "filesystem",
-            Connector::Print { .. } => "print",
-            Connector::Blackhole => "blackhole",
-        };
+        let kind = t.connector.kind();
         let fields: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
         line(
             &mut out,
@@ -139,6 +135,31 @@ fn node(out: &mut String, plan: &Plan, depth: usize) {
                 &format!("Exchange(distribution=[{distribution}])"),
             );
             node(out, &w.input, depth + 2);
+        }
+        Plan::GroupAgg(g) => {
+            let in_cols = g.input.columns();
+            let keys: Vec<&str> = g.keys.iter().map(|&k| in_cols[k].name.as_str()).collect();
+            let mut select: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            select.extend(g.calls.iter().map(|c| c.text.clone()));
+            line(
+                out,
+                depth,
+                &format!(
+                    "GroupAggregate(groupBy=[{}], select=[{}])",
+                    keys.join(", "),
+                    select.join(", ")
+                ),
+            );
+            let distribution = match keys.is_empty() {
+                true => "single".to_string(),
+                false => format!("hash[{}]", keys.join(", ")),
+            };
+            line(
+                out,
+                depth + 1,
+                &format!("Exchange(distribution=[{distribution}])"),
+            );
+            node(out, &g.input, depth + 2);
         }
         Plan::Union(inputs) => {
             line(out, depth, "Union(all=[true])");

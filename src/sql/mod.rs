@@ -8,14 +8,18 @@
 //! 1. **Parse** ([`parse`]): `sqlparser` with [`FlinkDialect`], which adds
 //!    Flink's `CREATE TABLE` (computed columns, `WATERMARK FOR`) and `TABLE
 //!    name` arguments of window functions.
-//! 2. **Catalog** ([`table`]): each `CREATE TABLE` checked (types,
-//!    connector options, the watermark), each view kept as its query.
+//! 2. **Catalog** ([`table`], [`connector`]): each `CREATE TABLE` checked
+//!    (types, connector and format options, the watermark), each view kept
+//!    as its query.
 //! 3. **Plan** ([`planner`], [`bind`]): each `INSERT INTO` bound and typed
-//!    into a tree of `Calc`, `WindowAggregate` and `Union` nodes; a
-//!    problem is one [`SqlError`] naming its line and column.
-//! 4. **Build** ([`exec`]): the trees onto the environment's DataStream
-//!    graph (file source, chained calcs, timestamps and watermarks, keyed
-//!    window operator, sink), all inserts of a script in one job.
+//!    into a tree of `Calc`, `WindowAggregate`, `GroupAggregate` and
+//!    `Union` nodes, its updates checked against its sink; a problem is one
+//!    [`SqlError`] naming its line and column.
+//! 4. **Build** ([`exec`], [`sources`], [`sinks`]): the trees onto the
+//!    environment's DataStream graph (file or Kafka source, chained calcs,
+//!    timestamps and watermarks, keyed window operator, keyed group
+//!    aggregate emitting [`Change`]s, sink), all inserts of a script in one
+//!    job.
 //!
 //! See `docs/sql.md` for what is supported.
 //!
@@ -46,19 +50,26 @@
 
 pub mod aggregate;
 pub mod bind;
+pub mod changelog;
+pub mod connector;
 pub mod csv;
 pub mod dialect;
 pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod expr;
+mod grouping;
+pub mod json;
 pub mod parse;
 pub mod planner;
 pub mod select;
+pub mod sinks;
+pub mod sources;
 pub mod table;
 pub mod typing;
 pub mod value;
 
+pub use changelog::{Change, RowKind};
 pub use dialect::FlinkDialect;
 pub use error::{SqlError, SqlErrorKind};
 pub use value::{Row, SqlType, Value};
@@ -92,6 +103,7 @@ pub struct SqlScript {
 pub struct SqlSession {
     env: StreamExecutionEnvironment,
     catalog: Catalog,
+    sink_rate: Option<f64>,
 }
 
 impl SqlSession {
@@ -101,7 +113,14 @@ impl SqlSession {
         SqlSession {
             env: env.clone(),
             catalog: Catalog::default(),
+            sink_rate: None,
         }
+    }
+
+    /// Limits every sink the next scripts add to `records_per_second`
+    /// records per second (see [`DataStream::set_input_rate`](crate::DataStream::set_input_rate)).
+    pub fn set_sink_rate(&mut self, records_per_second: Option<f64>) {
+        self.sink_rate = records_per_second;
     }
 
     /// Plans `script` and adds its `INSERT INTO` statements to the
@@ -130,9 +149,18 @@ impl SqlSession {
             }
         }
         let before = self.env.inner.borrow().nodes.len();
-        let mut builder = exec::Builder::new(&self.env);
+        let mut builder = exec::Builder::new(&self.env, true);
+        builder.sink_rate = self.sink_rate;
+        // The job's name (its transactions' ids name it): the
+        // environment's, else the script's last `SET 'pipeline.name'`.
+        builder.job_name = self.env.config().job_name.or_else(|| {
+            statements.iter().rev().find_map(|s| match s {
+                Statement::Set { key, value, .. } if key == "pipeline.name" => Some(value.clone()),
+                _ => None,
+            })
+        });
         let built = inserts.iter().try_for_each(|(plan, sink)| {
-            let rows = builder.stream(plan)?;
+            let rows = builder.stream(plan, retracts(sink))?;
             builder.sink(&rows, sink)
         });
         if let Err(e) = built {
@@ -171,7 +199,7 @@ impl SqlSession {
                 Some((plan, sink)) => (plan, Some(sink)),
                 None => return Err(err!(Unsupported, at, "nothing to explain").into()),
             },
-            Statement::Query(q, _) => (Planner::new(catalog, None).query(q)?, None),
+            Statement::Query(q, _) => (Planner::new(catalog).query(q)?, None),
             _ => {
                 return Err(err!(
                     Unsupported,
@@ -182,8 +210,8 @@ impl SqlSession {
             }
         };
         let env = StreamExecutionEnvironment::with_config(self.env.config());
-        let mut builder = exec::Builder::new(&env);
-        let rows = builder.stream(&plan)?;
+        let mut builder = exec::Builder::new(&env, false);
+        let rows = builder.stream(&plan, sink.as_ref().is_none_or(retracts))?;
         match &sink {
             Some(t) => builder.sink(&rows, t)?,
             None => {
@@ -195,6 +223,7 @@ impl SqlSession {
                     watermark: None,
                     connector: Connector::Blackhole,
                     sink_parallelism: None,
+                    primary_key: Vec::new(),
                 };
                 builder.sink(&rows, &blackhole)?;
             }
@@ -237,7 +266,7 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
                 ));
             }
             // Planned once here so that its errors show where it is defined.
-            Planner::new(catalog, None).query(query)?;
+            Planner::new(catalog).query(query)?;
             catalog
                 .entries
                 .insert(name.value.clone(), Entry::View(query.clone()));
@@ -250,10 +279,9 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
             span,
         } => {
             let sink = sink_table(catalog, table, *span)?;
-            let append_only = matches!(sink.connector, Connector::FileSystem { .. });
-            let label = sink.name.clone();
-            let plan = Planner::new(catalog, Some((&label, append_only))).query(query)?;
+            let plan = Planner::new(catalog).query(query)?;
             let plan = fit_to_sink(plan, &sink, columns, query.span())?;
+            check_updates(&plan, &sink)?;
             if let Connector::FileSystem { path, .. } = &sink.connector
                 && reads(&plan, path)
             {
@@ -276,6 +304,73 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
         Statement::Explain(_, at) => Err(err!(Unsupported, *at, "a nested EXPLAIN")),
         Statement::Set { .. } => Ok(None),
     }
+}
+
+/// Whether a sink shows every change (`print`, `blackhole`): it gets each
+/// update's `-U` row too.
+fn retracts(sink: &Arc<Table>) -> bool {
+    matches!(
+        sink.connector,
+        Connector::Print { .. } | Connector::Blackhole
+    )
+}
+
+/// An updating query goes only into a sink that takes updates: an upsert
+/// sink whose primary key is the query's unique key, `print` or
+/// `blackhole`; an append-only sink refuses it with Flink's message.
+fn check_updates(plan: &Plan, sink: &Table) -> SqlResult<()> {
+    let Some(agg) = plan.updating() else {
+        return Ok(());
+    };
+    let name = &sink.name;
+    let keyed = match &sink.connector {
+        Connector::Print { .. } | Connector::Blackhole => return Ok(()),
+        Connector::UpsertKafka(_) => true,
+        Connector::Jdbc(_) if !sink.primary_key.is_empty() => true,
+        Connector::Jdbc(_) => {
+            return Err(err!(
+                Unsupported,
+                agg.at,
+                "Table sink '{name}' (jdbc) has no PRIMARY KEY: please declare primary key for \
+                 sink table when query contains update/delete record (node {})",
+                agg.text
+            ));
+        }
+        _ => false,
+    };
+    if !keyed {
+        return Err(err!(
+            Unsupported,
+            agg.at,
+            "Table sink '{name}' doesn't support consuming update changes which is produced by \
+             node {}",
+            agg.text
+        ));
+    }
+    let mut key = plan.unique_key().unwrap_or_default();
+    let mut pk = sink.primary_key.clone();
+    key.sort_unstable();
+    pk.sort_unstable();
+    if key.is_empty() || key != pk {
+        let names = |cols: &[usize]| {
+            cols.iter()
+                .map(|&i| sink.columns[i].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(err!(
+            Unsupported,
+            agg.at,
+            "the PRIMARY KEY ({}) of table '{name}' is not the key of the query's updates ({}): \
+             write the GROUP BY columns into exactly the primary key's columns",
+            names(&pk),
+            match key.is_empty() {
+                true => agg.text.clone(),
+                false => names(&key),
+            }
+        ));
+    }
+    Ok(())
 }
 
 fn sink_table(catalog: &Catalog, name: &ObjectName, at: Span) -> SqlResult<Arc<Table>> {
@@ -410,6 +505,7 @@ fn reads(plan: &Plan, path: &std::path::Path) -> bool {
         Plan::Scan(t) => matches!(&t.connector, Connector::FileSystem { path: p, .. } if same(p)),
         Plan::Calc { input, .. } => reads(input, path),
         Plan::WindowAgg(w) => reads(&w.input, path),
+        Plan::GroupAgg(g) => reads(&g.input, path),
         Plan::Union(inputs) => inputs.iter().any(|p| reads(p, path)),
     }
 }

@@ -126,8 +126,28 @@ pub enum Plan {
     },
     /// A window aggregate.
     WindowAgg(Box<WindowAgg>),
+    /// A non-windowed aggregate: its rows are updates.
+    GroupAgg(Box<GroupAgg>),
     /// `UNION ALL`.
     Union(Vec<Plan>),
+}
+
+/// A `GROUP BY` without a window function (or aggregates without `GROUP
+/// BY`): Flink's `GroupAggregate`, whose output is a changelog.
+#[derive(Clone, Debug)]
+pub struct GroupAgg {
+    /// The rows aggregated.
+    pub input: Plan,
+    /// The key: input columns, in `GROUP BY` order (empty: one group).
+    pub keys: Vec<usize>,
+    /// The aggregates, after the keys.
+    pub calls: Vec<AggCall>,
+    /// The output columns: the keys, then the aggregates.
+    pub columns: Vec<Column>,
+    /// `GroupAggregate(groupBy=[..])`, for messages.
+    pub text: String,
+    /// Where its `SELECT` is.
+    pub at: Span,
 }
 
 impl Plan {
@@ -137,7 +157,41 @@ impl Plan {
             Plan::Scan(t) => &t.columns,
             Plan::Calc { columns, .. } => columns,
             Plan::WindowAgg(w) => &w.columns,
+            Plan::GroupAgg(g) => &g.columns,
             Plan::Union(inputs) => inputs.first().map_or(&[], |p| p.columns()),
+        }
+    }
+
+    /// The aggregate that makes this plan's rows updates, if one does.
+    pub fn updating(&self) -> Option<&GroupAgg> {
+        match self {
+            Plan::Scan(_) | Plan::WindowAgg(_) => None,
+            Plan::GroupAgg(g) => Some(g),
+            Plan::Calc { input, .. } => input.updating(),
+            Plan::Union(inputs) => inputs.iter().find_map(Plan::updating),
+        }
+    }
+
+    /// For an updating plan, the output columns of its aggregate's key:
+    /// for each key column, the first output column that carries it
+    /// (`None` when a key column is not in the output, or under a
+    /// `UNION ALL`).
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
+        match self {
+            Plan::GroupAgg(g) => Some((0..g.keys.len()).collect()),
+            Plan::Calc { input, project, .. } => {
+                let key = input.unique_key()?;
+                key.iter()
+                    .map(|&k| {
+                        project.iter().position(|e| match e {
+                            Expr::Column(c) => *c == k,
+                            Expr::Cast(inner, _, _) => matches!(**inner, Expr::Column(c) if c == k),
+                            _ => false,
+                        })
+                    })
+                    .collect()
+            }
+            _ => None,
         }
     }
 }
@@ -161,20 +215,13 @@ enum From {
 /// Plans queries over a catalog.
 pub struct Planner<'c> {
     catalog: &'c Catalog,
-    /// The sink the query feeds (for the message refusing updates).
-    sink: Option<(&'c str, bool)>,
     depth: usize,
 }
 
 impl<'c> Planner<'c> {
-    /// A planner over `catalog`; `sink` names the table the query writes
-    /// and whether it is append-only (`None`: a view or `EXPLAIN`).
-    pub fn new(catalog: &'c Catalog, sink: Option<(&'c str, bool)>) -> Self {
-        Planner {
-            catalog,
-            sink,
-            depth: 0,
-        }
+    /// A planner over `catalog`.
+    pub fn new(catalog: &'c Catalog) -> Self {
+        Planner { catalog, depth: 0 }
     }
 
     /// The plan of `q`.
@@ -258,19 +305,13 @@ impl<'c> Planner<'c> {
         let key = name.to_string().replace('`', "");
         match self.catalog.entries.get(&key) {
             Some(Entry::Table(t)) => match t.connector {
-                Connector::FileSystem { .. } => Ok(Plan::Scan(t.clone())),
-                Connector::Print { .. } | Connector::Blackhole => {
-                    let kind = match t.connector {
-                        Connector::Print { .. } => "print",
-                        _ => "blackhole",
-                    };
-                    Err(err!(
-                        Invalid,
-                        at,
-                        "connector '{kind}' of table '{key}' can only be used as a sink, not as \
-                         a source"
-                    ))
-                }
+                Connector::FileSystem { .. } | Connector::Kafka(_) => Ok(Plan::Scan(t.clone())),
+                _ => Err(err!(
+                    Invalid,
+                    at,
+                    "connector '{}' of table '{key}' can only be used as a sink, not as a source",
+                    t.connector.kind()
+                )),
             },
             Some(Entry::View(q)) => self.query(q),
             None => Err(err!(UnknownTable, at, "unknown table '{key}'")),
@@ -389,6 +430,15 @@ impl<'c> Planner<'c> {
         }
         let input = self.named(&table, args[0].span())?;
         let label = table.to_string().replace('`', "");
+        if let Some(g) = input.updating() {
+            return Err(err!(
+                Unsupported,
+                args[0].span(),
+                "{name} over '{label}', whose rows are updates ({}), is not supported: a window \
+                 function needs an append-only input",
+                g.text
+            ));
+        }
         for k in &partition {
             if !input.columns().iter().any(|c| c.name == k.value) {
                 return Err(err!(
@@ -481,7 +531,7 @@ impl<'c> Planner<'c> {
         match self.from(&s.from, at)? {
             From::Rows(input, name, qualifiers) => {
                 if !group_by.is_empty() || s.having.is_some() || has_aggregate(&s.projection) {
-                    return Err(self.updates_refused(at, group_by));
+                    return self.group_select(s, group_by, input, name, qualifiers);
                 }
                 let columns = input.columns().to_vec();
                 let scope = Scope {
@@ -509,7 +559,11 @@ impl<'c> Planner<'c> {
         }
     }
 
-    fn condition(&self, scope: &Scope, e: Option<&ast::Expr>) -> SqlResult<Option<Expr>> {
+    pub(super) fn condition(
+        &self,
+        scope: &Scope,
+        e: Option<&ast::Expr>,
+    ) -> SqlResult<Option<Expr>> {
         let Some(e) = e else {
             return Ok(None);
         };
@@ -522,26 +576,6 @@ impl<'c> Planner<'c> {
             ));
         }
         Ok(Some(x))
-    }
-
-    /// The error of a `GROUP BY` without a window: it produces updates.
-    fn updates_refused(&self, at: Span, group_by: &[ast::Expr]) -> super::error::SqlError {
-        let keys: Vec<String> = group_by.iter().map(|e| e.to_string()).collect();
-        let node = format!("GroupAggregate(groupBy=[{}])", keys.join(", "));
-        match self.sink {
-            Some((sink, true)) => err!(
-                Unsupported,
-                at,
-                "Table sink '{sink}' doesn't support consuming update changes which is produced \
-                 by node {node}"
-            ),
-            _ => err!(
-                Unsupported,
-                at,
-                "an aggregate without a window TVF ({node}) produces updates, which are not \
-                 supported yet: group by window_start, window_end of TUMBLE or HOP"
-            ),
-        }
     }
 
     #[allow(clippy::too_many_arguments)]

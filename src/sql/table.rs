@@ -1,59 +1,17 @@
 //! Tables: a `CREATE TABLE` checked and resolved (column types, computed
 //! columns bound, the watermark's delay, the connector and its options).
 //!
-//! Connectors of this slice: `filesystem` with `'format' = 'csv'` (a
-//! source, and an append-only sink writing one file), `print` and
-//! `blackhole` (sinks). `kafka`, `upsert-kafka` and `jdbc` are refused with
-//! one line; an option a connector does not know is refused as Flink
-//! refuses it.
+//! The connector and format options are read by [`connector`](super::connector).
 
 use super::bind::{Binder, Column, Scope, interval_millis, sql_type};
+pub use super::connector::{Connector, CsvOptions, Format};
+use super::connector::{Options, Physical};
 use super::error::{SqlResult, err};
 use super::expr::Expr;
 use super::parse::{ColumnKind, TableDef};
 use super::value::SqlType;
 use sqlparser::ast::{self, Spanned};
 use sqlparser::tokenizer::Span;
-use std::path::PathBuf;
-
-/// How a table's rows are read or written.
-#[derive(Clone, Debug)]
-pub enum Connector {
-    /// `'connector' = 'filesystem'`, `'format' = 'csv'`.
-    FileSystem {
-        /// `'path'`: a file, a directory of files, or a glob (source); the
-        /// file written (sink).
-        path: PathBuf,
-        /// The CSV options.
-        csv: CsvOptions,
-    },
-    /// `'connector' = 'print'`.
-    Print {
-        /// `'print-identifier'`: a prefix of every line.
-        identifier: Option<String>,
-        /// `'standard-error'`: print to stderr.
-        stderr: bool,
-    },
-    /// `'connector' = 'blackhole'`.
-    Blackhole,
-}
-
-/// Options of the `csv` format.
-#[derive(Clone, Debug)]
-pub struct CsvOptions {
-    /// `'csv.field-delimiter'` (default `,`).
-    pub delimiter: u8,
-    /// `'csv.quote-character'` (default `"`), `None` with
-    /// `'csv.disable-quote-character' = 'true'`.
-    pub quote: Option<u8>,
-    /// `'csv.ignore-parse-errors'`: a row that does not parse is skipped
-    /// (default: it fails the job naming its line).
-    pub ignore_parse_errors: bool,
-    /// `'csv.allow-comments'`: lines starting with `#` are skipped.
-    pub allow_comments: bool,
-    /// `'csv.null-literal'`: the text read and written as `NULL`.
-    pub null_literal: Option<String>,
-}
 
 /// When a source emits its watermark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +54,8 @@ pub struct Table {
     pub connector: Connector,
     /// `'sink.parallelism'`.
     pub sink_parallelism: Option<usize>,
+    /// `PRIMARY KEY (..)`: column positions (empty: none).
+    pub primary_key: Vec<usize>,
 }
 
 impl Table {
@@ -168,17 +128,40 @@ impl Table {
         if let Some(w) = &watermark {
             columns[w.column].rowtime = true;
         }
+        let mut primary_key = Vec::new();
         for k in &def.primary_key {
-            if !columns.iter().any(|c| c.name == k.value) {
+            let Some(i) = columns.iter().position(|c| c.name == k.value) else {
                 return Err(err!(
                     UnknownColumn,
                     k.span,
                     "unknown column '{}' in the primary key of table '{name}'",
                     k.value
                 ));
+            };
+            if !physical.contains(&i) {
+                return Err(err!(
+                    Invalid,
+                    k.span,
+                    "the primary key of table '{name}' names the computed column '{}'",
+                    k.value
+                ));
             }
+            primary_key.push(i);
         }
-        let (connector, sink_parallelism) = connector(def, &name)?;
+        let options = Options {
+            list: &def.options,
+            at: def.name.span,
+            table: &name,
+        };
+        let cols = Physical {
+            names: physical.iter().map(|&i| columns[i].name.as_str()).collect(),
+            types: physical.iter().map(|&i| columns[i].ty).collect(),
+            key: primary_key
+                .iter()
+                .filter_map(|k| physical.iter().position(|p| p == k))
+                .collect(),
+        };
+        let (connector, sink_parallelism) = super::connector::connector(&options, &cols)?;
         Ok(Table {
             name,
             columns,
@@ -187,6 +170,7 @@ impl Table {
             watermark,
             connector,
             sink_parallelism,
+            primary_key,
         })
     }
 
@@ -248,7 +232,12 @@ fn watermark(
             "a watermark ahead of the event time is not supported"
         ));
     }
-    let emit = match option(options, "scan.watermark.emit.strategy") {
+    let options = Options {
+        list: options,
+        at: w.column.span,
+        table,
+    };
+    let emit = match options.get("scan.watermark.emit.strategy") {
         None => WatermarkEmit::OnPeriodic,
         Some((v, at)) => match v.to_ascii_lowercase().as_str() {
             "on-event" => WatermarkEmit::OnEvent,
@@ -268,157 +257,4 @@ fn watermark(
         emit,
         text: w.expr.to_string(),
     })
-}
-
-fn option<'o>(options: &'o [(String, String, Span)], key: &str) -> Option<(&'o str, Span)> {
-    options
-        .iter()
-        .rev()
-        .find(|(k, _, _)| k == key)
-        .map(|(_, v, at)| (v.as_str(), *at))
-}
-
-fn connector(def: &TableDef, table: &str) -> SqlResult<(Connector, Option<usize>)> {
-    let options = &def.options;
-    let at = def.name.span;
-    let Some((kind, kind_at)) = option(options, "connector") else {
-        return Err(err!(
-            InvalidOption,
-            at,
-            "table '{table}' has no 'connector' option"
-        ));
-    };
-    let kind = kind.to_ascii_lowercase();
-    let known: &[&str] = match kind.as_str() {
-        "filesystem" => &[
-            "path",
-            "format",
-            "csv.field-delimiter",
-            "csv.quote-character",
-            "csv.disable-quote-character",
-            "csv.ignore-parse-errors",
-            "csv.allow-comments",
-            "csv.null-literal",
-            "scan.watermark.emit.strategy",
-            "sink.parallelism",
-        ],
-        "print" => &["print-identifier", "standard-error", "sink.parallelism"],
-        "blackhole" => &[],
-        "kafka" | "upsert-kafka" | "jdbc" => {
-            return Err(err!(
-                Unsupported,
-                kind_at,
-                "connector '{kind}' is not supported yet (filesystem, print and blackhole are)"
-            ));
-        }
-        other => {
-            return Err(err!(
-                InvalidOption,
-                kind_at,
-                "unknown connector '{other}' (filesystem, print and blackhole are supported)"
-            ));
-        }
-    };
-    let unknown: Vec<&str> = options
-        .iter()
-        .map(|(k, _, _)| k.as_str())
-        .filter(|k| *k != "connector" && !known.contains(k))
-        .collect();
-    if let Some(first) = unknown.first() {
-        let at = option(options, first).map_or(at, |(_, s)| s);
-        return Err(err!(
-            InvalidOption,
-            at,
-            "unsupported options found for '{kind}': {}",
-            unknown.join(", ")
-        ));
-    }
-    let flag = |key: &str| -> SqlResult<bool> {
-        match option(options, key) {
-            None => Ok(false),
-            Some((v, at)) => match v.to_ascii_lowercase().as_str() {
-                "true" => Ok(true),
-                "false" => Ok(false),
-                _ => Err(err!(
-                    InvalidOption,
-                    at,
-                    "'{key}' is 'true' or 'false', not '{v}'"
-                )),
-            },
-        }
-    };
-    let char_option = |key: &str, default: u8| -> SqlResult<u8> {
-        match option(options, key) {
-            None => Ok(default),
-            Some(("\\t", _)) => Ok(b'\t'),
-            Some((v, _)) if v.len() == 1 => Ok(v.as_bytes()[0]),
-            Some((v, at)) => Err(err!(
-                InvalidOption,
-                at,
-                "'{key}' must be a single character, not '{v}'"
-            )),
-        }
-    };
-    let sink_parallelism = match option(options, "sink.parallelism") {
-        None => None,
-        Some((v, at)) => match v.parse::<usize>() {
-            Ok(p) if p > 0 => Some(p),
-            _ => {
-                return Err(err!(
-                    InvalidOption,
-                    at,
-                    "'sink.parallelism' must be a positive number, not '{v}'"
-                ));
-            }
-        },
-    };
-    let connector = match kind.as_str() {
-        "filesystem" => {
-            let Some((path, _)) = option(options, "path") else {
-                return Err(err!(
-                    InvalidOption,
-                    kind_at,
-                    "table '{table}' (filesystem) has no 'path' option"
-                ));
-            };
-            match option(options, "format") {
-                Some((f, _)) if f.eq_ignore_ascii_case("csv") => {}
-                Some((f, at)) => {
-                    return Err(err!(
-                        Unsupported,
-                        at,
-                        "format '{f}' is not supported yet (csv is)"
-                    ));
-                }
-                None => {
-                    return Err(err!(
-                        InvalidOption,
-                        kind_at,
-                        "table '{table}' (filesystem) has no 'format' option"
-                    ));
-                }
-            }
-            let path = path.strip_prefix("file://").unwrap_or(path);
-            let csv = CsvOptions {
-                delimiter: char_option("csv.field-delimiter", b',')?,
-                quote: match flag("csv.disable-quote-character")? {
-                    true => None,
-                    false => Some(char_option("csv.quote-character", b'"')?),
-                },
-                ignore_parse_errors: flag("csv.ignore-parse-errors")?,
-                allow_comments: flag("csv.allow-comments")?,
-                null_literal: option(options, "csv.null-literal").map(|(v, _)| v.to_string()),
-            };
-            Connector::FileSystem {
-                path: PathBuf::from(path),
-                csv,
-            }
-        }
-        "print" => Connector::Print {
-            identifier: option(options, "print-identifier").map(|(v, _)| v.to_string()),
-            stderr: flag("standard-error")?,
-        },
-        _ => Connector::Blackhole,
-    };
-    Ok((connector, sink_parallelism))
 }

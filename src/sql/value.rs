@@ -580,15 +580,22 @@ pub struct PrintLine(pub Row);
 
 impl fmt::Display for PrintLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("+I[")?;
-        for (i, v) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            v.write_print(f)?;
-        }
-        f.write_char(']')
+        write_print_row(f, "+I", &self.0)
     }
+}
+
+/// A row as Flink's `print` connector shows it: its kind (`+I`, `-U`, ..)
+/// and its values, `+I[a, 1]`.
+pub fn write_print_row(out: &mut impl fmt::Write, kind: &str, row: &[Value]) -> fmt::Result {
+    out.write_str(kind)?;
+    out.write_char('[')?;
+    for (i, v) in row.iter().enumerate() {
+        if i > 0 {
+            out.write_str(", ")?;
+        }
+        v.write_print(out)?;
+    }
+    out.write_char(']')
 }
 
 #[cfg(test)]

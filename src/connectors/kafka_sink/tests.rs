@@ -18,7 +18,7 @@ fn a_queue_that_stays_full_fails_the_send_after_its_timeout() {
     let err = KafkaSink::send(
         &producer,
         &sink.topic,
-        (&sink.serialize, None),
+        (&sink.serialize, None, None),
         (&mut key, &mut value),
         batch,
         sink.timeout,

@@ -1,5 +1,7 @@
 //! The sink's column types, and rows as tuples of column values: each
-//! batch is sent as one array parameter per column (`unnest`).
+//! batch is sent as one array parameter per column (`unnest`), `NULL`s
+//! included. Numerics and timestamps travel as text and are cast by the
+//! statement.
 
 use std::collections::HashSet;
 use tokio_postgres::types::ToSql;
@@ -16,40 +18,62 @@ pub enum ColumnType {
     Float8,
     /// `bool`.
     Bool,
+    /// `numeric` (sent as text).
+    Numeric,
+    /// `timestamp` (sent as text, `yyyy-MM-dd HH:mm:ss[.fff]`).
+    Timestamp,
+    /// `timestamptz` (sent as text with its offset).
+    TimestampTz,
 }
 
 impl ColumnType {
+    /// The column's SQL type.
     pub(super) fn sql(self) -> &'static str {
         match self {
             ColumnType::Text => "text",
             ColumnType::Int8 => "int8",
             ColumnType::Float8 => "float8",
             ColumnType::Bool => "bool",
+            ColumnType::Numeric => "numeric",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::TimestampTz => "timestamptz",
+        }
+    }
+
+    /// The type of the array parameter its values travel in.
+    pub(super) fn param(self) -> &'static str {
+        match self {
+            ColumnType::Numeric | ColumnType::Timestamp | ColumnType::TimestampTz => "text",
+            other => other.sql(),
         }
     }
 
     pub(super) fn empty(self) -> Column {
         match self {
-            ColumnType::Text => Column::Text(Vec::new()),
             ColumnType::Int8 => Column::Int8(Vec::new()),
             ColumnType::Float8 => Column::Float8(Vec::new()),
             ColumnType::Bool => Column::Bool(Vec::new()),
+            ColumnType::Text
+            | ColumnType::Numeric
+            | ColumnType::Timestamp
+            | ColumnType::TimestampTz => Column::Text(Vec::new()),
         }
     }
 }
 
-/// One column's values of a batch, sent as one array parameter.
-#[derive(Debug)]
+/// One column's values of a batch, sent as one array parameter (`None`:
+/// `NULL`).
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Column {
-    /// `text[]`.
-    Text(Vec<String>),
+    /// `text[]` (also numerics and timestamps, as text).
+    Text(Vec<Option<String>>),
     /// `int8[]`.
-    Int8(Vec<i64>),
+    Int8(Vec<Option<i64>>),
     /// `float8[]`.
-    Float8(Vec<f64>),
+    Float8(Vec<Option<f64>>),
     /// `bool[]`.
-    Bool(Vec<bool>),
+    Bool(Vec<Option<bool>>),
 }
 
 impl Column {
@@ -103,7 +127,7 @@ macro_rules! value {
             fn push(&self, column: &mut Column) {
                 if let Column::$ty(c) = column {
                     let $v = self;
-                    c.push($e);
+                    c.push(Some($e));
                 }
             }
         }
@@ -120,12 +144,19 @@ value!(bool, Bool, v => *v);
 
 /// A record the sink can write: a tuple of [`PostgresValue`]s, one per
 /// column, in the order of the sink's columns (the first is the key in
-/// upsert mode).
+/// upsert mode, unless the config names the key).
 pub trait PostgresRow: Send + 'static {
-    /// The columns' SQL types.
+    /// The columns' SQL types (a record type whose columns are known only
+    /// at run time returns none, and its sink is made with
+    /// [`PostgresSink::with_types`](super::PostgresSink::with_types)).
     fn types() -> Vec<ColumnType>;
     /// Appends the record's values, one per column.
     fn push(&self, columns: &mut [Column]);
+    /// Whether the record deletes its key's row (upsert mode) instead of
+    /// writing it.
+    fn is_delete(&self) -> bool {
+        false
+    }
 }
 
 macro_rules! row {
@@ -146,21 +177,52 @@ row!(A 0, B 1, C 2);
 row!(A 0, B 1, C 2, D 3);
 row!(A 0, B 1, C 2, D 3, E 4);
 
-/// Keeps the last row of each key (first column) of a batch: one upsert
-/// statement may not touch a row twice.
-pub(super) fn dedup_last(columns: &mut [Column]) {
-    let keep: Vec<bool> = match &columns[0] {
-        Column::Text(keys) => keep_last(keys),
-        Column::Int8(keys) => keep_last(keys),
-        Column::Bool(keys) => keep_last(keys),
-        // Floats are no keys; the server reports duplicates.
-        Column::Float8(_) => return,
-    };
-    if keep.iter().all(|k| *k) {
-        return;
+/// Which rows of a batch to write: the last of each key (the columns
+/// `key`), since one upsert statement may not touch a row twice.
+pub(super) fn last_per_key(columns: &[Column], key: &[usize]) -> Vec<bool> {
+    let rows = columns.first().map_or(0, Column::len);
+    if let [k] = key {
+        return match &columns[*k] {
+            Column::Text(keys) => keep_last(keys),
+            Column::Int8(keys) => keep_last(keys),
+            Column::Bool(keys) => keep_last(keys),
+            Column::Float8(keys) => {
+                keep_last(&keys.iter().map(|f| f.map(f64::to_bits)).collect::<Vec<_>>())
+            }
+        };
     }
-    for c in columns.iter_mut() {
-        c.retain(&keep);
+    let tuples: Vec<Vec<KeyPart<'_>>> = (0..rows)
+        .map(|r| key.iter().map(|&k| columns[k].part(r)).collect())
+        .collect();
+    keep_last(&tuples)
+}
+
+/// One value of a key, compared as the server compares it.
+#[derive(Hash, PartialEq, Eq)]
+enum KeyPart<'a> {
+    Text(Option<&'a str>),
+    Int(Option<i64>),
+    Float(Option<u64>),
+    Bool(Option<bool>),
+}
+
+impl Column {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Column::Text(v) => v.len(),
+            Column::Int8(v) => v.len(),
+            Column::Float8(v) => v.len(),
+            Column::Bool(v) => v.len(),
+        }
+    }
+
+    fn part(&self, row: usize) -> KeyPart<'_> {
+        match self {
+            Column::Text(v) => KeyPart::Text(v[row].as_deref()),
+            Column::Int8(v) => KeyPart::Int(v[row]),
+            Column::Float8(v) => KeyPart::Float(v[row].map(f64::to_bits)),
+            Column::Bool(v) => KeyPart::Bool(v[row]),
+        }
     }
 }
 

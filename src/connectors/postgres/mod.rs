@@ -23,9 +23,12 @@
 //!   does so only after its recovery, so no live transaction is touched.
 //!
 //! Rows go in with one prepared statement per batch
-//! (`INSERT … SELECT * FROM unnest($1::text[], …)`); in upsert mode with
-//! `ON CONFLICT (first column) DO UPDATE`, keeping the last row of each key
-//! in a batch. Two jobs writing one table need different job names.
+//! (`INSERT … SELECT … FROM unnest($1::text[], …)`); in upsert mode with
+//! `ON CONFLICT (key) DO UPDATE` (the key: the first column, or the
+//! columns [`PostgresSinkConfig::key`] names), keeping the last row of
+//! each key in a batch; a record that [deletes](PostgresRow::is_delete)
+//! its key is a `DELETE … USING unnest(…)` in the same transaction. Two
+//! jobs writing one table need different job names.
 //!
 //! From a URL (the CLI's `--output postgres://USER:PASS@HOST:PORT/DB?table=T`):
 //!
@@ -57,8 +60,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
 mod columns;
-use columns::dedup_last;
+mod statements;
+use columns::last_per_key;
 pub use columns::{Column, ColumnType, PostgresRow, PostgresValue};
+use statements::{Sql, identifier, statements};
 
 /// How often a `COMMIT`/`ROLLBACK PREPARED` of a transaction another
 /// session is finishing is tried again, and how long apart.
@@ -145,6 +150,8 @@ pub struct PostgresSinkConfig {
     pub table: String,
     /// Its columns, in the order of the record's fields.
     pub columns: Vec<String>,
+    /// Upsert mode: the key's columns (empty: the first column).
+    pub key: Vec<String>,
     /// Append or upsert.
     pub mode: WriteMode,
     /// Creates the table if it does not exist (the first column is the
@@ -170,6 +177,7 @@ impl PostgresSinkConfig {
             operator: table.replace('.', "_"),
             table,
             columns: columns.iter().map(|c| c.to_string()).collect(),
+            key: Vec::new(),
             mode,
             create_table: true,
             job: "floe".into(),
@@ -221,6 +229,13 @@ impl PostgresSinkConfig {
         self
     }
 
+    /// Upsert mode: the columns of the key (each one of the columns), the
+    /// conflict target of the upsert (default: the first column).
+    pub fn key(mut self, key: &[&str]) -> Self {
+        self.key = key.iter().map(|c| c.to_string()).collect();
+        self
+    }
+
     /// Whether to create the table when it is missing.
     pub fn create_table(mut self, yes: bool) -> Self {
         self.create_table = yes;
@@ -268,23 +283,6 @@ fn hide_password(url: &str) -> String {
     }
 }
 
-fn identifier(name: &str) -> Result<String> {
-    let ok = |p: &str| {
-        !p.is_empty()
-            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !p.starts_with(|c: char| c.is_ascii_digit())
-    };
-    let parts: Vec<&str> = name.split('.').collect();
-    if parts.len() > 2 || !parts.iter().all(|p| ok(p)) {
-        return Err(PostgresError::BadIdentifier(name.to_string()).into());
-    }
-    Ok(parts
-        .iter()
-        .map(|p| format!("\"{p}\""))
-        .collect::<Vec<_>>()
-        .join("."))
-}
-
 /// A prepared (pre-committed) transaction: its gid.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgTxn {
@@ -299,7 +297,11 @@ struct Connected {
     data_pid: i32,
     control: Client,
     insert: Statement,
+    /// Upsert mode: deletes the rows of keys.
+    delete: Option<Statement>,
     columns: Vec<Column>,
+    /// Per record of the batch: whether it deletes its key.
+    deletes: Vec<bool>,
 }
 
 /// The PostgreSQL sink: a [`TwoPhaseCommitSink`] (exactly-once; add
@@ -308,6 +310,10 @@ struct Connected {
 /// its own transaction (at-least-once, without checkpoints).
 pub struct PostgresSink<R> {
     config: Arc<PostgresSinkConfig>,
+    /// The columns' types.
+    types: Arc<[ColumnType]>,
+    /// Upsert mode: the key's column indices.
+    key: Arc<[usize]>,
     subtask: u32,
     /// Whether this instance writes (opened or recovered by its subtask);
     /// the committer, a clone, only finishes prepared transactions.
@@ -320,6 +326,8 @@ impl<R> Clone for PostgresSink<R> {
     fn clone(&self) -> Self {
         PostgresSink {
             config: self.config.clone(),
+            types: self.types.clone(),
+            key: self.key.clone(),
             subtask: self.subtask,
             writes: false,
             conn: None,
@@ -331,17 +339,36 @@ impl<R> Clone for PostgresSink<R> {
 impl<R: PostgresRow> PostgresSink<R> {
     /// A sink for `config`; checks its names and column count now.
     pub fn new(config: PostgresSinkConfig) -> Result<Self> {
+        Self::with_types(config, R::types())
+    }
+
+    /// A sink for `config` whose columns have the types `types` (records
+    /// whose columns are known only at run time).
+    pub fn with_types(config: PostgresSinkConfig, types: Vec<ColumnType>) -> Result<Self> {
         identifier(&config.table)?;
         for c in &config.columns {
             identifier(c)?;
         }
-        if config.columns.len() != R::types().len() {
+        if config.columns.len() != types.len() || types.is_empty() {
             return Err(Error::Config(format!(
                 "the PostgreSQL sink has {} columns but its records have {} fields",
                 config.columns.len(),
-                R::types().len()
+                types.len()
             )));
         }
+        let key: Vec<usize> = match config.key.as_slice() {
+            [] => vec![0],
+            names => names
+                .iter()
+                .map(|k| {
+                    config.columns.iter().position(|c| c == k).ok_or_else(|| {
+                        Error::Config(format!(
+                            "the PostgreSQL sink's key column '{k}' is not one of its columns"
+                        ))
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
         if config.job.contains(':') || config.operator.contains(':') {
             return Err(Error::Config(
                 "job and operator names of the PostgreSQL sink must not contain ':'".into(),
@@ -349,6 +376,8 @@ impl<R: PostgresRow> PostgresSink<R> {
         }
         Ok(PostgresSink {
             config: Arc::new(config),
+            types: types.into(),
+            key: key.into(),
             subtask: 0,
             writes: false,
             conn: None,
@@ -361,57 +390,8 @@ impl<R: PostgresRow> PostgresSink<R> {
         format!("PostgreSQL {}", self.config.table)
     }
 
-    fn sql(&self) -> Result<(String, Option<String>)> {
-        let c = &self.config;
-        let table = identifier(&c.table)?;
-        let cols: Vec<String> = c
-            .columns
-            .iter()
-            .map(|x| identifier(x))
-            .collect::<Result<_>>()?;
-        let types = R::types();
-        let arrays: Vec<String> = types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!("${}::{}[]", i + 1, t.sql()))
-            .collect();
-        let mut insert = format!(
-            "INSERT INTO {table} ({}) SELECT * FROM unnest({})",
-            cols.join(", "),
-            arrays.join(", ")
-        );
-        if c.mode == WriteMode::Upsert {
-            let set: Vec<String> = cols[1..]
-                .iter()
-                .map(|x| format!("{x} = EXCLUDED.{x}"))
-                .collect();
-            if set.is_empty() {
-                insert.push_str(&format!(" ON CONFLICT ({}) DO NOTHING", cols[0]));
-            } else {
-                insert.push_str(&format!(
-                    " ON CONFLICT ({}) DO UPDATE SET {}",
-                    cols[0],
-                    set.join(", ")
-                ));
-            }
-        }
-        let create = c.create_table.then(|| {
-            let defs: Vec<String> = cols
-                .iter()
-                .zip(&types)
-                .enumerate()
-                .map(|(i, (n, t))| {
-                    let key = if i == 0 && c.mode == WriteMode::Upsert {
-                        " PRIMARY KEY"
-                    } else {
-                        ""
-                    };
-                    format!("{n} {}{key}", t.sql())
-                })
-                .collect();
-            format!("CREATE TABLE IF NOT EXISTS {table} ({})", defs.join(", "))
-        });
-        Ok((insert, create))
+    fn sql(&self) -> Result<Sql> {
+        statements(&self.config, &self.types, &self.key)
     }
 
     /// Connects; `name` is the connection's `application_name`.
@@ -437,7 +417,11 @@ impl<R: PostgresRow> PostgresSink<R> {
 
     async fn ensure_connected(&mut self) -> Result<&mut Connected> {
         if self.conn.is_none() {
-            let (insert_sql, create) = self.sql()?;
+            let Sql {
+                insert: insert_sql,
+                create,
+                delete,
+            } = self.sql()?;
             let name = match self.writes {
                 true => self.config.writer_session(self.subtask),
                 false => format!("floe {:016x} committer", self.config.tag()),
@@ -473,31 +457,82 @@ impl<R: PostgresRow> PostgresSink<R> {
                 "prepare the insert into {}",
                 self.config.table
             )))?;
-            let columns = R::types().into_iter().map(ColumnType::empty).collect();
+            let delete = match delete {
+                Some(sql) => Some(data.prepare(&sql).await.map_err(server(format!(
+                    "prepare the delete from {}",
+                    self.config.table
+                )))?),
+                None => None,
+            };
+            let columns = self.types.iter().map(|t| t.empty()).collect();
             self.conn = Some(Connected {
                 data,
                 data_pid,
                 control,
                 insert,
+                delete,
                 columns,
+                deletes: Vec::new(),
             });
         }
         Ok(self.conn.as_mut().expect("connected just now"))
     }
 
-    /// Inserts `batch` on the data connection (in its open transaction, if any).
+    /// Writes `batch` on the data connection (in its open transaction, if
+    /// any): upsert mode keeps the last record of each key, and deletes the
+    /// keys whose last record is a delete.
     async fn insert(&mut self, batch: Batch<R>) -> Result<()> {
         let upsert = self.config.mode == WriteMode::Upsert;
         let table = self.config.table.clone();
+        let key = self.key.clone();
         let conn = self.ensure_connected().await?;
         for c in conn.columns.iter_mut() {
             c.clear();
         }
+        conn.deletes.clear();
         for r in &batch {
             r.value.push(&mut conn.columns);
+            conn.deletes.push(upsert && r.value.is_delete());
         }
         if upsert {
-            dedup_last(&mut conn.columns);
+            let last = last_per_key(&conn.columns, &key);
+            if conn.deletes.iter().zip(&last).any(|(d, l)| *d && *l) {
+                let deleted: Vec<bool> = conn
+                    .deletes
+                    .iter()
+                    .zip(&last)
+                    .map(|(d, l)| *d && *l)
+                    .collect();
+                let keys: Vec<Column> = key
+                    .iter()
+                    .map(|&k| {
+                        let mut c = conn.columns[k].clone();
+                        c.retain(&deleted);
+                        c
+                    })
+                    .collect();
+                let params: Vec<&(dyn ToSql + Sync)> = keys.iter().map(Column::param).collect();
+                if let Some(delete) = &conn.delete {
+                    conn.data
+                        .execute(delete, &params)
+                        .await
+                        .map_err(server(format!("delete from {table}")))?;
+                }
+            }
+            let written: Vec<bool> = conn
+                .deletes
+                .iter()
+                .zip(&last)
+                .map(|(d, l)| !*d && *l)
+                .collect();
+            if written.iter().any(|w| !*w) {
+                for c in conn.columns.iter_mut() {
+                    c.retain(&written);
+                }
+            }
+            if written.iter().all(|w| !*w) {
+                return Ok(());
+            }
         }
         let params: Vec<&(dyn ToSql + Sync)> = conn.columns.iter().map(Column::param).collect();
         conn.data

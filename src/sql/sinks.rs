@@ -1,0 +1,461 @@
+//! The sinks of a SQL job, one per connector:
+//!
+//! - `filesystem`: one file (`csv` or `json` lines) from one sink subtask,
+//!   through the two-phase-commit file sink when checkpointing is on;
+//!   append-only.
+//! - `kafka`: floe's Kafka sink, at least once, or exactly once through its
+//!   transactions (`'sink.delivery-guarantee' = 'exactly-once'`); a record
+//!   per row, keyed by `'key.fields'` when given; append-only.
+//! - `upsert-kafka`: a record per change keyed by the primary key: the
+//!   row for `+I`/`+U`, a tombstone (no value) for `-U`/`-D`.
+//! - `jdbc` (PostgreSQL): floe's PostgreSQL sink, two-phase commit with
+//!   the checkpoints (autocommit per batch without them); with a primary
+//!   key an upsert by it (`INSERT … ON CONFLICT (key) DO UPDATE`, a `-U` or
+//!   `-D` deletes the key's row), else plain inserts.
+//! - `print`: `+I[..]` lines (`-U[..]`, `+U[..]`, `-D[..]` for changes), as
+//!   Flink's; `blackhole` discards.
+//!
+//! Before an upsert sink with its own `'sink.parallelism'`, changes are
+//! repartitioned by the sink's key, so each key's changes stay in order.
+
+use super::changelog::Change;
+use super::connector::{Connector, Format};
+use super::exec::{Builder, Rows};
+use super::json::{JsonFormat, JsonLine};
+use super::table::Table;
+use super::value::{CsvFormat, CsvLine, Row, Value};
+use crate::connectors::transactional_file::TransactionalFileSink;
+use crate::operators::sink::{SinkContext, SinkFunction};
+use crate::{DataStream, DataStreamSink, Error, Result};
+use floe_actors::element::Batch;
+use std::fmt::{self, Write as _};
+use std::io::Write;
+use std::sync::Arc;
+
+/// A row format's encoder (of Kafka records).
+#[derive(Clone)]
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+pub(crate) enum RowEncoder {
+    Csv(Arc<CsvFormat>),
+    Json(Arc<JsonFormat>),
+    Raw,
+}
+
+/// `fmt::Write` into bytes.
+struct Bytes<'b>(&'b mut Vec<u8>);
+
+impl fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+impl RowEncoder {
+    /// The encoder of columns `names` in `format`.
+    pub(crate) fn new(format: &Format, names: &[String]) -> Self {
+        match format {
+            Format::Csv(o) => RowEncoder::Csv(Arc::new(CsvFormat {
+                delimiter: o.delimiter,
+                quote: o.quote,
+                null: o.null_literal.clone(),
+            })),
+            Format::Json(_) => RowEncoder::Json(Arc::new(JsonFormat::new(names))),
+            Format::Raw => RowEncoder::Raw,
+        }
+    }
+
+    /// Appends `values` (one per column) to `out`.
+    pub(crate) fn encode<'v>(&self, values: impl Iterator<Item = &'v Value>, out: &mut Vec<u8>) {
+        // Writing into a Vec cannot fail.
+        let _ = match self {
+            RowEncoder::Csv(f) => values.enumerate().try_for_each(|(i, v)| {
+                if i > 0 {
+                    out.push(f.delimiter);
+                }
+                v.write_csv(&mut Bytes(out), f)
+            }),
+            RowEncoder::Json(f) => f.write(&mut Bytes(out), values),
+            RowEncoder::Raw => values.take(1).try_for_each(|v| match v {
+                Value::Str(s) => Bytes(out).write_str(s),
+                Value::Null => Ok(()),
+                other => other.write_print(&mut Bytes(out)),
+            }),
+        };
+    }
+}
+
+impl Builder<'_> {
+    /// Adds the sink of `table` writing `rows`.
+    pub fn sink(&mut self, rows: &Rows, table: &Table) -> Result<()> {
+        let name = format!("Sink: {}", table.name);
+        let uid = self.uid("sink");
+        let parallelism = table.sink_parallelism;
+        let names: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
+        let config = self.env.config();
+        let transactional = config.checkpoint.interval.is_some() || config.restore_from.is_some();
+        let append = |rows: &Rows| match rows {
+            Rows::Append(r) => Ok(r.clone()),
+            Rows::Changes(_) => Err(Error::Internal(format!(
+                "updates planned into the append-only table '{}'",
+                table.name
+            ))),
+        };
+        let sink: DataStreamSink = match &table.connector {
+            Connector::FileSystem { path, format } => {
+                let rows = append(rows)?;
+                let sink =
+                    match format {
+                        Format::Json(_) => {
+                            let f = Arc::new(JsonFormat::new(&names));
+                            let lines = rows.map(move |row| JsonLine(row, f.clone())).name("Json");
+                            match transactional {
+                                true => lines
+                                    .sink_exactly_once(&name, TransactionalFileSink::new(path)?),
+                                false => lines.write_as_text(path),
+                            }
+                        }
+                        _ => {
+                            let Format::Csv(csv) = format else {
+                                return Err(Error::Internal("a raw file".into()));
+                            };
+                            let f = Arc::new(CsvFormat {
+                                delimiter: csv.delimiter,
+                                quote: csv.quote,
+                                null: csv.null_literal.clone(),
+                            });
+                            let lines = rows
+                                .map(move |row| CsvLine(row, f.clone()))
+                                .name("CsvFormat");
+                            match transactional {
+                                true => lines
+                                    .sink_exactly_once(&name, TransactionalFileSink::new(path)?),
+                                false => lines.write_as_text(path),
+                            }
+                        }
+                    };
+                // One file: one sink subtask.
+                sink.set_parallelism(1)
+            }
+            Connector::Print { identifier, stderr } => {
+                let print = PrintRows {
+                    identifier: identifier.clone(),
+                    stderr: *stderr,
+                    prefix: String::new(),
+                    buf: Vec::new(),
+                };
+                match rows {
+                    Rows::Append(r) => r.sink(&name, print),
+                    Rows::Changes(c) => c.sink(&name, print),
+                }
+            }
+            Connector::Blackhole => match rows {
+                Rows::Append(r) => r.sink(&name, Blackhole),
+                Rows::Changes(c) => c.sink(&name, Blackhole),
+            },
+            #[cfg(feature = "kafka")]
+            Connector::Kafka(k) => self.kafka_sink(&append(rows)?, table, k, &name, &names)?,
+            #[cfg(feature = "kafka")]
+            Connector::UpsertKafka(k) => {
+                let changes = self.keyed(rows, table);
+                self.upsert_kafka_sink(&changes, table, k, &name, &names)?
+            }
+            #[cfg(feature = "postgres")]
+            Connector::Jdbc(j) => {
+                let changes = self.keyed(rows, table);
+                let job = self.job_name.clone().unwrap_or_else(|| "sql".into());
+                jdbc_sink(&changes, table, j, (&name, &uid, &job), transactional)?
+            }
+            #[allow(unreachable_patterns)]
+            other => {
+                return Err(Error::Internal(format!(
+                    "connector '{}' without its feature",
+                    other.kind()
+                )));
+            }
+        };
+        let mut sink = sink.name(&name).uid(&uid);
+        if let (Some(p), false) = (
+            parallelism,
+            matches!(table.connector, Connector::FileSystem { .. }),
+        ) {
+            sink = sink.set_parallelism(p);
+        }
+        if let Some(rate) = self.sink_rate {
+            sink.set_input_rate(rate);
+        }
+        Ok(())
+    }
+
+    /// `rows` as changes, repartitioned by `table`'s primary key when the
+    /// sink has a parallelism of its own and they are updates.
+    #[allow(dead_code)]
+    fn keyed(&mut self, rows: &Rows, table: &Table) -> DataStream<Change> {
+        let changes = rows.changes();
+        match (rows, table.sink_parallelism) {
+            (Rows::Changes(_), Some(_)) if !table.primary_key.is_empty() => {
+                let key = table.primary_key.clone();
+                changes
+                    .key_by(move |c: &Change| {
+                        key.iter().map(|&k| c.row[k].clone()).collect::<Vec<_>>()
+                    })
+                    .as_stream()
+                    .clone()
+            }
+            _ => changes,
+        }
+    }
+
+    #[cfg(feature = "kafka")]
+    fn kafka_sink(
+        &mut self,
+        rows: &DataStream<Row>,
+        table: &Table,
+        k: &super::connector::KafkaTable,
+        name: &str,
+        names: &[String],
+    ) -> Result<DataStreamSink> {
+        use crate::connectors::kafka_sink::KafkaSink;
+        let value = RowEncoder::new(&k.value, names);
+        let key = k.key.as_ref().map(|(f, cols)| {
+            let key_names: Vec<String> = cols
+                .iter()
+                .map(|&i| names[table.physical[i]].clone())
+                .collect();
+            let cols: Vec<usize> = cols.iter().map(|&i| table.physical[i]).collect();
+            (RowEncoder::new(f, &key_names), cols)
+        });
+        let mut sink = KafkaSink::<Row>::new(
+            &k.brokers,
+            &k.topic,
+            Arc::new(move |row: &Row, kb: &mut Vec<u8>, vb: &mut Vec<u8>| {
+                if let Some((enc, cols)) = &key {
+                    enc.encode(cols.iter().map(|&i| &row[i]), kb);
+                }
+                value.encode(row.iter(), vb);
+            }),
+        );
+        sink = configure(sink, k);
+        self.check_kafka(&sink, k)?;
+        Ok(match k.exactly_once {
+            true => rows.sink_exactly_once(name, sink.exactly_once()),
+            false => rows.sink(name, sink),
+        })
+    }
+
+    #[cfg(feature = "kafka")]
+    fn upsert_kafka_sink(
+        &mut self,
+        changes: &DataStream<Change>,
+        table: &Table,
+        k: &super::connector::KafkaTable,
+        name: &str,
+        names: &[String],
+    ) -> Result<DataStreamSink> {
+        use crate::connectors::kafka_sink::KafkaSink;
+        let value = RowEncoder::new(&k.value, names);
+        let key_names: Vec<String> = table
+            .primary_key
+            .iter()
+            .map(|&i| names[i].clone())
+            .collect();
+        let key_format = k
+            .key
+            .as_ref()
+            .map(|(f, _)| f.clone())
+            .unwrap_or(Format::Raw);
+        let key = RowEncoder::new(&key_format, &key_names);
+        let cols = table.primary_key.clone();
+        let mut sink = KafkaSink::<Change>::new(
+            &k.brokers,
+            &k.topic,
+            Arc::new(move |c: &Change, kb: &mut Vec<u8>, vb: &mut Vec<u8>| {
+                key.encode(cols.iter().map(|&i| &c.row[i]), kb);
+                if !c.kind.retracts() {
+                    value.encode(c.row.iter(), vb);
+                }
+            }),
+        )
+        .tombstones(Arc::new(|c: &Change| c.kind.retracts()));
+        sink = configure(sink, k);
+        self.check_kafka(&sink, k)?;
+        Ok(match k.exactly_once {
+            true => changes.sink_exactly_once(name, sink.exactly_once()),
+            false => changes.sink(name, sink),
+        })
+    }
+
+    #[cfg(feature = "kafka")]
+    fn check_kafka<T>(
+        &self,
+        sink: &crate::connectors::kafka_sink::KafkaSink<T>,
+        k: &super::connector::KafkaTable,
+    ) -> Result<()> {
+        if self.checks {
+            sink.check()?;
+            if k.exactly_once {
+                sink.check_transactions()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The table's client properties and transactional id prefix on a sink.
+#[cfg(feature = "kafka")]
+fn configure<T>(
+    mut sink: crate::connectors::kafka_sink::KafkaSink<T>,
+    k: &super::connector::KafkaTable,
+) -> crate::connectors::kafka_sink::KafkaSink<T> {
+    for (key, v) in &k.properties {
+        sink = sink.property(key, v);
+    }
+    if let Some(p) = &k.transactional_id_prefix {
+        sink = sink.transactional_id_prefix(p);
+    }
+    sink
+}
+
+#[cfg(feature = "postgres")]
+fn jdbc_sink(
+    changes: &DataStream<Change>,
+    table: &Table,
+    j: &super::connector::JdbcTable,
+    (name, uid, job): (&str, &str, &str),
+    transactional: bool,
+) -> Result<DataStreamSink> {
+    use super::value::SqlType;
+    use crate::connectors::postgres::{ColumnType, PostgresSink, PostgresSinkConfig, WriteMode};
+    let columns: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+    let types: Vec<ColumnType> = table
+        .columns
+        .iter()
+        .map(|c| match c.ty {
+            SqlType::Boolean => ColumnType::Bool,
+            SqlType::Int | SqlType::BigInt => ColumnType::Int8,
+            SqlType::Double => ColumnType::Float8,
+            SqlType::Decimal(..) => ColumnType::Numeric,
+            SqlType::Timestamp(_) => ColumnType::Timestamp,
+            SqlType::TimestampLtz(_) => ColumnType::TimestampTz,
+            _ => ColumnType::Text,
+        })
+        .collect();
+    let key: Vec<&str> = table.primary_key.iter().map(|&i| columns[i]).collect();
+    let mode = match key.is_empty() {
+        true => WriteMode::Append,
+        false => WriteMode::Upsert,
+    };
+    let job = job.replace(':', "_");
+    let pg = PostgresSinkConfig::new(j.connection.clone(), j.table.clone(), &columns, mode)
+        .key(&key)
+        .create_table(false)
+        .job(job)
+        .operator(format!("{}-{uid}", j.table.replace(['.', ':'], "_")));
+    let sink = PostgresSink::<Change>::with_types(pg, types)?;
+    Ok(match transactional {
+        true => changes.sink_exactly_once(name, sink),
+        false => changes.sink(name, sink),
+    })
+}
+
+/// A change as a PostgreSQL row: its values as the columns' parameters
+/// (numerics and timestamps as text), a `-U` or `-D` a delete of its key.
+#[cfg(feature = "postgres")]
+impl crate::connectors::postgres::PostgresRow for Change {
+    fn types() -> Vec<crate::connectors::postgres::ColumnType> {
+        // Known at run time: the sink is made with `with_types`.
+        Vec::new()
+    }
+
+    fn push(&self, columns: &mut [crate::connectors::postgres::Column]) {
+        use crate::connectors::postgres::Column;
+        for (v, c) in self.row.iter().zip(columns.iter_mut()) {
+            match c {
+                Column::Int8(x) => x.push(v.as_i64()),
+                Column::Float8(x) => x.push(v.as_f64()),
+                Column::Bool(x) => x.push(match v {
+                    Value::Bool(b) => Some(*b),
+                    _ => None,
+                }),
+                Column::Text(x) => x.push(match v {
+                    Value::Null => None,
+                    Value::Str(s) => Some(s.to_string()),
+                    Value::TimestampLtz(_) => Some(format!("{}+00", v.to_sql_string())),
+                    other => Some(other.to_sql_string()),
+                }),
+            }
+        }
+    }
+
+    fn is_delete(&self) -> bool {
+        self.kind.retracts()
+    }
+}
+
+/// What the `print` sink prints of a record.
+trait PrintRecord {
+    fn print(&self, out: &mut Vec<u8>);
+}
+
+impl PrintRecord for Row {
+    fn print(&self, out: &mut Vec<u8>) {
+        let _ = super::value::write_print_row(&mut Bytes(out), "+I", self);
+    }
+}
+
+impl PrintRecord for Change {
+    fn print(&self, out: &mut Vec<u8>) {
+        let _ = super::value::write_print_row(&mut Bytes(out), self.kind.short(), &self.row);
+    }
+}
+
+/// Flink's `print` connector: `+I[..]` lines, prefixed by the identifier
+/// and, with more than one sink subtask, the subtask's number.
+#[derive(Clone)]
+struct PrintRows {
+    identifier: Option<String>,
+    stderr: bool,
+    prefix: String,
+    buf: Vec<u8>,
+}
+
+impl<T: PrintRecord + Send + 'static> SinkFunction<T> for PrintRows {
+    async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        let n = ctx.subtask.0 + 1;
+        self.prefix = match (&self.identifier, ctx.parallelism > 1) {
+            (Some(id), true) => format!("{id}:{n}> "),
+            (Some(id), false) => format!("{id}> "),
+            (None, true) => format!("{n}> "),
+            (None, false) => String::new(),
+        };
+        Ok(())
+    }
+
+    async fn write(&mut self, batch: Batch<T>) -> Result<()> {
+        self.buf.clear();
+        for r in batch {
+            self.buf.extend_from_slice(self.prefix.as_bytes());
+            r.value.print(&mut self.buf);
+            self.buf.push(b'\n');
+        }
+        let result = if self.stderr {
+            let mut err = std::io::stderr().lock();
+            err.write_all(&self.buf).and_then(|_| err.flush())
+        } else {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&self.buf).and_then(|_| out.flush())
+        };
+        result.map_err(|e| Error::io("cannot write", "stdout", e))
+    }
+}
+
+/// Flink's `blackhole` connector: every row is dropped.
+#[derive(Clone, Copy)]
+struct Blackhole;
+
+impl<T: Send + 'static> SinkFunction<T> for Blackhole {
+    async fn write(&mut self, _batch: Batch<T>) -> Result<()> {
+        Ok(())
+    }
+}
