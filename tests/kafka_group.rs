@@ -358,3 +358,75 @@ fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
     let records = read_all(&broker, &output);
     check_changelog(&records, &all, true);
 }
+
+/// What group mode cannot run is refused before anything starts, in one
+/// `error:` line and exit code 1 (no broker is contacted for these).
+#[test]
+fn group_mode_refuses_what_it_cannot_run() {
+    let input = "kafka://127.0.0.1:1/in";
+    let output = "kafka://127.0.0.1:1/out";
+    let base = |extra: &[&str]| -> Vec<String> {
+        ["run", "wordcount", "--group", "g"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let cases: [(Vec<String>, &str); 6] = [
+        (base(&["--output", output]), "kafka:// --input"),
+        (base(&["--input", input]), "kafka:// --output"),
+        (
+            base(&["--input", input, "--output", output]),
+            "--checkpoint-dir",
+        ),
+        (
+            base(&[
+                "--input",
+                input,
+                "--output",
+                output,
+                "--checkpoint-dir",
+                "/tmp/x",
+            ]),
+            "--checkpoint-interval",
+        ),
+        (
+            base(&[
+                "--input",
+                input,
+                "--output",
+                output,
+                "--checkpoint-dir",
+                "/tmp/x",
+                "--checkpoint-interval",
+                "100",
+                "--unaligned",
+            ]),
+            "aligned checkpoints only",
+        ),
+        (
+            base(&[
+                "--input",
+                input,
+                "--output",
+                output,
+                "--checkpoint-dir",
+                "/tmp/x",
+                "--checkpoint-interval",
+                "100",
+                "--resume",
+            ]),
+            "committed offsets",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(says),
+            "{args:?}: one error line saying {says:?}, got:\n{stderr}"
+        );
+    }
+}

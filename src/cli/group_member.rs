@@ -165,6 +165,9 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     KafkaSource::lines(&input.brokers, &[input.topic.as_str()])
         .request_timeout(REQUEST_TIMEOUT)
         .check()?;
+    let out = KafkaSink::<String>::lines(&output.brokers, &output.topic);
+    out.check()?;
+    out.check_transactions()?;
     let input_partitions = ensure_topic(&input.brokers, &input.topic, 1, 1, REQUEST_TIMEOUT)?;
     let repartition = format!("floe-{name}-wordcount-words");
     let key_groups = ensure_topic(
