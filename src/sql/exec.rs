@@ -8,6 +8,8 @@
 //!   operator: the watermark is the largest `event time - delay` seen
 //!   (Flink SQL's, without the DataStream API's `- 1`), emitted per row
 //!   (`on-event`) or every 200 ms (`on-periodic`).
+//!   A table registered from a DataStream is that stream's rows, checked
+//!   against the table's columns, then the same watermarks.
 //! - `Calc`: one operator per filter and projection, chained, a batch at a
 //!   time.
 //! - `WindowAgg`: a `Calc` computing `[key.., arguments..]`, a hash exchange
@@ -23,6 +25,7 @@ use super::aggregate::RowAggregate;
 use super::csv::CsvDecoder;
 use super::expr::{Expr, project};
 use super::planner::{GroupItem, Plan, Window, WindowAgg};
+use super::stream::{StreamRowsOp, fixed_parallelism};
 use super::table::{Connector, Table, WatermarkEmit};
 use super::value::{CsvFormat, CsvLine, PrintLine, Row, SqlType, Value};
 use crate::connectors::file_source::FileSource;
@@ -33,6 +36,7 @@ use crate::time::WatermarkStrategy;
 use crate::window::WindowAssigner;
 use crate::{DataStream, Error, Record, Result, StreamExecutionEnvironment};
 use floe_actors::element::Batch;
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -124,6 +128,8 @@ pub struct Builder<'e> {
     operators: usize,
     /// The names of the sources added.
     pub sources: Vec<String>,
+    /// The rows of the tables registered from DataStreams, by table name.
+    pub streams: HashMap<String, DataStream<Row>>,
 }
 
 impl<'e> Builder<'e> {
@@ -136,6 +142,7 @@ impl<'e> Builder<'e> {
             env,
             operators,
             sources: Vec::new(),
+            streams: HashMap::new(),
         }
     }
 
@@ -164,10 +171,17 @@ impl<'e> Builder<'e> {
             name: "Calc".into(),
         };
         let uid = self.uid("calc");
-        input
+        let out = input
             .transform("Calc", move |_| op.clone())
             .name("Calc")
-            .uid(&uid)
+            .uid(&uid);
+        // Over a stream of a fixed parallelism (a registered DataStream of
+        // one subtask, say), a Calc runs at that parallelism, chained: a
+        // rebalance would let its rows overtake the watermarks.
+        match fixed_parallelism(input) {
+            Some(p) => out.set_parallelism(p),
+            None => out,
+        }
     }
 
     /// The stream of a plan's rows.
@@ -199,6 +213,21 @@ impl<'e> Builder<'e> {
     }
 
     fn scan(&mut self, t: &Table) -> Result<DataStream<Row>> {
+        if let Some(rows) = self.streams.get(&t.name).cloned() {
+            let op = StreamRowsOp::new(t);
+            let uid = self.uid("read");
+            let parallelism = fixed_parallelism(&rows);
+            let fixed = |rows: DataStream<Row>| match parallelism {
+                Some(p) => rows.set_parallelism(p),
+                None => rows,
+            };
+            let rows = fixed(
+                rows.transform("Calc", move |_| op.clone())
+                    .name("Calc")
+                    .uid(&uid),
+            );
+            return Ok(fixed(self.event_time(rows, t)));
+        }
         let Connector::FileSystem { path, csv } = &t.connector else {
             return Err(Error::Internal(format!(
                 "table '{}' is not a source",
@@ -235,8 +264,14 @@ impl<'e> Builder<'e> {
             .transform("Calc", move |_| read.clone())
             .name("Calc")
             .uid(&uid);
+        Ok(self.event_time(rows, t))
+    }
+
+    /// `rows` of `t` with their event times and watermarks, if `t` has a
+    /// `WATERMARK`.
+    fn event_time(&mut self, rows: DataStream<Row>, t: &Table) -> DataStream<Row> {
         let Some(w) = &t.watermark else {
-            return Ok(rows);
+            return rows;
         };
         let (col, delay) = (w.column, w.delay_ms);
         let millis = move |row: &Row| row[col].as_millis().unwrap_or(i64::MIN);
@@ -254,10 +289,9 @@ impl<'e> Builder<'e> {
             }
         };
         let uid = self.uid("watermarks");
-        Ok(rows
-            .assign_timestamps_and_watermarks(strategy)
+        rows.assign_timestamps_and_watermarks(strategy)
             .name("WatermarkAssigner")
-            .uid(&uid))
+            .uid(&uid)
     }
 
     fn window(&mut self, w: &WindowAgg) -> Result<DataStream<Row>> {
