@@ -63,6 +63,35 @@ fn cents(c: i64) -> String {
     format!("{sign}{}.{:02}", c.abs() / 100, c.abs() % 100)
 }
 
+/// Cents as Flink's csv format writes a decimal: Java's
+/// `BigDecimal.stripTrailingZeros().toString()` (`12.5`, `4596`, `2.35E+4`).
+fn written_cents(c: i64) -> String {
+    if c == 0 {
+        return "0".into();
+    }
+    let (mut unscaled, mut scale) = (c, 2i32);
+    while unscaled % 10 == 0 {
+        unscaled /= 10;
+        scale -= 1;
+    }
+    match scale {
+        1.. => cents(unscaled * 10i64.pow((2 - scale) as u32))
+            .trim_end_matches('0')
+            .to_string(),
+        0 => unscaled.to_string(),
+        _ => {
+            let digits = unscaled.abs().to_string();
+            let sign = if unscaled < 0 { "-" } else { "" };
+            let (first, rest) = digits.split_at(1);
+            let dot = if rest.is_empty() { "" } else { "." };
+            format!(
+                "{sign}{first}{dot}{rest}E+{}",
+                digits.len() as i32 - 1 - scale
+            )
+        }
+    }
+}
+
 fn write_input(path: &Path, items: &[Item]) {
     let mut text = String::new();
     for it in items {
@@ -106,7 +135,10 @@ fn expected(items: &[Item]) -> Vec<String> {
                 it.id,
                 csv_string(&it.name.to_uppercase()),
                 opt(it.qty.map(|q| (q * 2 + 1).to_string())),
-                opt(it.price.zip(it.qty).map(|(p, q)| cents(p * i64::from(q)))),
+                opt(it
+                    .price
+                    .zip(it.qty)
+                    .map(|(p, q)| written_cents(p * i64::from(q)))),
                 it.qty.unwrap_or(-1),
                 label,
                 it.name.chars().count(),

@@ -276,12 +276,34 @@ fn a_view_filters_before_the_window_and_having_filters_after() {
 /// 2024-01-01 00:00:00 in milliseconds since the epoch.
 const EPOCH_MS_2024: i64 = 1_704_067_200_000;
 
-/// A decimal as Flink writes it: `unscaled` at `scale` digits.
+/// A decimal, `unscaled` at `scale` digits, as Flink's csv format writes
+/// it: Java's `BigDecimal.stripTrailingZeros().toString()` (`12.5`,
+/// `4596`, `1.2E+3`; none of these values is below 10^-6).
 fn decimal(unscaled: i128, scale: u32) -> String {
-    let p = 10i128.pow(scale);
+    if unscaled == 0 {
+        return "0".into();
+    }
+    let (mut unscaled, mut scale) = (unscaled, scale as i32);
+    while unscaled % 10 == 0 {
+        unscaled /= 10;
+        scale -= 1;
+    }
     let sign = if unscaled < 0 { "-" } else { "" };
-    let a = unscaled.abs();
-    format!("{sign}{}.{:0width$}", a / p, a % p, width = scale as usize)
+    let digits = unscaled.abs().to_string();
+    match scale {
+        0 => format!("{sign}{digits}"),
+        s if s > 0 => {
+            let s = s as usize;
+            let padded = format!("{digits:0>width$}", width = s + 1);
+            let (int, frac) = padded.split_at(padded.len() - s);
+            format!("{sign}{int}.{frac}")
+        }
+        s => {
+            let (first, rest) = digits.split_at(1);
+            let dot = if rest.is_empty() { "" } else { "." };
+            format!("{sign}{first}{dot}{rest}E+{}", digits.len() as i32 - 1 - s)
+        }
+    }
 }
 
 #[test]

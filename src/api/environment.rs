@@ -98,6 +98,12 @@ impl StreamExecutionEnvironment {
         }
     }
 
+    /// Whether `other` is this environment (a clone of it), not another.
+    #[cfg(feature = "sql")]
+    pub(crate) fn same_as(&self, other: &StreamExecutionEnvironment) -> bool {
+        Arc::ptr_eq(&self.inner.0, &other.inner.0)
+    }
+
     /// A copy of the current configuration.
     pub fn config(&self) -> Config {
         self.inner.borrow().config.clone()

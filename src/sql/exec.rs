@@ -4,6 +4,8 @@
 //! - `Scan` ([`sources`](super::sources)): the parallel file source or the
 //!   Kafka source, decoding rows, a `Calc` filling computed columns, then,
 //!   with a `WATERMARK`, the timestamps and watermarks operator.
+//!   A table registered from a DataStream is that stream's rows, checked
+//!   against the table's columns, then the same watermarks.
 //! - `Calc`: one operator per filter and projection, chained, a batch at a
 //!   time; over updates, the same on each change, its kind kept.
 //! - `WindowAgg`: a `Calc` computing `[key.., arguments..]`, a hash exchange
@@ -20,11 +22,13 @@ use super::aggregate::RowAggregate;
 use super::changelog::{Change, ChangeCalcOp, GroupAggregate, RowKind};
 use super::expr::{Expr, project};
 use super::planner::{GroupAgg, GroupItem, Plan, Window, WindowAgg};
+use super::stream::fixed_parallelism;
 use super::value::{Row, SqlType, Value};
 use crate::operators::{Operator, Output};
 use crate::window::WindowAssigner;
 use crate::{DataStream, Error, Record, Result, StreamExecutionEnvironment};
 use floe_actors::element::Batch;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The rows of a plan: plain rows, or changes (an updating plan).
@@ -104,6 +108,8 @@ pub struct Builder<'e> {
     pub(super) sink_rate: Option<f64>,
     /// The job's name, if known when it is built.
     pub(super) job_name: Option<String>,
+    /// The rows of the tables registered from DataStreams, by table name.
+    pub streams: HashMap<String, DataStream<Row>>,
 }
 
 impl<'e> Builder<'e> {
@@ -120,6 +126,7 @@ impl<'e> Builder<'e> {
             checks,
             sink_rate: None,
             job_name: None,
+            streams: HashMap::new(),
         }
     }
 
@@ -148,10 +155,17 @@ impl<'e> Builder<'e> {
             name: "Calc".into(),
         };
         let uid = self.uid("calc");
-        input
+        let out = input
             .transform("Calc", move |_| op.clone())
             .name("Calc")
-            .uid(&uid)
+            .uid(&uid);
+        // Over a stream of a fixed parallelism (a registered DataStream of
+        // one subtask, say), a Calc runs at that parallelism, chained: a
+        // rebalance would let its rows overtake the watermarks.
+        match fixed_parallelism(input) {
+            Some(p) => out.set_parallelism(p),
+            None => out,
+        }
     }
 
     /// The rows of `plan`. `retract`: whoever reads them needs each update's

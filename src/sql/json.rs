@@ -327,10 +327,9 @@ fn write_value(out: &mut impl fmt::Write, v: &Value) -> fmt::Result {
     match v {
         Value::Null => out.write_str("null"),
         Value::Str(s) => write_string(out, s),
-        Value::Timestamp(_) | Value::TimestampLtz(_) => {
-            let text = v.to_sql_string();
+        Value::Timestamp(ms) | Value::TimestampLtz(ms) => {
             out.write_char('"')?;
-            out.write_str(&text)?;
+            super::value::write_sql_timestamp(out, *ms)?;
             if matches!(v, Value::TimestampLtz(_)) {
                 out.write_char('Z')?;
             }

@@ -65,6 +65,7 @@ pub mod planner;
 pub mod select;
 pub mod sinks;
 pub mod sources;
+pub mod stream;
 pub mod table;
 pub mod typing;
 pub mod value;
@@ -72,9 +73,10 @@ pub mod value;
 pub use changelog::{Change, RowKind};
 pub use dialect::FlinkDialect;
 pub use error::{SqlError, SqlErrorKind};
+pub use stream::SqlStream;
 pub use value::{Row, SqlType, Value};
 
-use crate::{JobResult, Result, StreamExecutionEnvironment};
+use crate::{DataStream, JobResult, Result, StreamExecutionEnvironment};
 use bind::assignable;
 use error::{SqlResult, err};
 use expr::Expr;
@@ -82,6 +84,7 @@ use parse::Statement;
 use planner::{Catalog, Entry, Plan, Planner};
 use sqlparser::ast::{ObjectName, Spanned};
 use sqlparser::tokenizer::Span;
+use std::collections::HashMap;
 use std::sync::Arc;
 use table::{Connector, Table};
 
@@ -104,6 +107,8 @@ pub struct SqlSession {
     env: StreamExecutionEnvironment,
     catalog: Catalog,
     sink_rate: Option<f64>,
+    /// The rows of the tables registered from DataStreams.
+    streams: HashMap<String, DataStream<Row>>,
 }
 
 impl SqlSession {
@@ -114,6 +119,7 @@ impl SqlSession {
             env: env.clone(),
             catalog: Catalog::default(),
             sink_rate: None,
+            streams: HashMap::new(),
         }
     }
 
@@ -159,6 +165,7 @@ impl SqlSession {
                 _ => None,
             })
         });
+        builder.streams = self.streams.clone();
         let built = inserts.iter().try_for_each(|(plan, sink)| {
             let rows = builder.stream(plan, retracts(sink))?;
             builder.sink(&rows, sink)
@@ -190,6 +197,131 @@ impl SqlSession {
         Ok((planned, Some(result)))
     }
 
+    /// Registers `stream`, a stream of this session's environment, as the
+    /// table `name` that queries read. `schema` is the column list of a
+    /// `CREATE TABLE` (`"user_id STRING, amount INT, ts TIMESTAMP(3),
+    /// WATERMARK FOR ts AS ts - INTERVAL '1' SECOND"`): physical columns,
+    /// which each row of the stream holds in order (a `Value` of the
+    /// column's type, or `NULL`; a decimal is brought to the column's scale),
+    /// computed columns and a watermark, emitted after every row that
+    /// advances it. The rows are read at the stream's parallelism when it
+    /// was fixed (a source of one subtask), so each subtask's rows keep
+    /// their order. A row that does not fit fails the job, without
+    /// restarts, naming the table and the column. The table cannot be
+    /// written.
+    ///
+    /// # Examples
+    /// ```
+    /// use floe::sql::{SqlSession, Value};
+    ///
+    /// let env = floe::StreamExecutionEnvironment::new();
+    /// env.set_parallelism(1);
+    /// let clicks = env.from_collection(vec![
+    ///     vec![Value::Str("alice".into()), Value::Int(3)],
+    ///     vec![Value::Str("bob".into()), Value::Int(5)],
+    /// ]);
+    /// let mut session = SqlSession::new(&env);
+    /// session.register_stream("clicks", &clicks, "name STRING, n INT")?;
+    /// let big = session.query_to_stream("SELECT UPPER(name), n * 10 FROM clicks WHERE n > 4")?;
+    /// let rows = big.stream.collect();
+    /// env.execute()?;
+    /// let rows: Vec<String> = rows.take().iter().map(|r| format!("{r:?}")).collect();
+    /// assert_eq!(rows, [r#"[Str("BOB"), Int(50)]"#]);
+    /// # Ok::<(), floe::Error>(())
+    /// ```
+    pub fn register_stream(
+        &mut self,
+        name: &str,
+        stream: &DataStream<Row>,
+        schema: &str,
+    ) -> Result<()> {
+        let refuse = |message: String| Err(err!(Invalid, Span::empty(), "{message}").into());
+        if !stream.env.same_as(&self.env) {
+            return refuse(format!(
+                "the stream registered as '{name}' belongs to another environment"
+            ));
+        }
+        if name.is_empty() || name.contains('`') {
+            return refuse(format!("'{name}' is not a table name"));
+        }
+        if self.catalog.entries.contains_key(name) {
+            return refuse(format!("table or view '{name}' already exists"));
+        }
+        // The schema is read as the body of a `CREATE TABLE`, from line 2.
+        let ddl = format!("CREATE TABLE `{name}` (\n{schema}\n) WITH ('connector' = 'blackhole')");
+        let one_line_up = |e: crate::Error| match e {
+            crate::Error::Sql(mut e) if e.line > 1 => {
+                e.line -= 1;
+                crate::Error::Sql(e)
+            }
+            other => other,
+        };
+        let statements = parse::parse_script(&ddl).map_err(|e| one_line_up(e.into()))?;
+        let [Statement::CreateTable(def)] = statements.as_slice() else {
+            return refuse(format!(
+                "the schema of '{name}' is not a list of columns and a watermark"
+            ));
+        };
+        if def.options.len() != 1 {
+            return refuse(format!(
+                "the schema of '{name}' is not a list of columns and a watermark"
+            ));
+        }
+        let mut table = Table::from_ddl(def).map_err(|e| one_line_up(e.into()))?;
+        if let Some(w) = &mut table.watermark {
+            w.emit = table::WatermarkEmit::OnEvent;
+        }
+        self.catalog
+            .entries
+            .insert(name.to_string(), Entry::Table(Arc::new(table)));
+        self.catalog.streams.insert(name.to_string());
+        self.streams.insert(name.to_string(), stream.clone());
+        Ok(())
+    }
+
+    /// The rows of `query` (a `SELECT`, a window aggregate, a `UNION ALL`
+    /// over the session's tables and views) as a stream of this session's
+    /// environment, for DataStream operators and sinks; the caller runs the
+    /// job. Nothing is added if the query does not plan.
+    pub fn query_to_stream(&mut self, query: &str) -> Result<SqlStream> {
+        let statements = parse::parse_script(query)?;
+        let [Statement::Query(q, _)] = statements.as_slice() else {
+            let at = match statements.first() {
+                Some(Statement::Query(_, at) | Statement::Explain(_, at)) => *at,
+                _ => Span::empty(),
+            };
+            return Err(err!(Invalid, at, "query_to_stream takes one query").into());
+        };
+        let at = match &statements[0] {
+            Statement::Query(_, at) => *at,
+            _ => Span::empty(),
+        };
+        let plan = Planner::new(&self.catalog).query(q)?;
+        let before = self.env.inner.borrow().nodes.len();
+        let mut builder = exec::Builder::new(&self.env, true);
+        builder.streams = self.streams.clone();
+        match builder.stream(&plan, false) {
+            Ok(exec::Rows::Append(stream)) => Ok(SqlStream {
+                stream,
+                columns: plan.columns().to_vec(),
+            }),
+            Ok(exec::Rows::Changes(_)) => {
+                self.env.inner.borrow_mut().nodes.truncate(before);
+                Err(err!(
+                    Unsupported,
+                    at,
+                    "query_to_stream takes a query whose rows are only inserted; \
+                     a GROUP BY without a window produces updates"
+                )
+                .into())
+            }
+            Err(e) => {
+                self.env.inner.borrow_mut().nodes.truncate(before);
+                Err(e)
+            }
+        }
+    }
+
     /// The text of `EXPLAIN statement`: the plan, and the job graph built in
     /// an environment of its own with this one's configuration.
     fn explain(&self, catalog: &Catalog, s: &Statement, at: Span) -> Result<String> {
@@ -211,6 +343,15 @@ impl SqlSession {
         };
         let env = StreamExecutionEnvironment::with_config(self.env.config());
         let mut builder = exec::Builder::new(&env, false);
+        // A DataStream table shows as a source of its own.
+        builder.streams = self
+            .streams
+            .keys()
+            .map(|name| {
+                let rows = env.from_collection(Vec::<Row>::new());
+                (name.clone(), rows.name(&format!("DataStream: {name}")))
+            })
+            .collect();
         let rows = builder.stream(&plan, sink.as_ref().is_none_or(retracts))?;
         match &sink {
             Some(t) => builder.sink(&rows, t)?,
@@ -380,6 +521,11 @@ fn sink_table(catalog: &Catalog, name: &ObjectName, at: Span) -> SqlResult<Arc<T
         _ => at,
     };
     match catalog.entries.get(&key) {
+        Some(Entry::Table(_)) if catalog.streams.contains(&key) => Err(err!(
+            Invalid,
+            at,
+            "'{key}' is a DataStream registered as a table; it cannot be written"
+        )),
         Some(Entry::Table(t)) => Ok(t.clone()),
         Some(Entry::View(_)) => Err(err!(Invalid, at, "'{key}' is a view; INSERT INTO a table")),
         None => Err(err!(UnknownTable, at, "unknown table '{key}'")),

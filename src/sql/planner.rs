@@ -14,7 +14,9 @@ use super::bind::{AggCall, Binder, Column, Scope};
 use super::dialect::table_argument;
 use super::error::{SqlResult, err};
 use super::expr::Expr;
-use super::select::{calc, descriptor, has_aggregate, max_column, projection_text, select_list};
+use super::select::{
+    calc, descriptor, has_aggregate, max_column, projection_text, select_list, widen,
+};
 use super::table::{Connector, Table};
 use super::value::SqlType;
 use sqlparser::ast::{
@@ -22,7 +24,7 @@ use sqlparser::ast::{
     SetOperator, SetQuantifier, Spanned, TableFactor,
 };
 use sqlparser::tokenizer::Span;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// What a name of the catalog stands for.
@@ -39,6 +41,8 @@ pub enum Entry {
 pub struct Catalog {
     /// By name (case-sensitive, as Flink's identifiers).
     pub entries: HashMap<String, Entry>,
+    /// The tables whose rows are a DataStream (read-only).
+    pub streams: HashSet<String>,
 }
 
 /// A window table-valued function.
@@ -268,8 +272,9 @@ impl<'c> Planner<'c> {
                         rc.len()
                     ));
                 }
+                let mut types = Vec::with_capacity(lc.len());
                 for (a, b) in lc.iter().zip(rc) {
-                    if a.ty != b.ty && !(a.ty == SqlType::Null || b.ty == SqlType::Null) {
+                    let Some(t) = SqlType::common(a.ty, b.ty) else {
                         return Err(err!(
                             TypeMismatch,
                             right.span(),
@@ -278,8 +283,10 @@ impl<'c> Planner<'c> {
                             a.ty,
                             b.ty
                         ));
-                    }
+                    };
+                    types.push(t);
                 }
+                let (l, r) = (widen(l, &types), widen(r, &types));
                 let mut inputs = match l {
                     Plan::Union(v) => v,
                     other => vec![other],
@@ -304,6 +311,9 @@ impl<'c> Planner<'c> {
     fn named(&mut self, name: &ObjectName, at: Span) -> SqlResult<Plan> {
         let key = name.to_string().replace('`', "");
         match self.catalog.entries.get(&key) {
+            Some(Entry::Table(t)) if self.catalog.streams.contains(&key) => {
+                Ok(Plan::Scan(t.clone()))
+            }
             Some(Entry::Table(t)) => match t.connector {
                 Connector::FileSystem { .. } | Connector::Kafka(_) => Ok(Plan::Scan(t.clone())),
                 _ => Err(err!(
@@ -666,7 +676,7 @@ impl<'c> Planner<'c> {
             ));
         }
         let mut binder = Binder::grouped(&scope, group.clone());
-        let (project, mut out) = select_list(&mut binder, &s.projection, &scope)?;
+        let (project, out) = select_list(&mut binder, &s.projection, &scope)?;
         let having = match &s.having {
             None => None,
             Some(h) => {
@@ -699,11 +709,8 @@ impl<'c> Planner<'c> {
                 rowtime: false,
             });
         }
-        // The window's event time stays an event-time attribute only as
-        // `window_time`.
-        for c in &mut out {
-            c.rowtime = c.rowtime && c.name == "window_time";
-        }
+        // `window_time` (also renamed) stays an event-time attribute: the
+        // scope marks no other column as one.
         let pre = match filter {
             Some(f) => {
                 let project = (0..n).map(Expr::Column).collect();

@@ -1,10 +1,12 @@
 //! The parts of a `SELECT` the planner reads outside its `FROM`: the
-//! select list, `DESCRIPTOR(col)`, and what an expression uses.
+//! select list, `DESCRIPTOR(col)`, what an expression uses, and the casts
+//! putting the inputs of a `UNION ALL` in common types.
 
 use super::bind::{Binder, Column, Scope};
 use super::error::{SqlResult, err};
 use super::expr::Expr;
 use super::planner::Plan;
+use super::value::SqlType;
 use sqlparser::ast::{self, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, Spanned};
 
 /// The column index of `DESCRIPTOR(col)` in `input`.
@@ -196,4 +198,39 @@ pub(crate) fn has_aggregate(items: &[SelectItem]) -> bool {
         SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => walk(e),
         _ => false,
     })
+}
+
+/// `plan` with its columns cast to `types` where they differ: the inputs
+/// of a `UNION ALL` in their common types (Flink's least restrictive
+/// type: `DECIMAL(12, 3)` and `DECIMAL(23, 3)` give `DECIMAL(23, 3)`).
+pub(crate) fn widen(plan: Plan, types: &[SqlType]) -> Plan {
+    let columns = plan.columns();
+    if columns.iter().zip(types).all(|(c, t)| c.ty == *t) {
+        return plan;
+    }
+    let project = columns
+        .iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, (c, &t))| match c.ty == t {
+            true => Expr::Column(i),
+            false => Expr::Cast(Box::new(Expr::Column(i)), t, false),
+        })
+        .collect();
+    let columns = columns
+        .iter()
+        .zip(types)
+        .map(|(c, &ty)| Column {
+            name: c.name.clone(),
+            ty,
+            rowtime: c.rowtime && c.ty == ty,
+        })
+        .collect();
+    Plan::Calc {
+        input: Box::new(plan),
+        filter: None,
+        project,
+        columns,
+        text: "select=[UNION ALL types]".into(),
+    }
 }

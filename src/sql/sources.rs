@@ -122,6 +122,21 @@ impl Operator<Option<Row>, Row> for ReadOp {
 impl Builder<'_> {
     /// The rows of table `t`, read by its connector.
     pub(super) fn scan(&mut self, t: &Table) -> Result<DataStream<Row>> {
+        if let Some(rows) = self.streams.get(&t.name).cloned() {
+            let op = super::stream::StreamRowsOp::new(t);
+            let uid = self.uid("read");
+            let parallelism = super::stream::fixed_parallelism(&rows);
+            let fixed = |rows: DataStream<Row>| match parallelism {
+                Some(p) => rows.set_parallelism(p),
+                None => rows,
+            };
+            let rows = fixed(
+                rows.transform("Calc", move |_| op.clone())
+                    .name("Calc")
+                    .uid(&uid),
+            );
+            return Ok(fixed(self.event_time(rows, t)));
+        }
         let name = format!("Source: {}", t.name);
         let uid = self.uid("source");
         let rows = match &t.connector {
@@ -157,8 +172,14 @@ impl Builder<'_> {
             .transform("Calc", move |_| read.clone())
             .name("Calc")
             .uid(&uid);
+        Ok(self.event_time(rows, t))
+    }
+
+    /// `rows` of `t` with their event times and watermarks, if `t` has a
+    /// `WATERMARK`.
+    fn event_time(&mut self, rows: DataStream<Row>, t: &Table) -> DataStream<Row> {
         let Some(w) = &t.watermark else {
-            return Ok(rows);
+            return rows;
         };
         let (col, delay) = (w.column, w.delay_ms);
         let millis = move |row: &Row| row[col].as_millis().unwrap_or(i64::MIN);
@@ -176,10 +197,9 @@ impl Builder<'_> {
             }
         };
         let uid = self.uid("watermarks");
-        Ok(rows
-            .assign_timestamps_and_watermarks(strategy)
+        rows.assign_timestamps_and_watermarks(strategy)
             .name("WatermarkAssigner")
-            .uid(&uid))
+            .uid(&uid)
     }
 
     /// A `kafka` table's rows: floe's Kafka source over its topic, each

@@ -340,6 +340,12 @@ fn days_in_month(y: i64, m: u32) -> u32 {
     }
 }
 
+/// A timestamp as Flink's SQL format writes it (`yyyy-MM-dd HH:mm:ss` and
+/// the fraction without trailing zeros): CSV and JSON.
+pub(crate) fn write_sql_timestamp(out: &mut impl fmt::Write, ms: i64) -> fmt::Result {
+    write_timestamp(out, ms, ' ', TimeStyle::Sql)
+}
+
 /// How a timestamp's time of day is written.
 #[derive(Clone, Copy)]
 enum TimeStyle {
@@ -352,6 +358,9 @@ enum TimeStyle {
     /// Java's `Instant.toString`: seconds always, the fraction in groups
     /// of three digits (print).
     Instant,
+    /// Seconds and the three digits of `TIMESTAMP(3)` always, as
+    /// `CAST(ts AS STRING)` gives them.
+    Cast,
 }
 
 fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeStyle) -> fmt::Result {
@@ -381,6 +390,7 @@ fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeSty
                 write!(out, ".{frac}")?;
             }
         }
+        TimeStyle::Cast => write!(out, ":{s:02}.{milli:03}")?,
         TimeStyle::Java | TimeStyle::Instant => {
             if s != 0 || milli != 0 || matches!(style, TimeStyle::Instant) {
                 write!(out, ":{s:02}")?;
@@ -423,30 +433,55 @@ fn write_double(out: &mut impl fmt::Write, v: f64) -> fmt::Result {
     write!(out, "E{exp}")
 }
 
-/// Java's `BigDecimal.toString` for a scale of at least 0: plain, unless
-/// the adjusted exponent is below -6.
+/// Java's `BigDecimal.toPlainString`: digits and a point, never an
+/// exponent (`12.50`, `0.00000010`), as Flink's `DecimalData.toString`,
+/// `CAST(.. AS STRING)` and the `print` connector show a decimal.
 fn write_decimal(out: &mut impl fmt::Write, unscaled: i128, scale: u8) -> fmt::Result {
     let digits = unscaled.unsigned_abs().to_string();
     let sign = if unscaled < 0 { "-" } else { "" };
     let scale = usize::from(scale);
-    let adjusted = digits.len() as i64 - 1 - scale as i64;
+    if scale == 0 {
+        write!(out, "{sign}{digits}")
+    } else if digits.len() > scale {
+        let (i, f) = digits.split_at(digits.len() - scale);
+        write!(out, "{sign}{i}.{f}")
+    } else {
+        write!(out, "{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
+    }
+}
+
+/// A decimal as Flink's `csv` format writes it: Java's
+/// `BigDecimal.stripTrailingZeros().toString()` (its JSON node factory
+/// strips the zeros): `12.5` for `12.50`, `0` for `0.00`, `1E+3` for
+/// `1000.00`, `1E-7` for `0.00000010`.
+fn write_decimal_csv(out: &mut impl fmt::Write, unscaled: i128, scale: u8) -> fmt::Result {
+    if unscaled == 0 {
+        return out.write_str("0");
+    }
+    let (mut unscaled, mut scale) = (unscaled, i64::from(scale));
+    while unscaled % 10 == 0 {
+        unscaled /= 10;
+        scale -= 1;
+    }
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    let adjusted = digits.len() as i64 - 1 - scale;
     if scale == 0 {
         return write!(out, "{sign}{digits}");
     }
-    if adjusted >= -6 {
-        if digits.len() > scale {
-            let (i, f) = digits.split_at(digits.len() - scale);
-            write!(out, "{sign}{i}.{f}")
-        } else {
-            write!(out, "{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
-        }
-    } else {
-        let (first, rest) = digits.split_at(1);
-        if rest.is_empty() {
-            write!(out, "{sign}{first}E{adjusted}")
-        } else {
-            write!(out, "{sign}{first}.{rest}E{adjusted}")
-        }
+    if scale > 0 && adjusted >= -6 {
+        // `scale` is at most 38 here.
+        return write_decimal(out, unscaled, scale as u8);
+    }
+    let (first, rest) = digits.split_at(1);
+    write!(out, "{sign}{first}")?;
+    if !rest.is_empty() {
+        write!(out, ".{rest}")?;
+    }
+    match adjusted {
+        0 => Ok(()),
+        a if a > 0 => write!(out, "E+{a}"),
+        a => write!(out, "E{a}"),
     }
 }
 
@@ -494,6 +529,7 @@ impl Value {
                     None => Ok(()),
                 }
             }
+            Value::Decimal(u, s) => write_decimal_csv(out, *u, *s),
             other => other.write_plain(out),
         }
     }
@@ -528,8 +564,9 @@ impl Value {
     pub fn to_sql_string(&self) -> String {
         let mut s = String::new();
         let _ = match self {
-            Value::Timestamp(ms) => write_timestamp(&mut s, *ms, ' ', TimeStyle::Sql),
-            Value::TimestampLtz(ms) => write_timestamp(&mut s, *ms, ' ', TimeStyle::Sql),
+            Value::Timestamp(ms) | Value::TimestampLtz(ms) => {
+                write_timestamp(&mut s, *ms, ' ', TimeStyle::Cast)
+            }
             other => other.write_print(&mut s),
         };
         s
@@ -643,8 +680,25 @@ mod tests {
         assert_eq!(csv(Value::Double(1.5e-4)), "1.5E-4");
         assert_eq!(csv(Value::Decimal(1234, 2)), "12.34");
         assert_eq!(csv(Value::Decimal(-5, 2)), "-0.05");
-        assert_eq!(csv(Value::Decimal(0, 2)), "0.00");
-        assert_eq!(csv(Value::Decimal(1, 7)), "1E-7");
+        assert_eq!(csv(Value::Decimal(0, 2)), "0");
+        assert_eq!(csv(Value::Decimal(1250, 2)), "12.5");
+        assert_eq!(csv(Value::Decimal(459_600, 2)), "4596");
+        assert_eq!(csv(Value::Decimal(100_000, 2)), "1E+3");
+        assert_eq!(csv(Value::Decimal(-1_200_000, 2)), "-1.2E+4");
+        assert_eq!(csv(Value::Decimal(10, 8)), "1E-7");
+        assert_eq!(csv(Value::Decimal(12, 8)), "1.2E-7");
+        assert_eq!(csv(Value::Decimal(-50, 3)), "-0.05");
+        assert_eq!(print(Value::Decimal(1250, 2)), "12.50");
+        assert_eq!(print(Value::Decimal(10, 8)), "0.00000010");
+        assert_eq!(Value::Decimal(100_000, 2).to_sql_string(), "1000.00");
+        assert_eq!(
+            Value::Timestamp(1_154_920).to_sql_string(),
+            "1970-01-01 00:19:14.920"
+        );
+        assert_eq!(
+            Value::TimestampLtz(0).to_sql_string(),
+            "1970-01-01 00:00:00.000"
+        );
         assert_eq!(rescale(125, 2, 1), Some(13));
         assert_eq!(rescale(-125, 2, 1), Some(-13));
     }
