@@ -292,17 +292,22 @@ impl<T> KafkaSink<T> {
 
     /// Checks that the brokers can run this sink's transactions (the
     /// exactly-once sink needs them): initialises a producer on the id
-    /// `PREFIX-probe` and commits a transaction holding only an offset of
-    /// the group `PREFIX-probe` (no record in the topic), which makes the
+    /// `PREFIX-probe-PID-N` (unique: processes that start together do not
+    /// fence each other) and commits a transaction holding only an offset
+    /// of the group `PREFIX-probe` (no record in the topic), which makes the
     /// commit reach the broker (librdkafka commits an empty transaction
     /// without asking it, so a broker without `EndTxn` would pass).
     pub fn check_transactions(&self) -> Result<()> {
-        let id = format!("{}-probe", self.prefix);
+        let group_id = format!("{}-probe", self.prefix);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!("{group_id}-{}-{nanos}", std::process::id());
         let (producer, _) = self.producer(Some(&id))?;
         let brokers = &self.brokers;
         let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
-            .set("group.id", &id)
+            .set("group.id", &group_id)
             .set("log_level", "4")
             .create()
             .map_err(KafkaError::client("consumer"))?;
