@@ -8,8 +8,7 @@ use super::bind::{Binder, Column, Scope};
 use super::error::{SqlResult, err};
 use super::expr::Expr;
 use super::planner::{GroupAgg, Plan, Planner};
-use super::select::{projection_text, select_list};
-use super::value::SqlType;
+use super::select::{bind_having, projection_text, select_list};
 use sqlparser::ast::{self, Spanned};
 
 impl Planner<'_> {
@@ -58,20 +57,7 @@ impl Planner<'_> {
         }
         let mut binder = Binder::grouped(&scope, keys.clone());
         let (project, mut out) = select_list(&mut binder, &s.projection, &scope)?;
-        let having = match &s.having {
-            None => None,
-            Some(h) => {
-                let (x, ty) = binder.bind(h)?;
-                if !matches!(ty, SqlType::Boolean | SqlType::Null) {
-                    return Err(err!(
-                        TypeMismatch,
-                        h.span(),
-                        "HAVING must be BOOLEAN, not {ty}"
-                    ));
-                }
-                Some(x)
-            }
-        };
+        let having = bind_having(&mut binder, s.having.as_ref())?;
         let calls = binder.into_calls();
         let mut agg_columns: Vec<Column> = keys.iter().map(|&i| columns[i].clone()).collect();
         for (i, c) in calls.iter().enumerate() {

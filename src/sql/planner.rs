@@ -15,7 +15,7 @@ use super::dialect::table_argument;
 use super::error::{SqlResult, err};
 use super::expr::Expr;
 use super::select::{
-    calc, descriptor, has_aggregate, max_column, projection_text, select_list, widen,
+    bind_having, calc, descriptor, has_aggregate, max_column, projection_text, select_list, widen,
 };
 use super::table::{Connector, Table};
 use super::value::SqlType;
@@ -677,20 +677,7 @@ impl<'c> Planner<'c> {
         }
         let mut binder = Binder::grouped(&scope, group.clone());
         let (project, out) = select_list(&mut binder, &s.projection, &scope)?;
-        let having = match &s.having {
-            None => None,
-            Some(h) => {
-                let (x, ty) = binder.bind(h)?;
-                if !matches!(ty, SqlType::Boolean | SqlType::Null) {
-                    return Err(err!(
-                        TypeMismatch,
-                        h.span(),
-                        "HAVING must be BOOLEAN, not {ty}"
-                    ));
-                }
-                Some(x)
-            }
-        };
+        let having = bind_having(&mut binder, s.having.as_ref())?;
         let calls = binder.into_calls();
         for c in &calls {
             if c.arg.as_ref().and_then(max_column).is_some_and(|m| m >= n) {

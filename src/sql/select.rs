@@ -234,3 +234,26 @@ pub(crate) fn widen(plan: Plan, types: &[SqlType]) -> Plan {
         text: "select=[UNION ALL types]".into(),
     }
 }
+
+/// A `HAVING` condition bound in the grouped scope; it must be BOOLEAN.
+pub(super) fn bind_having(
+    binder: &mut super::bind::Binder,
+    having: Option<&sqlparser::ast::Expr>,
+) -> super::error::SqlResult<Option<super::expr::Expr>> {
+    use sqlparser::ast::Spanned;
+    let Some(h) = having else {
+        return Ok(None);
+    };
+    let (x, ty) = binder.bind(h)?;
+    if !matches!(
+        ty,
+        super::value::SqlType::Boolean | super::value::SqlType::Null
+    ) {
+        return Err(super::error::err!(
+            TypeMismatch,
+            h.span(),
+            "HAVING must be BOOLEAN, not {ty}"
+        ));
+    }
+    Ok(Some(x))
+}
