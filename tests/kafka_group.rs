@@ -206,6 +206,37 @@ fn status_info(addr: &str) -> serde_json::Value {
     status["info"].clone()
 }
 
+/// A test's broker, its input (6 partitions) and output (3) topics, its
+/// group's name and its shared checkpoint directory.
+struct Topics {
+    broker: String,
+    input: String,
+    output: String,
+    group: String,
+    dir: tempfile::TempDir,
+}
+
+impl Topics {
+    /// New names under `prefix`, the topics created; `None` when the
+    /// services are skipped on purpose.
+    fn new(prefix: &str) -> Option<Topics> {
+        let broker = broker()?;
+        let (input, output) = (
+            unique(&format!("{prefix}-in")),
+            unique(&format!("{prefix}-out")),
+        );
+        create_topic(&broker, &input, PARTITIONS);
+        create_topic(&broker, &output, 3);
+        Some(Topics {
+            broker,
+            input,
+            output,
+            group: unique("g"),
+            dir: tempfile::tempdir().expect("tempdir"),
+        })
+    }
+}
+
 /// Three members over a 6-partition topic; one is killed with `kill -9`
 /// mid-run (its partitions move, their state is restored from the
 /// checkpoints their committed offsets name); a fourth joins; more input
@@ -213,14 +244,17 @@ fn status_info(addr: &str) -> serde_json::Value {
 /// the oracle's, every update exactly once.
 #[test]
 fn members_that_die_and_join_keep_the_counts_exact() {
-    let Some(broker) = broker() else { return };
-    let input = unique("group-in");
-    let output = unique("group-out");
-    let group = unique("g");
-    create_topic(&broker, &input, PARTITIONS);
-    create_topic(&broker, &output, 3);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let dir = dir.path().to_str().expect("utf-8 path").to_string();
+    let Some(Topics {
+        broker,
+        input,
+        output,
+        group,
+        dir: _keep,
+    }) = Topics::new("group")
+    else {
+        return;
+    };
+    let dir = _keep.path().to_str().expect("utf-8 path").to_string();
     let lines = corpus(30, 6000, 300);
     let (first, second) = lines.split_at(3000);
     produce(&broker, &input, PARTITIONS, first);
@@ -310,14 +344,17 @@ fn signal(member: &Member, signal: &str) {
 /// oracle's changelog: nothing the frozen member wrote is counted twice.
 #[test]
 fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
-    let Some(broker) = broker() else { return };
-    let input = unique("fence-in");
-    let output = unique("fence-out");
-    let group = unique("g");
-    create_topic(&broker, &input, PARTITIONS);
-    create_topic(&broker, &output, 3);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let dir = dir.path().to_str().expect("utf-8 path").to_string();
+    let Some(Topics {
+        broker,
+        input,
+        output,
+        group,
+        dir: _keep,
+    }) = Topics::new("fence")
+    else {
+        return;
+    };
+    let dir = _keep.path().to_str().expect("utf-8 path").to_string();
     let lines = corpus(31, 4500, 200);
     produce(&broker, &input, PARTITIONS, &lines[..1500]);
     let mut a = Member::start(&broker, &input, &output, &group, &dir);
