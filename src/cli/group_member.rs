@@ -217,7 +217,7 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     let prometheus = args
         .observe
         .install(&StreamExecutionEnvironment::new(), "wordcount")?;
-    let served = args.observe.serve_jobs(prometheus, None)?;
+    let served = args.observe.serve_jobs(prometheus, None, None)?;
     let jobs = served.as_ref().map(|(_, jobs)| jobs);
     let (membership, events) = Membership::join(config)?;
     let result = member_loop(args, &group, &events, &stop, jobs);

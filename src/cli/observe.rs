@@ -76,20 +76,20 @@ impl ObserveArgs {
         job: &JobHandle,
         savepoints: Option<std::path::PathBuf>,
     ) -> Result<Option<Endpoint>> {
-        let Some((endpoint, jobs)) = self.serve_jobs(prometheus, savepoints)? else {
-            return Ok(None);
-        };
-        // A new registry holds no job yet: the insert cannot be refused.
-        let _ = jobs.insert(job.clone());
-        Ok(Some(endpoint))
+        Ok(self
+            .serve_jobs(prometheus, savepoints, Some(job))?
+            .map(|(endpoint, _)| endpoint))
     }
 
-    /// Starts serving an empty registry, if an address was given: a
-    /// command that runs one job after another (group mode) registers each.
+    /// Starts serving a registry holding `first` (registered before the
+    /// address is printed, so a client reading it finds the job), if an
+    /// address was given: a command that runs one job after another (group
+    /// mode) registers each later one itself.
     pub fn serve_jobs(
         &self,
         prometheus: Option<PrometheusHandle>,
         savepoints: Option<std::path::PathBuf>,
+        first: Option<&JobHandle>,
     ) -> Result<Option<(Endpoint, Jobs)>> {
         let (Some(addr), Some(prometheus)) = (&self.metrics_addr, prometheus) else {
             return Ok(None);
@@ -97,6 +97,10 @@ impl ObserveArgs {
         let mut jobs = Jobs::new().with_prometheus(prometheus);
         if let Some(dir) = savepoints {
             jobs = jobs.with_savepoint_dir(dir);
+        }
+        if let Some(job) = first {
+            // A new registry holds no job yet: the insert cannot be refused.
+            let _ = jobs.insert(job.clone());
         }
         let server =
             BackgroundServer::start(addr, floe::http::router(jobs.clone())).map_err(|e| {
