@@ -54,3 +54,7 @@ pub use member::run_wordcount;
 #[cfg(feature = "kafka")]
 #[path = "group_member.rs"]
 mod member;
+
+#[cfg(all(feature = "kafka", feature = "postgres"))]
+#[path = "group_postgres.rs"]
+mod postgres;

@@ -42,7 +42,14 @@ struct Group {
     dir: String,
     /// This process's name in run directories.
     member: String,
+    /// `--output postgres://…`: the counts go there (`output` is unused).
+    postgres: Option<Postgres>,
 }
+
+#[cfg(feature = "postgres")]
+type Postgres = super::postgres::PostgresCounts;
+#[cfg(not(feature = "postgres"))]
+type Postgres = std::convert::Infallible;
 
 /// The assignment a member holds.
 struct Held {
@@ -125,13 +132,19 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     let Some(output) = args.output.as_deref().and_then(|p| p.to_str()) else {
         return bad("--group needs a kafka:// --output".into());
     };
-    let Some(output) = KafkaUrl::parse(output) else {
-        return bad(
-            "--group needs a kafka:// --output (PostgreSQL is not yet supported in group mode)"
-                .into(),
-        );
+    #[cfg(feature = "postgres")]
+    let postgres = super::postgres::postgres_counts(output, name).transpose()?;
+    #[cfg(not(feature = "postgres"))]
+    let postgres: Option<Postgres> = None;
+    let output = match KafkaUrl::parse(output) {
+        Some(output) => output?,
+        None if postgres.is_some() => KafkaUrl {
+            brokers: input.brokers.clone(),
+            topic: String::new(),
+            params: Vec::new(),
+        },
+        None => return bad("--group needs a kafka:// or postgres:// --output".into()),
     };
-    let output = output?;
     let cp = &args.checkpoints;
     let Some(dir) = cp.checkpoint_dir.as_deref() else {
         return bad("--group needs --checkpoint-dir, shared by every member".into());
@@ -165,9 +178,11 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     KafkaSource::lines(&input.brokers, &[input.topic.as_str()])
         .request_timeout(REQUEST_TIMEOUT)
         .check()?;
-    let out = KafkaSink::<String>::lines(&output.brokers, &output.topic);
-    out.check()?;
-    out.check_transactions()?;
+    if postgres.is_none() {
+        let out = KafkaSink::<String>::lines(&output.brokers, &output.topic);
+        out.check()?;
+        out.check_transactions()?;
+    }
     let input_partitions = ensure_topic(&input.brokers, &input.topic, 1, 1, REQUEST_TIMEOUT)?;
     let repartition = format!("floe-{name}-wordcount-words");
     let key_groups = ensure_topic(
@@ -200,6 +215,7 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
                 .map(|d| d.as_micros() as u64 & 0xffff_ffff)
                 .unwrap_or(0)
         ),
+        postgres,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let _signals = super::super::signal::flag_on_signal(stop.clone())?;
@@ -419,9 +435,28 @@ fn start(
     // checkpoint, which completes before its commit: three are kept.
     config.checkpoint.retained = config.checkpoint.retained.max(3);
     config.restart = Some(floe::failover::RestartStrategy::None);
-    config.restore_key_groups = restore_sources(group, &counted)?;
-    env.set_config(config);
     let commit = GroupCommit::new(&run, metadata.clone());
+    // PostgreSQL output: the counted partitions' positions and marks are
+    // claimed from PostgreSQL, not read from the group's offsets.
+    #[cfg(feature = "postgres")]
+    let claim = match &group.postgres {
+        Some(pg) if !counted.is_empty() => Some(pg.claim(
+            &group.name,
+            &group.member,
+            *generation,
+            commit.clone(),
+            &counted,
+        )?),
+        _ => None,
+    };
+    #[cfg(not(feature = "postgres"))]
+    let claim: Option<std::convert::Infallible> = None;
+    config.restore_key_groups = match &claim {
+        #[cfg(feature = "postgres")]
+        Some(claim) => claim.restore_sources(&group.dir),
+        _ => restore_sources(group, &counted)?,
+    };
+    env.set_config(config);
     if !inputs.is_empty() {
         let source = KafkaSource::lines(&group.brokers, &[group.input.as_str()])
             .group_id(&group.name)
@@ -466,21 +501,34 @@ fn start(
         .starting_offsets(StartingOffsets::Committed)
         .partitions(&counted)
         .group_commit(commit.clone());
-        let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
-            .transactional_id_prefix(&format!("floe-{}-output", run.replace('/', ".")))
-            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
-            .group_offsets(commit.clone(), &[group.repartition.as_str()]);
-        env.add_source("Repartition Source", move |ctx| source.reader(ctx))
+        let source = match &claim {
+            #[cfg(feature = "postgres")]
+            Some(claim) => claim.source(source),
+            _ => source,
+        };
+        let counts = env
+            .add_source("Repartition Source", move |ctx| source.reader(ctx))
             .uid("repartition-source")
             .key_by_field(|t: &(SmolStr, u64)| &t.0)
             .sum(|t: &mut (SmolStr, u64)| &mut t.1)
-            .uid("count")
-            .map(|(word, count): (SmolStr, u64)| format!("{word},{count}"))
-            .name("Format")
-            .uid("format")
-            .sink_exactly_once("Kafka Sink", sink.exactly_once())
-            .uid("kafka-sink")
-            .set_parallelism(1);
+            .uid("count");
+        match (&claim, &group.postgres) {
+            #[cfg(feature = "postgres")]
+            (Some(claim), Some(pg)) => claim.sink(pg, &counts, args.checkpoints.sink_rate)?,
+            _ => {
+                let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
+                    .transactional_id_prefix(&format!("floe-{}-output", run.replace('/', ".")))
+                    .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+                    .group_offsets(commit.clone(), &[group.repartition.as_str()]);
+                counts
+                    .map(|(word, count): (SmolStr, u64)| format!("{word},{count}"))
+                    .name("Format")
+                    .uid("format")
+                    .sink_exactly_once("Kafka Sink", sink.exactly_once())
+                    .uid("kafka-sink")
+                    .set_parallelism(1);
+            }
+        }
     }
     let handle = env.execute_async()?;
     if let Some(jobs) = jobs {

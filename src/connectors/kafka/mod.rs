@@ -259,6 +259,7 @@ pub struct KafkaSource<T> {
     watermarks: Option<PartitionWatermarks>,
     only: Option<Arc<std::collections::BTreeSet<(String, i32)>>>,
     group_commit: Option<Arc<group::GroupCommit>>,
+    start_at: Option<Arc<std::collections::BTreeMap<(String, i32), i64>>>,
 }
 
 /// Per-partition watermarks of a Kafka source (Flink's bounded
@@ -288,6 +289,7 @@ impl<T> Clone for KafkaSource<T> {
             watermarks: self.watermarks,
             only: self.only.clone(),
             group_commit: self.group_commit.clone(),
+            start_at: self.start_at.clone(),
         }
     }
 }
@@ -325,6 +327,7 @@ impl<T: Send + 'static> KafkaSource<T> {
             watermarks: None,
             only: None,
             group_commit: None,
+            start_at: None,
         }
     }
 
@@ -372,6 +375,15 @@ impl<T: Send + 'static> KafkaSource<T> {
     /// itself.
     pub fn group_commit(mut self, commit: Arc<group::GroupCommit>) -> Self {
         self.group_commit = Some(commit);
+        self
+    }
+
+    /// At a fresh start, each listed partition starts at its given next
+    /// offset, as ((topic, partition), offset), instead of the configured
+    /// start: positions kept outside Kafka (group mode's PostgreSQL
+    /// output keeps them with its rows).
+    pub fn start_at(mut self, offsets: &[((String, i32), i64)]) -> Self {
+        self.start_at = Some(Arc::new(offsets.iter().cloned().collect()));
         self
     }
 

@@ -220,6 +220,13 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
             StartingOffsets::Earliest
         };
         self.resolve(&mut new, start)?;
+        if let Some(at) = self.config.start_at.as_ref().filter(|_| self.initial) {
+            for p in new.iter_mut() {
+                if let Some(next) = at.get(&(p.topic.clone(), p.partition)) {
+                    p.next = *next;
+                }
+            }
+        }
         if self.config.bounded {
             self.set_ends(&mut new)?;
         }

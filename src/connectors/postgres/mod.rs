@@ -60,9 +60,14 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
 mod columns;
+mod error;
+#[cfg(feature = "kafka")]
+pub mod group;
 mod statements;
 use columns::last_per_key;
 pub use columns::{Column, ColumnType, PostgresRow, PostgresValue};
+pub use error::PostgresError;
+use error::server;
 use statements::{Sql, identifier, statements};
 
 /// How often a `COMMIT`/`ROLLBACK PREPARED` of a transaction another
@@ -74,61 +79,6 @@ const BUSY_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(5
 const FORMER_WRITERS_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 const FORMER_WRITERS_TERMINATE: std::time::Duration = std::time::Duration::from_secs(5);
 const FORMER_WRITERS_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// Errors of the PostgreSQL sink.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PostgresError {
-    /// The URL is not `postgres://USER:PASS@HOST:PORT/DB?table=T`.
-    #[error("invalid PostgreSQL URL '{url}': {reason}")]
-    BadUrl {
-        /// The URL, without its password.
-        url: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A table or column name is not a plain SQL identifier.
-    #[error("invalid SQL identifier '{0}' (letters, digits and '_', optionally schema.name)")]
-    BadIdentifier(String),
-    /// The server refused a connection or a statement.
-    #[error("PostgreSQL {action}: {detail}")]
-    Server {
-        /// What was being done.
-        action: String,
-        /// The server's message (SQLSTATE and text) or the client's error.
-        detail: String,
-        /// The client's error.
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    /// Sessions of a former attempt of the sink stayed open through
-    /// recovery (terminating them failed).
-    #[error(
-        "sessions {pids:?} of a former attempt of the PostgreSQL sink are still open after {waited_ms} ms (terminating them failed)"
-    )]
-    FormerWriters {
-        /// Their backends.
-        pids: Vec<i32>,
-        /// How long recovery waited.
-        waited_ms: u64,
-    },
-}
-
-fn server(action: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Error {
-    let action = action.into();
-    move |source| {
-        let detail = match source.as_db_error() {
-            Some(db) => format!("{} ({})", db.message(), db.code().code()),
-            None => source.to_string(),
-        };
-        PostgresError::Server {
-            action,
-            detail,
-            source,
-        }
-        .into()
-    }
-}
 
 /// How rows are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,6 +254,12 @@ struct Connected {
     deletes: Vec<bool>,
 }
 
+/// Group mode's fence and positions, committed with the rows.
+#[cfg(feature = "kafka")]
+type GroupSlot = Option<Arc<group::GroupFence>>;
+#[cfg(not(feature = "kafka"))]
+type GroupSlot = ();
+
 /// The PostgreSQL sink: a [`TwoPhaseCommitSink`] (exactly-once; add
 /// it with [`DataStream::sink_exactly_once`](crate::DataStream::sink_exactly_once))
 /// and a [`SinkFunction`] writing each batch in
@@ -319,6 +275,8 @@ pub struct PostgresSink<R> {
     /// the committer, a clone, only finishes prepared transactions.
     writes: bool,
     conn: Option<Connected>,
+    /// Group mode: the positions committed with the rows, fenced.
+    group: GroupSlot,
     _row: PhantomData<fn(R)>,
 }
 
@@ -331,6 +289,7 @@ impl<R> Clone for PostgresSink<R> {
             subtask: self.subtask,
             writes: false,
             conn: None,
+            group: self.group.clone(),
             _row: PhantomData,
         }
     }
@@ -381,6 +340,7 @@ impl<R: PostgresRow> PostgresSink<R> {
             subtask: 0,
             writes: false,
             conn: None,
+            group: Default::default(),
             _row: PhantomData,
         })
     }
@@ -415,6 +375,22 @@ impl<R: PostgresRow> PostgresSink<R> {
         Ok(client)
     }
 
+    /// The `application_name`s of the data and the control session; in
+    /// group mode named after the group, generation and member, so that a
+    /// new owner can end a former owner's.
+    fn session_names(&self) -> (String, String) {
+        #[cfg(feature = "kafka")]
+        if let Some(fence) = &self.group {
+            let data = fence.session(if self.writes { "w" } else { "k" });
+            return (data, fence.session("c"));
+        }
+        let data = match self.writes {
+            true => self.config.writer_session(self.subtask),
+            false => format!("floe {:016x} committer", self.config.tag()),
+        };
+        (data, format!("floe {:016x} control", self.config.tag()))
+    }
+
     async fn ensure_connected(&mut self) -> Result<&mut Connected> {
         if self.conn.is_none() {
             let Sql {
@@ -422,14 +398,9 @@ impl<R: PostgresRow> PostgresSink<R> {
                 create,
                 delete,
             } = self.sql()?;
-            let name = match self.writes {
-                true => self.config.writer_session(self.subtask),
-                false => format!("floe {:016x} committer", self.config.tag()),
-            };
+            let (name, control) = self.session_names();
             let data = self.connect(&name).await?;
-            let control = self
-                .connect(&format!("floe {:016x} control", self.config.tag()))
-                .await?;
+            let control = self.connect(&control).await?;
             let data_pid: i32 = data
                 .query_one("SELECT pg_backend_pid()", &[])
                 .await
@@ -726,7 +697,13 @@ impl<R: PostgresRow> TwoPhaseCommitSink<R> for PostgresSink<R> {
     ) -> Result<()> {
         txn.gid = self.gid(checkpoint);
         let sql = format!("PREPARE TRANSACTION '{}'", txn.gid.replace('\'', "''"));
+        #[cfg(feature = "kafka")]
+        let group = self.group.clone();
         let conn = self.ensure_connected().await?;
+        #[cfg(feature = "kafka")]
+        if let (Some(fence), Some(checkpoint)) = (group, checkpoint) {
+            fence.commit_positions(&conn.data, checkpoint).await?;
+        }
         conn.data
             .batch_execute(&sql)
             .await

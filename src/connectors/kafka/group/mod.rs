@@ -76,7 +76,7 @@ impl std::fmt::Display for OffsetMark {
 }
 
 /// A partition's position: topic, partition, next offset.
-type Position = (String, i32, i64);
+pub type Position = (String, i32, i64);
 
 /// Each partition's next offset, by (topic, partition).
 type Offsets = BTreeMap<(String, i32), i64>;
@@ -141,6 +141,28 @@ impl GroupCommit {
         while all.len() > KEPT_CHECKPOINTS {
             all.pop_first();
         }
+    }
+
+    /// The mark of `checkpoint` of this run (`floe:RUN/chk-N`).
+    pub fn mark(&self, checkpoint: CheckpointId) -> OffsetMark {
+        OffsetMark {
+            run: self.run.clone(),
+            checkpoint: checkpoint.0,
+        }
+    }
+
+    /// The next offsets of the partitions of `topics` the sources held at
+    /// `checkpoint`, as (topic, partition, next offset), sorted (empty when
+    /// none recorded any): for sinks that commit them elsewhere than to
+    /// Kafka.
+    pub fn positions(&self, topics: &[String], checkpoint: CheckpointId) -> Vec<Position> {
+        let all = self.positions.lock().unwrap_or_else(|e| e.into_inner());
+        all.get(&checkpoint.0)
+            .into_iter()
+            .flatten()
+            .filter(|((topic, _), _)| topics.iter().any(|t| t == topic))
+            .map(|((topic, partition), next)| (topic.clone(), *partition, *next))
+            .collect()
     }
 
     /// The offsets of `topics` at `checkpoint`, each marked with the

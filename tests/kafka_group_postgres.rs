@@ -1,0 +1,392 @@
+//! Group mode into PostgreSQL: one word count run by several `floe`
+//! processes of one consumer group, its counts upserted into a table
+//! whose rows commit with the counting stage's positions
+//! (`docs/scale-out.md`).
+//!
+//! Members are killed with `kill -9`, join, are frozen past the session
+//! timeout and come back while input arrives; the table must equal the
+//! oracle (a HashMap of word counts over the lines written, by floe's own
+//! tokenizer) exactly. Every wait is for an event (a `rebalance` line, the
+//! table reaching the oracle), bounded by a watchdog.
+
+#![cfg(all(feature = "kafka", feature = "postgres"))]
+
+#[path = "kafka_support/mod.rs"]
+mod kafka_support;
+
+use kafka_support::*;
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::process::Child;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// The input topic's partitions, and the repartition topic's.
+const PARTITIONS: i32 = 6;
+
+/// One `floe run wordcount --group … --output postgres://…` process and
+/// its stderr lines.
+struct Member {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Member {
+    fn start(t: &Setup, extra: &[&str]) -> Member {
+        let args: Vec<String> = [
+            "run",
+            "wordcount",
+            "--input",
+            &format!("kafka://{}/{}", t.broker, t.input),
+            "--output",
+            &format!("{}?table={}", t.pg, t.table),
+            "--group",
+            &t.group,
+            "--group-partitions",
+            &PARTITIONS.to_string(),
+            "--session-timeout",
+            "6000",
+            "--checkpoint-dir",
+            t.dir.path().to_str().expect("utf-8 path"),
+            "--checkpoint-interval",
+            "200",
+            "--parallelism",
+            "2",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        let mut child = floe(&args).spawn().expect("floe runs");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Member {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Takes the lines printed so far.
+    fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// Waits for a line that `matches` (after those seen), within the
+    /// watchdog.
+    fn wait_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let hit = matches(&line);
+                    self.seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("member ended before {what}:\n{}", self.seen.join("\n"))
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {WATCHDOG:?}:\n{}",
+                self.seen.join("\n")
+            );
+        }
+    }
+
+    fn wait_rebalance(&mut self, what: &str) {
+        self.wait_line(what, |l| l.starts_with("rebalance generation="));
+    }
+
+    fn signal(&self, signal: &str) {
+        let _ = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status();
+    }
+
+    fn kill9(mut self) {
+        self.signal("-9");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then its exit: the status and every stderr line.
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        self.signal("-TERM");
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                // The reader thread ends with the pipe.
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                    self.seen.push(line);
+                }
+                return (status, self.seen);
+            }
+            self.drain();
+            assert!(
+                Instant::now() < deadline,
+                "member still running {WATCHDOG:?} after SIGTERM:\n{}",
+                self.seen.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A test's servers, topic, table, group and shared checkpoint directory.
+struct Setup {
+    broker: String,
+    pg: String,
+    input: String,
+    table: String,
+    group: String,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// New names under `prefix`, the input topic created; `None` when the
+    /// services are skipped on purpose.
+    fn new(prefix: &str) -> Option<Setup> {
+        let (broker, pg) = (broker()?, postgres_url()?);
+        let input = unique(&format!("{prefix}-in"));
+        create_topic(&broker, &input, PARTITIONS);
+        let group = unique(prefix);
+        let table = format!("wc_{}", group.replace('-', "_"));
+        Some(Setup {
+            broker,
+            pg,
+            input,
+            table,
+            group,
+            dir: tempfile::tempdir().expect("tempdir"),
+        })
+    }
+
+    fn produce(&self, lines: &[String]) {
+        produce(&self.broker, &self.input, PARTITIONS, lines);
+    }
+
+    /// The table's counts (empty while it does not exist).
+    fn table(&self) -> HashMap<String, u64> {
+        try_query(&self.pg, &format!("SELECT word, count FROM {}", self.table))
+            .unwrap_or_default()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+            .collect()
+    }
+
+    /// Waits until the table equals `oracle`, within the watchdog; the
+    /// members' lines and the differences on failure.
+    fn wait_for(&self, oracle: &HashMap<String, u64>, members: &mut [&mut Member]) {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let got = self.table();
+            if &got == oracle {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let mut text = String::new();
+                for m in members.iter_mut() {
+                    m.drain();
+                    text.push_str(&m.seen.join("\n"));
+                    text.push_str("\n---\n");
+                }
+                panic!(
+                    "table {} not the oracle within {WATCHDOG:?}: {}\n{text}",
+                    self.table,
+                    differences(&got, oracle)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Rolls back the prepared transactions the group's last runs left
+    /// (the next claim would), so that the server's slots stay free.
+    fn cleanup(&self) {
+        let gids = query(
+            &self.pg,
+            &format!(
+                "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'floe:{}/%'",
+                self.group
+            ),
+        );
+        for r in gids {
+            let gid: String = r.get(0);
+            let _ = try_query(&self.pg, &format!("ROLLBACK PREPARED '{gid}'"));
+        }
+    }
+}
+
+/// The words whose counts differ, a few of them.
+fn differences(got: &HashMap<String, u64>, oracle: &HashMap<String, u64>) -> String {
+    let mut words: Vec<&String> = got.keys().chain(oracle.keys()).collect();
+    words.sort();
+    words.dedup();
+    let wrong: Vec<String> = words
+        .into_iter()
+        .filter(|w| got.get(*w) != oracle.get(*w))
+        .map(|w| format!("{w}: {:?} want {:?}", got.get(w), oracle.get(w)))
+        .collect();
+    format!(
+        "{} of {} words differ: {}",
+        wrong.len(),
+        oracle.len(),
+        wrong.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Three members over a 6-partition topic; one is killed with `kill -9`
+/// mid-stream (its prepared and open transactions are resolved by the
+/// partitions' new owners, whose state comes from the checkpoints the
+/// table's positions name); a fourth joins; more input arrives; all stop
+/// with SIGTERM. The table is the oracle's, every word and its count.
+#[test]
+fn members_that_die_and_join_keep_the_table_exact() {
+    let Some(t) = Setup::new("pgroup") else {
+        return;
+    };
+    let lines = corpus(40, 4000, 300);
+    t.produce(&lines[..2000]);
+    let mut a = Member::start(&t, &[]);
+    let mut b = Member::start(&t, &[]);
+    let mut c = Member::start(&t, &[]);
+    for m in [&mut a, &mut b, &mut c] {
+        m.wait_rebalance("a rebalance line");
+    }
+    // B dies with its first records counted and more arriving.
+    b.wait_line("a first record", |l| l.starts_with("first_record"));
+    t.produce(&lines[2000..3000]);
+    b.kill9();
+    let mut d = Member::start(&t, &[]);
+    d.wait_rebalance("a rebalance line");
+    t.produce(&lines[3000..]);
+    t.wait_for(&oracle(&lines), &mut [&mut a, &mut c, &mut d]);
+    for m in [a, c, d] {
+        let (status, seen) = m.terminate();
+        let text = seen.join("\n");
+        assert_eq!(status.code(), Some(143), "SIGTERM exits 143:\n{text}");
+        assert!(seen.iter().any(|l| l.starts_with("records=")), "{text}");
+    }
+    // After every member stopped: still exactly the oracle.
+    let got = t.table();
+    assert!(
+        got == oracle(&lines),
+        "{}",
+        differences(&got, &oracle(&lines))
+    );
+    t.cleanup();
+}
+
+/// A member frozen (SIGSTOP) past the session timeout loses its
+/// partitions to the other, which ends the frozen member's sessions and
+/// its prepared transactions and takes the partitions' rows into its
+/// generation. The words written meanwhile appear in no later input, so a
+/// commit of the frozen member after SIGCONT (counts from its older state,
+/// throttled so that it commits them over several checkpoints) would leave
+/// them too low for good: the fence refuses it, and the table stays the
+/// oracle's.
+#[test]
+fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
+    let Some(t) = Setup::new("pgfence") else {
+        return;
+    };
+    let before = corpus(41, 400, 150);
+    let frozen = corpus(42, 3000, 150);
+    // Words of another vocabulary: the frozen member's stale counts of
+    // the first two parts would never be written over again.
+    let after: Vec<String> = corpus(43, 400, 150)
+        .iter()
+        .map(|l| l.replace('w', "v"))
+        .collect();
+    t.produce(&before);
+    let mut a = Member::start(&t, &[]);
+    let mut b = Member::start(&t, &["--sink-rate", "3000"]);
+    for m in [&mut a, &mut b] {
+        m.wait_rebalance("a rebalance line");
+    }
+    t.wait_for(&oracle(&before), &mut [&mut a, &mut b]);
+    b.signal("-STOP");
+    t.produce(&frozen);
+    a.wait_rebalance("the rebalance after the freeze");
+    let mut so_far = before.clone();
+    so_far.extend(frozen.iter().cloned());
+    t.wait_for(&oracle(&so_far), &mut [&mut a]);
+    b.signal("-CONT");
+    b.wait_rebalance("the rebalance after coming back");
+    t.produce(&after);
+    so_far.extend(after.iter().cloned());
+    t.wait_for(&oracle(&so_far), &mut [&mut a, &mut b]);
+    for m in [a, b] {
+        let (status, seen) = m.terminate();
+        assert_eq!(status.code(), Some(143), "{}", seen.join("\n"));
+    }
+    let got = t.table();
+    assert!(
+        got == oracle(&so_far),
+        "{}",
+        differences(&got, &oracle(&so_far))
+    );
+    t.cleanup();
+}
+
+/// What group mode with a PostgreSQL output cannot run is refused before
+/// anything starts, in one `error:` line and exit code 1.
+#[test]
+fn group_mode_into_postgres_refuses_what_it_cannot_run() {
+    let Some(pg) = postgres_url() else {
+        return;
+    };
+    let long = "g".repeat(120);
+    let base = |group: &str, output: &str| -> Vec<String> {
+        [
+            "run",
+            "wordcount",
+            "--group",
+            group,
+            "--input",
+            "kafka://127.0.0.1:1/in",
+            "--output",
+            output,
+            "--checkpoint-dir",
+            "/tmp/x",
+            "--checkpoint-interval",
+            "100",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let cases: [(Vec<String>, &str); 3] = [
+        (base("g", &pg), "missing ?table="),
+        (
+            base("g", "postgres://floe:floe@127.0.0.1:1/floe?table=t"),
+            "cannot reach PostgreSQL",
+        ),
+        (base(&long, &format!("{pg}?table=t")), "too long"),
+    ];
+    for (args, says) in cases {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(says),
+            "{args:?}: one error line saying {says:?}, got:\n{stderr}"
+        );
+    }
+}
