@@ -292,40 +292,47 @@ fn members_that_die_and_join_keep_the_table_exact() {
     t.cleanup();
 }
 
-/// A member frozen (SIGSTOP) past the session timeout loses its
-/// partitions to the other, which ends the frozen member's sessions and
-/// its prepared transactions and takes the partitions' rows into its
-/// generation. The words written meanwhile appear in no later input, so a
-/// commit of the frozen member after SIGCONT (counts from its older state,
-/// throttled so that it commits them over several checkpoints) would leave
-/// them too low for good: the fence refuses it, and the table stays the
-/// oracle's.
+/// A member frozen (SIGSTOP) mid-stream, past the session timeout, with a
+/// transaction open on its rows, loses its partitions to the other: the
+/// new owner ends the frozen member's sessions (their open transactions
+/// roll back, their row locks go) and prepared transactions, takes the
+/// partitions' rows into its generation, and counts on while the member
+/// stays frozen. Back (SIGCONT), the member's commits are fenced, it
+/// rejoins, and the table stays the oracle's.
 #[test]
 fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
     let Some(t) = Setup::new("pgfence") else {
         return;
     };
-    let before = corpus(41, 400, 150);
-    let frozen = corpus(42, 3000, 150);
-    // Words of another vocabulary: the frozen member's stale counts of
-    // the first two parts would never be written over again.
-    let after: Vec<String> = corpus(43, 400, 150)
-        .iter()
-        .map(|l| l.replace('w', "v"))
-        .collect();
+    let before = corpus(41, 300, 150);
+    let during = corpus(42, 3000, 150);
+    let after = corpus(43, 300, 150);
     t.produce(&before);
     let mut a = Member::start(&t, &[]);
-    let mut b = Member::start(&t, &["--sink-rate", "3000"]);
+    // Throttled, in small batches: it is still counting `during` when it
+    // is frozen, a transaction open on its rows.
+    let mut b = Member::start(&t, &["--sink-rate", "1000", "--batch-size", "32"]);
     for m in [&mut a, &mut b] {
         m.wait_rebalance("a rebalance line");
     }
     t.wait_for(&oracle(&before), &mut [&mut a, &mut b]);
-    b.signal("-STOP");
-    t.produce(&frozen);
-    a.wait_rebalance("the rebalance after the freeze");
+    t.produce(&during);
     let mut so_far = before.clone();
-    so_far.extend(frozen.iter().cloned());
-    t.wait_for(&oracle(&so_far), &mut [&mut a]);
+    so_far.extend(during.iter().cloned());
+    let all_during = oracle(&so_far);
+    // Frozen once its share of `during` is partly counted.
+    let deadline = Instant::now() + WATCHDOG;
+    while t.table() == oracle(&before) {
+        assert!(Instant::now() < deadline, "no count of the second part");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        t.table() != all_during,
+        "the throttled member was still counting"
+    );
+    b.signal("-STOP");
+    a.wait_rebalance("the rebalance after the freeze");
+    t.wait_for(&all_during, &mut [&mut a]);
     b.signal("-CONT");
     b.wait_rebalance("the rebalance after coming back");
     t.produce(&after);
@@ -389,4 +396,136 @@ fn group_mode_into_postgres_refuses_what_it_cannot_run() {
             "{args:?}: one error line saying {says:?}, got:\n{stderr}"
         );
     }
+}
+
+/// The fence itself, step by step against PostgreSQL, as the sink and the
+/// claims use it: a generation's positions commit in a prepared
+/// transaction; a newer generation's claim reads them and fences the
+/// older one, whose next transaction and claim fail; a transaction
+/// prepared and never committed (a member killed between `PREPARE` and
+/// `COMMIT PREPARED`) is rolled back by the next claim, which resumes
+/// from the positions and checkpoint committed before it.
+#[test]
+fn a_newer_generation_fences_the_older_and_rolls_back_its_prepared_transaction() {
+    use floe::CheckpointId;
+    use floe::connectors::kafka::group::{GroupCommit, OffsetMark};
+    use floe::connectors::postgres::PostgresError;
+    use floe::connectors::postgres::group::GroupFence;
+    use rdkafka::consumer::Consumer;
+    use std::sync::Arc;
+
+    let Some(pg) = postgres_url() else {
+        return;
+    };
+    let group = unique("fence");
+    // Never connects: only its group's metadata is used.
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("group.id", &group)
+        .set("bootstrap.servers", "127.0.0.1:1")
+        .create()
+        .expect("a consumer");
+    let metadata = Arc::new(consumer.group_metadata().expect("the group's metadata"));
+    let run = |generation: i32, member: &str| {
+        let commit = GroupCommit::new(
+            &format!("{group}/{member}/g{generation}-1"),
+            metadata.clone(),
+        );
+        let fence = GroupFence::new(&group, "words", generation, member, "t", commit.clone())
+            .expect("a fence");
+        (commit, fence)
+    };
+    let claim = |fence: &GroupFence| {
+        fence.claim_blocking(
+            &pg,
+            &[0, 1],
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+        )
+    };
+    let positions = |fence: &GroupFence| -> Vec<(i32, Option<i64>, Option<OffsetMark>)> {
+        claim(fence)
+            .expect("a claim")
+            .into_iter()
+            .map(|c| (c.partition, c.next_offset, c.mark))
+            .collect()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    // As the sink does: positions of `checkpoint` in a transaction,
+    // prepared, committed when `commit`.
+    let transaction = |fence: &GroupFence, checkpoint: u64, gid: &str, commit: bool| {
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&pg, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            let driver = tokio::spawn(connection);
+            client.batch_execute("BEGIN").await.expect("begin");
+            let written = fence
+                .commit_positions(&client, CheckpointId(checkpoint))
+                .await;
+            if written.is_ok() {
+                client
+                    .batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))
+                    .await
+                    .expect("prepare");
+                if commit {
+                    client
+                        .batch_execute(&format!("COMMIT PREPARED '{gid}'"))
+                        .await
+                        .expect("commit prepared");
+                }
+            } else {
+                client.batch_execute("ROLLBACK").await.expect("rollback");
+            }
+            drop(client);
+            let _ = driver.await;
+            written
+        })
+    };
+    let mark = |member: &str, generation: i32, checkpoint: u64| OffsetMark {
+        run: format!("{group}/{member}/g{generation}-1"),
+        checkpoint,
+    };
+
+    // Generation 1: nothing committed yet; checkpoint 3 commits (10, 20).
+    let (commit1, one) = run(1, "ma");
+    assert_eq!(positions(&one), vec![(0, None, None), (1, None, None)]);
+    commit1.record(
+        CheckpointId(3),
+        &[("words".into(), 0, 10), ("words".into(), 1, 20)],
+    );
+    transaction(&one, 3, &format!("floe:{group}/ma/g1-1:t:0:3"), true).expect("committed");
+    // Generation 2 takes the partitions over, from checkpoint 3.
+    let (commit2, two) = run(2, "mb");
+    let at3 = vec![
+        (0, Some(10), Some(mark("ma", 1, 3))),
+        (1, Some(20), Some(mark("ma", 1, 3))),
+    ];
+    assert_eq!(positions(&two), at3);
+    // Generation 1 comes back: fenced, in a transaction and in a claim.
+    commit1.record(
+        CheckpointId(4),
+        &[("words".into(), 0, 15), ("words".into(), 1, 25)],
+    );
+    let fenced =
+        |r: floe::Result<_>| matches!(r, Err(floe::Error::Postgres(PostgresError::Fenced { .. })));
+    assert!(fenced(transaction(&one, 4, "unused", false)));
+    assert!(fenced(claim(&one).map(|_| ())));
+    // Generation 2 prepares checkpoint 5 and dies before its commit:
+    // generation 3 rolls it back and resumes from checkpoint 3.
+    commit2.record(
+        CheckpointId(5),
+        &[("words".into(), 0, 30), ("words".into(), 1, 40)],
+    );
+    let gid = format!("floe:{group}/mb/g2-1:t:0:5");
+    transaction(&two, 5, &gid, false).expect("prepared");
+    let (_, three) = run(3, "mc");
+    assert_eq!(positions(&three), at3);
+    let left = query(
+        &pg,
+        &format!("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'floe:{group}/%'"),
+    );
+    assert!(left.is_empty(), "the prepared transaction was rolled back");
 }

@@ -346,12 +346,8 @@ impl GroupFence {
     /// Writes the positions the sources held at `checkpoint` into the
     /// transaction open on `data`, with the checkpoint's mark, where the
     /// rows are not of a newer generation; [`PostgresError::Fenced`] when
-    /// some are.
-    pub(super) async fn commit_positions(
-        &self,
-        data: &Client,
-        checkpoint: CheckpointId,
-    ) -> Result<()> {
+    /// some are. The sink calls it before each `PREPARE TRANSACTION`.
+    pub async fn commit_positions(&self, data: &Client, checkpoint: CheckpointId) -> Result<()> {
         let positions = self
             .commit
             .positions(std::slice::from_ref(&self.topic), checkpoint);

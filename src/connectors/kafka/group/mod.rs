@@ -131,8 +131,9 @@ impl GroupCommit {
         let _ = self.first_record.set(std::time::Instant::now());
     }
 
-    /// Records a source subtask's positions at `checkpoint`.
-    pub(crate) fn record(&self, checkpoint: CheckpointId, positions: &[Position]) {
+    /// Records a source subtask's positions at `checkpoint` (the Kafka
+    /// source does, at each checkpoint's barrier).
+    pub fn record(&self, checkpoint: CheckpointId, positions: &[Position]) {
         let mut all = self.positions.lock().unwrap_or_else(|e| e.into_inner());
         let at = all.entry(checkpoint.0).or_default();
         for (topic, partition, next) in positions {
