@@ -1,47 +1,101 @@
-//! The member loop of group mode: joins the group, runs the word count
-//! over each assignment, stops it on revocation, plans it again after a
-//! failure, and leaves on SIGINT or SIGTERM.
+//! The member loop of group mode: joins the group, runs the job over each
+//! assignment, stops it on revocation, plans it again after a failure, and
+//! leaves on SIGINT or SIGTERM. The jobs themselves (what each stage reads
+//! and writes) are in `group_wordcount.rs` and `group_window.rs`.
 
-use super::super::WordcountArgs;
+use super::super::checkpointing::CheckpointArgs;
+use super::super::observe::ObserveArgs;
+use super::GroupArgs;
 use floe::connectors::kafka::group::{
     GroupCommit, GroupEvent, Membership, MembershipConfig, OffsetMark, committed_marks,
     ensure_topic,
 };
-use floe::connectors::kafka::{KafkaSource, KafkaUrl, StartingOffsets};
+use floe::connectors::kafka::{KafkaSource, KafkaUrl};
 use floe::connectors::kafka_sink::KafkaSink;
 use floe::{JobEnd, JobHandle, StreamExecutionEnvironment};
-use smol_str::SmolStr;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long metadata, offset and topic requests may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a job may take to stop when canceled.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// Consecutive failed runs of one assignment before the member gives up.
 const MAX_FAILURES: u32 = 5;
 /// A transaction a dead member left open is aborted by the broker after
 /// this long: what holds its partitions' readers back (read_committed).
-const TRANSACTION_TIMEOUT_MS: &str = "10000";
-/// The names of the sources, for the summary.
-const INPUT_SOURCE: &str = "Kafka Source";
-const COUNTER: &str = "Keyed Sum";
+pub(super) const TRANSACTION_TIMEOUT_MS: &str = "10000";
+/// The name of the input's source: its records are the summary's.
+pub(super) const INPUT_SOURCE: &str = "Kafka Source";
+
+/// The flags every job of group mode shares.
+pub(super) struct Common<'a> {
+    /// `wordcount` or `window`: the repartition topic's and the job's name.
+    pub job: &'static str,
+    pub input: Option<&'a Path>,
+    pub output: Option<&'a Path>,
+    pub checkpoints: &'a CheckpointArgs,
+    pub observe: &'a ObserveArgs,
+    pub group: &'a GroupArgs,
+    pub parallelism: usize,
+    pub arbiters: Option<usize>,
+    pub batch_size: Option<usize>,
+    pub seed: u64,
+}
 
 /// What every job run of this member shares.
-struct Group {
-    name: String,
-    brokers: String,
-    input: String,
-    output: String,
-    repartition: String,
+pub(super) struct Group {
+    pub name: String,
+    pub brokers: String,
+    pub input: String,
+    /// Partitions of the input topic.
+    pub input_partitions: i32,
+    pub output: String,
+    pub repartition: String,
     /// Partitions of the repartition topic: the job's max parallelism.
-    key_groups: i32,
+    pub key_groups: i32,
     /// The shared checkpoint directory.
-    dir: String,
+    pub dir: String,
     /// This process's name in run directories.
-    member: String,
+    pub member: String,
+}
+
+/// One run of a job over an assignment, as a job builds it.
+pub(super) struct Stages<'a> {
+    /// The input partitions held (stage one's), maybe none.
+    pub inputs: &'a [(String, i32)],
+    /// The repartition partitions held (stage two's), maybe none.
+    pub counted: &'a [(String, i32)],
+    /// The run's positions and group metadata, for sources and sinks.
+    pub commit: &'a Arc<GroupCommit>,
+    /// The run's name: transactional ids are made of it.
+    pub run: &'a str,
+}
+
+impl Stages<'_> {
+    /// A transactional id prefix of this run for the sink `what`.
+    pub fn transactional_id(&self, what: &str) -> String {
+        format!("floe-{}-{what}", self.run.replace('/', "."))
+    }
+}
+
+/// A job group mode runs: its two stages over the partitions a member
+/// holds, and what its summary reports.
+pub(super) trait GroupJob {
+    /// Adds the stages of `stages` to `env`.
+    fn build(
+        &self,
+        env: &StreamExecutionEnvironment,
+        group: &Group,
+        stages: &Stages<'_>,
+    ) -> floe::Result<()>;
+    /// Adds a finished run's counts to the summary's.
+    fn count(&self, handle: &JobHandle, totals: &mut Totals);
+    /// The summary's fields after `records=… parallelism=P`.
+    fn summary(&self, totals: &Totals) -> String;
 }
 
 /// The assignment a member holds.
@@ -55,7 +109,6 @@ struct Held {
     /// The job runs planned for it so far.
     runs: u32,
 }
-
 /// A job running over one assignment.
 struct Running {
     handle: JobHandle,
@@ -95,34 +148,40 @@ impl Running {
 
 /// The totals the summary reports.
 #[derive(Default)]
-struct Totals {
-    records: u64,
-    words: u64,
-    rebalances: u64,
+pub(super) struct Totals {
+    /// Input records (lines).
+    pub records: u64,
+    /// What the job counts: words counted, windows fired.
+    pub counted: u64,
+    /// Late records dropped.
+    pub late: u64,
+    pub rebalances: u64,
 }
 
 impl Totals {
-    fn add(&mut self, handle: &JobHandle) {
-        for o in handle.operator_metrics() {
-            if o.name == INPUT_SOURCE {
-                self.records += o.records_out;
-            } else if o.name == COUNTER {
-                self.words += o.records_in;
-            }
-        }
+    /// The summary's fields for the jobs of `common`.
+    fn summary(&self, common: &Common<'_>, job: &dyn GroupJob, elapsed: Duration) -> String {
+        format!(
+            "{} {} rebalances={}",
+            super::super::summary_head(self.records, elapsed, common.parallelism),
+            job.summary(self),
+            self.rebalances
+        )
     }
 }
 
-pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
+/// Runs `job` as a member of the group `name` until SIGINT or SIGTERM:
+/// checks what every group job needs, creates the repartition topic, joins.
+pub(super) fn run(common: &Common<'_>, name: &str, job: &dyn GroupJob) -> floe::Result<()> {
     let bad = |m: String| Err(floe::Error::Config(m));
-    let Some(input) = args.input.as_deref().and_then(|p| p.to_str()) else {
+    let Some(input) = common.input.and_then(|p| p.to_str()) else {
         return bad("--group needs a kafka:// --input".into());
     };
     let Some(input) = KafkaUrl::parse(input) else {
         return bad("--group needs a kafka:// --input".into());
     };
     let input = input?;
-    let Some(output) = args.output.as_deref().and_then(|p| p.to_str()) else {
+    let Some(output) = common.output.and_then(|p| p.to_str()) else {
         return bad("--group needs a kafka:// --output".into());
     };
     let Some(output) = KafkaUrl::parse(output) else {
@@ -132,7 +191,7 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
         );
     };
     let output = output?;
-    let cp = &args.checkpoints;
+    let cp = common.checkpoints;
     let Some(dir) = cp.checkpoint_dir.as_deref() else {
         return bad("--group needs --checkpoint-dir, shared by every member".into());
     };
@@ -144,9 +203,6 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     }
     if cp.from_checkpoint.is_some() || cp.resume || cp.restart.is_some() {
         return bad("--group resumes from the group's committed offsets: drop --from-checkpoint, --resume and --restart".into());
-    }
-    if args.state.backend()?.is_some() || args.bounded || args.count_rate.is_some() {
-        return bad("--group runs the built-in keyed sum over an unbounded input: drop --state, --bounded and --count-rate".into());
     }
     if name.is_empty()
         || !name
@@ -160,7 +216,7 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     if output.brokers != input.brokers {
         return bad("--group: --input and --output must be on one Kafka cluster (one transaction covers both)".into());
     }
-    super::super::check_parallelism(args.parallelism, args.arbiters)?;
+    super::super::check_parallelism(common.parallelism, common.arbiters)?;
     // The input topic must exist; the repartition topic is the group's.
     KafkaSource::lines(&input.brokers, &[input.topic.as_str()])
         .request_timeout(REQUEST_TIMEOUT)
@@ -169,18 +225,18 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
     out.check()?;
     out.check_transactions()?;
     let input_partitions = ensure_topic(&input.brokers, &input.topic, 1, 1, REQUEST_TIMEOUT)?;
-    let repartition = format!("floe-{name}-wordcount-words");
+    let repartition = format!("floe-{name}-{}-{}", common.job, job_repartition(common.job));
     let key_groups = ensure_topic(
         &input.brokers,
         &repartition,
-        args.group.group_partitions.unwrap_or(input_partitions),
+        common.group.group_partitions.unwrap_or(input_partitions),
         1,
         REQUEST_TIMEOUT,
     )?;
-    if (args.parallelism as i64) > key_groups as i64 {
+    if (common.parallelism as i64) > key_groups as i64 {
         return bad(format!(
             "--parallelism {} exceeds the {key_groups} partitions of {repartition} (the job's max parallelism)",
-            args.parallelism
+            common.parallelism
         ));
     }
     let started = Instant::now();
@@ -188,6 +244,7 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
         name: name.to_string(),
         brokers: input.brokers.clone(),
         input: input.topic.clone(),
+        input_partitions,
         output: output.topic.clone(),
         repartition,
         key_groups,
@@ -208,19 +265,19 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
         &group.name,
         &[group.input.clone(), group.repartition.clone()],
     );
-    if let Some(ms) = args.group.session_timeout {
+    if let Some(ms) = common.group.session_timeout {
         config.session_timeout = Duration::from_millis(ms);
     }
     config.revoke_deadline = STOP_DEADLINE;
     // One endpoint for the member's life: each job run is registered in
     // turn (its /status `info` names the member, generation and partitions).
-    let prometheus = args
+    let prometheus = common
         .observe
-        .install(&StreamExecutionEnvironment::new(), "wordcount")?;
-    let served = args.observe.serve_jobs(prometheus, None, None)?;
+        .install(&StreamExecutionEnvironment::new(), common.job)?;
+    let served = common.observe.serve_jobs(prometheus, None, None)?;
     let jobs = served.as_ref().map(|(_, jobs)| jobs);
     let (membership, events) = Membership::join(config)?;
-    let result = member_loop(args, &group, &events, &stop, jobs);
+    let result = member_loop(common, job, &group, &events, &stop, jobs);
     let totals = match result {
         Ok(totals) => totals,
         Err(e) => {
@@ -234,20 +291,23 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
             STOP_DEADLINE.as_secs()
         );
     }
-    let elapsed = started.elapsed();
-    eprintln!(
-        "{} words={} rebalances={}",
-        super::super::summary_head(totals.records, elapsed, args.parallelism),
-        totals.words,
-        totals.rebalances
-    );
+    eprintln!("{}", totals.summary(common, job, started.elapsed()));
     Ok(())
+}
+
+/// What a job's repartition topic carries: `floe-NAME-JOB-WHAT`.
+fn job_repartition(job: &str) -> &'static str {
+    match job {
+        "wordcount" => "words",
+        _ => "events",
+    }
 }
 
 /// Serves the group's events until a stop signal; the totals, or the
 /// error that ended the member (with the totals so far).
 fn member_loop(
-    args: &WordcountArgs,
+    common: &Common<'_>,
+    job: &dyn GroupJob,
     group: &Group,
     events: &std::sync::mpsc::Receiver<GroupEvent>,
     stop: &AtomicBool,
@@ -280,7 +340,7 @@ fn member_loop(
                 // The eager protocol revoked everything first; a job of an
                 // earlier assignment still running stops here.
                 if let Some(r) = running.take() {
-                    stop_job(r, &mut totals);
+                    stop_job(r, job, &mut totals);
                 }
                 retry_at = Some(Instant::now());
                 held = Some(Held {
@@ -293,7 +353,7 @@ fn member_loop(
             }
             Ok(GroupEvent::Revoked { done }) => {
                 if let Some(r) = running.take() {
-                    stop_job(r, &mut totals);
+                    stop_job(r, job, &mut totals);
                 }
                 held = None;
                 retry_at = None;
@@ -316,7 +376,7 @@ fn member_loop(
         let ended = running.as_ref().and_then(|r| r.ended.try_recv().ok());
         if let Some(end) = ended {
             let r = running.take().expect("an ended job was running");
-            totals.add(&r.handle);
+            job.count(&r.handle, &mut totals);
             let error = match end {
                 JobEnd::Failed(e) => e.to_string(),
                 JobEnd::Canceled => "canceled".into(),
@@ -326,14 +386,14 @@ fn member_loop(
         }
         if retry_at.is_some_and(|at| Instant::now() >= at) {
             retry_at = None;
-            match start(args, group, held.as_mut(), jobs) {
+            match start(common, job, group, held.as_mut(), jobs) {
                 Ok(r) => running = r,
                 Err(e) => retry_at = Some(failed(&mut failures, &e.to_string())?),
             }
         }
     }
     if let Some(r) = running.take() {
-        stop_job(r, &mut totals);
+        stop_job(r, job, &mut totals);
     }
     Ok(totals)
 }
@@ -360,18 +420,19 @@ fn failed(failures: &mut u32, error: &str) -> floe::Result<Instant> {
 /// Cancels a job (its open transactions are aborted by their fencing on
 /// the next start, or by the broker's transaction timeout) and waits for
 /// it, within a deadline.
-fn stop_job(r: Running, totals: &mut Totals) {
+fn stop_job(r: Running, job: &dyn GroupJob, totals: &mut Totals) {
     match futures::executor::block_on(r.handle.cancel_and_wait(STOP_DEADLINE)) {
         Ok(_) => {}
         Err(e) => eprintln!("warning: the group's job did not stop: {e}"),
     }
-    totals.add(&r.handle);
+    job.count(&r.handle, totals);
 }
 
 /// Plans and starts the job over the assignment `held` (counting the run);
 /// `None` when the member holds nothing.
 fn start(
-    args: &WordcountArgs,
+    common: &Common<'_>,
+    job: &dyn GroupJob,
     group: &Group,
     held: Option<&mut Held>,
     jobs: Option<&floe::http::Jobs>,
@@ -400,19 +461,21 @@ fn start(
     }
     let run = format!("{}/{}/g{generation}-{runs}", group.name, group.member);
     let env = StreamExecutionEnvironment::new();
-    env.set_parallelism(args.parallelism);
+    env.set_parallelism(common.parallelism);
     env.set_max_parallelism(group.key_groups as u32);
-    env.set_batch_size(args.batch_size);
-    env.set_job_name(args.observe.job_name.as_deref().unwrap_or("wordcount"));
+    if let Some(size) = common.batch_size {
+        env.set_batch_size(size);
+    }
+    env.set_job_name(common.observe.job_name.as_deref().unwrap_or(common.job));
     let listed: Vec<String> = partitions.iter().map(|(t, p)| format!("{t}-{p}")).collect();
     env.set_job_info("group", &group.name)
         .set_job_info("member", &group.member)
         .set_job_info("generation", &generation.to_string())
         .set_job_info("partitions", &listed.join(","));
-    if let Some(a) = args.arbiters {
+    if let Some(a) = common.arbiters {
         env.set_arbiters(a);
     }
-    args.checkpoints.apply(&env, args.seed)?;
+    common.checkpoints.apply(&env, common.seed)?;
     let mut config = env.config();
     config.checkpoint.dir = Some(format!("{}/{run}", group.dir.trim_end_matches('/')).into());
     // The committed offsets name the newest committed transaction's
@@ -422,66 +485,16 @@ fn start(
     config.restore_key_groups = restore_sources(group, &counted)?;
     env.set_config(config);
     let commit = GroupCommit::new(&run, metadata.clone());
-    if !inputs.is_empty() {
-        let source = KafkaSource::lines(&group.brokers, &[group.input.as_str()])
-            .group_id(&group.name)
-            .starting_offsets(StartingOffsets::Committed)
-            .partitions(&inputs)
-            .group_commit(commit.clone());
-        let key_groups = group.key_groups as u32;
-        let sink = KafkaSink::<SmolStr>::new(
-            &group.brokers,
-            &group.repartition,
-            Arc::new(|w: &SmolStr, key: &mut Vec<u8>, value: &mut Vec<u8>| {
-                key.extend_from_slice(w.as_bytes());
-                value.extend_from_slice(w.as_bytes());
-            }),
-        )
-        .partitioner(Arc::new(move |w: &SmolStr| {
-            floe_actors::keygroup::key_group(w, key_groups) as i32
-        }))
-        .transactional_id_prefix(&format!("floe-{}-repartition", run.replace('/', ".")))
-        .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
-        .group_offsets(commit.clone(), &[group.input.as_str()]);
-        env.add_source(INPUT_SOURCE, move |ctx| source.reader(ctx))
-            .uid("kafka-source")
-            .flat_map(|line: String| floe::tokenize(line).map(SmolStr::from))
-            .name("Tokenize")
-            .uid("tokenize")
-            .sink_exactly_once("Repartition Sink", sink.exactly_once())
-            .uid("repartition-sink")
-            .set_parallelism(1);
-    }
-    if !counted.is_empty() {
-        let source = KafkaSource::new(
-            &group.brokers,
-            &[group.repartition.as_str()],
-            Arc::new(|bytes: &[u8]| {
-                std::str::from_utf8(bytes)
-                    .map(|w| (SmolStr::from(w), 1u64))
-                    .map_err(|e| format!("value is not valid UTF-8: {e}"))
-            }),
-        )
-        .group_id(&group.name)
-        .starting_offsets(StartingOffsets::Committed)
-        .partitions(&counted)
-        .group_commit(commit.clone());
-        let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
-            .transactional_id_prefix(&format!("floe-{}-output", run.replace('/', ".")))
-            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
-            .group_offsets(commit.clone(), &[group.repartition.as_str()]);
-        env.add_source("Repartition Source", move |ctx| source.reader(ctx))
-            .uid("repartition-source")
-            .key_by_field(|t: &(SmolStr, u64)| &t.0)
-            .sum(|t: &mut (SmolStr, u64)| &mut t.1)
-            .uid("count")
-            .map(|(word, count): (SmolStr, u64)| format!("{word},{count}"))
-            .name("Format")
-            .uid("format")
-            .sink_exactly_once("Kafka Sink", sink.exactly_once())
-            .uid("kafka-sink")
-            .set_parallelism(1);
-    }
+    job.build(
+        &env,
+        group,
+        &Stages {
+            inputs: &inputs,
+            counted: &counted,
+            commit: &commit,
+            run: &run,
+        },
+    )?;
     let handle = env.execute_async()?;
     if let Some(jobs) = jobs {
         // The previous run has ended: its name is free.
