@@ -693,3 +693,113 @@ fn a_window_job_across_members_fires_what_one_process_fires() {
     one.sort();
     assert_eq!(one, all, "one process fires the same windows");
 }
+
+/// The library's group mode as a user writes it: a job (upper-casing
+/// lines, exactly once into a topic) run by two members of one group
+/// through `StreamExecutionEnvironment::execute_group`, each on a thread
+/// of its own. The output holds each input line upper-cased exactly once
+/// (the oracle: the input upper-cased, sorted), and both members stop
+/// when told to.
+#[test]
+fn a_library_job_runs_across_the_members_of_a_group() {
+    use floe::StreamExecutionEnvironment;
+    use floe::connectors::kafka::group::{Assignment, GroupJob, GroupReport, GroupSetting};
+    use floe::connectors::kafka::{KafkaSource, StartingOffsets};
+    use floe::connectors::kafka_sink::KafkaSink;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct Upper {
+        broker: String,
+        group: String,
+        input: String,
+        output: String,
+    }
+
+    impl GroupJob for Upper {
+        fn build(
+            &self,
+            env: &StreamExecutionEnvironment,
+            held: &Assignment<'_>,
+        ) -> floe::Result<()> {
+            let source = KafkaSource::lines(&self.broker, &[self.input.as_str()])
+                .group_id(&self.group)
+                .starting_offsets(StartingOffsets::Committed)
+                .partitions(&held.of(&self.input))
+                .group_commit(held.commit.clone());
+            let sink = KafkaSink::<String>::lines(&self.broker, &self.output)
+                .transactional_id_prefix(&held.transactional_id("output"))
+                .property("transaction.timeout.ms", "10000")
+                .group_offsets(held.commit.clone(), &[self.input.as_str()]);
+            env.add_source("Kafka Source", move |ctx| source.reader(ctx))
+                .map(|line: String| line.to_uppercase())
+                .sink_exactly_once("Kafka Sink", sink.exactly_once())
+                .set_parallelism(1);
+            Ok(())
+        }
+    }
+
+    let Some(Topics {
+        broker,
+        input,
+        output,
+        group,
+        dir: _keep,
+    }) = Topics::new("glib")
+    else {
+        return;
+    };
+    let dir = _keep.path().to_str().expect("utf-8 path").to_string();
+    let lines = corpus(51, 1200, 100);
+    produce(&broker, &input, PARTITIONS, &lines);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (assigned, rebalances) = std::sync::mpsc::channel();
+    let members: Vec<_> = (0..2)
+        .map(|i| {
+            let (stop, assigned) = (stop.clone(), assigned.clone());
+            let job = Upper {
+                broker: broker.clone(),
+                group: group.clone(),
+                input: input.clone(),
+                output: output.clone(),
+            };
+            let mut setting = GroupSetting::new(&group, &broker, &dir)
+                .topics(&[input.as_str()])
+                .session_timeout(Duration::from_secs(6));
+            setting.member = format!("library-{i}");
+            std::thread::spawn(move || {
+                let env = StreamExecutionEnvironment::new();
+                env.set_parallelism(2);
+                env.enable_checkpointing(Duration::from_millis(200));
+                env.execute_group(&setting, &job, &stop, &mut |report| {
+                    if let GroupReport::Rebalance { .. } = report {
+                        let _ = assigned.send(i);
+                    }
+                })
+            })
+        })
+        .collect();
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 2 {
+        let i = rebalances
+            .recv_timeout(WATCHDOG)
+            .expect("each member is given partitions");
+        heard.insert(i);
+    }
+    let mut want: Vec<String> = lines.iter().map(|l| l.to_uppercase()).collect();
+    want.sort();
+    let deadline = Instant::now() + WATCHDOG;
+    let mut got = read_all(&broker, &output);
+    while got.len() < want.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        got = read_all(&broker, &output);
+    }
+    stop.store(true, Ordering::Release);
+    for m in members {
+        let received = m.join().expect("member thread").expect("member ends well");
+        assert!(received >= 1, "each member received an assignment");
+    }
+    let mut got = read_all(&broker, &output);
+    got.sort();
+    assert_eq!(got, want, "every line once, upper-cased");
+}

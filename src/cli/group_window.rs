@@ -15,9 +15,8 @@
 
 use super::super::WindowArgs;
 use super::super::window::{Agg, Event, EventDecoder, Firing, NoLine, OnBadRecord, Watermarks};
-use super::member::{
-    Common, Group, GroupJob, INPUT_SOURCE, Stages, TRANSACTION_TIMEOUT_MS, Totals,
-};
+use super::member::{CliJob, Common, Group, INPUT_SOURCE, TRANSACTION_TIMEOUT_MS, Totals};
+use floe::connectors::kafka::group::{Assignment, GroupJob};
 use floe::connectors::kafka::{KafkaSource, StartingOffsets};
 use floe::connectors::kafka_sink::KafkaSink;
 use floe::window::{TimeWindow, WindowAssigner};
@@ -54,7 +53,8 @@ pub fn run_window(args: &WindowArgs, name: &str) -> floe::Result<()> {
         &args.window,
         args.max_windows_per_record,
     )?;
-    let job = Windows {
+    let job = |group| Windows {
+        group,
         decoder: EventDecoder::new(
             Arc::from(args.input.display().to_string()),
             false,
@@ -83,7 +83,7 @@ pub fn run_window(args: &WindowArgs, name: &str) -> floe::Result<()> {
         batch_size: None,
         seed: args.seed,
     };
-    super::member::run(&common, name, &job)
+    super::member::run(&common, name, job)
 }
 
 /// What stage one's source emits and the repartition topic carries.
@@ -207,6 +207,7 @@ fn decode(bytes: &[u8]) -> Result<Item, String> {
 
 /// The window job's stages and its counters across runs.
 struct Windows {
+    group: Group,
     decoder: EventDecoder<NoLine>,
     assigner: WindowAssigner<Event<NoLine>>,
     agg: Agg,
@@ -225,8 +226,13 @@ struct Windows {
 impl Windows {
     /// Stage one: the input's lines as events, with their partitions'
     /// watermarks, into the repartition topic.
-    fn stage_one(&self, env: &StreamExecutionEnvironment, group: &Group, stages: &Stages<'_>) {
-        let commit = stages.commit;
+    fn stage_one(
+        &self,
+        env: &StreamExecutionEnvironment,
+        held: &Assignment<'_>,
+        inputs: &[(String, i32)],
+    ) {
+        let (group, commit) = (&self.group, held.commit);
         let (decoder, skip, bad) = (self.decoder.clone(), self.skip, self.bad.clone());
         let made = self.watermark_records.clone();
         let source = KafkaSource::new(
@@ -243,7 +249,7 @@ impl Windows {
         )
         .group_id(&group.name)
         .starting_offsets(StartingOffsets::Committed)
-        .partitions(stages.inputs)
+        .partitions(inputs)
         .group_commit(commit.clone())
         .timestamps(Arc::new(|item: &Item| match item {
             Item::Event(e) => Some(e.ts),
@@ -268,7 +274,7 @@ impl Windows {
                 Item::Watermark { to, .. } => *to,
                 Item::Bad => 0,
             }))
-            .transactional_id_prefix(&stages.transactional_id("repartition"))
+            .transactional_id_prefix(&held.transactional_id("repartition"))
             .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
             .group_offsets(commit.clone(), &[group.input.as_str()]);
         let partitions = group.key_groups;
@@ -297,11 +303,10 @@ impl Windows {
     fn stage_two(
         &self,
         env: &StreamExecutionEnvironment,
-        group: &Group,
-        stages: &Stages<'_>,
-        parallelism: usize,
+        held: &Assignment<'_>,
+        counted: &[(String, i32)],
     ) {
-        let commit = stages.commit;
+        let (group, commit) = (&self.group, held.commit);
         let source = KafkaSource::new(
             &group.brokers,
             &[group.repartition.as_str()],
@@ -309,7 +314,7 @@ impl Windows {
         )
         .group_id(&group.name)
         .starting_offsets(StartingOffsets::Committed)
-        .partitions(stages.counted)
+        .partitions(counted)
         .group_commit(commit.clone())
         .timestamps(Arc::new(|item: &Item| match item {
             Item::Event(e) => Some(e.ts),
@@ -325,13 +330,13 @@ impl Windows {
             }),
         );
         let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
-            .transactional_id_prefix(&stages.transactional_id("output"))
+            .transactional_id_prefix(&held.transactional_id("output"))
             .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
             .group_offsets(commit.clone(), &[group.repartition.as_str()]);
         let late = OutputTag::<Event<NoLine>>::new("late");
         // A source subtask without a partition would hold every window's
         // watermark back: no more subtasks than partitions held.
-        let readers = parallelism.min(stages.counted.len()).max(1);
+        let readers = env.config().parallelism.min(counted.len()).max(1);
         let fired = env
             .add_source("Repartition Source", move |ctx| source.reader(ctx))
             .uid("repartition-source")
@@ -376,21 +381,19 @@ impl Windows {
 }
 
 impl GroupJob for Windows {
-    fn build(
-        &self,
-        env: &StreamExecutionEnvironment,
-        group: &Group,
-        stages: &Stages<'_>,
-    ) -> floe::Result<()> {
-        if !stages.inputs.is_empty() {
-            self.stage_one(env, group, stages);
+    fn build(&self, env: &StreamExecutionEnvironment, held: &Assignment<'_>) -> floe::Result<()> {
+        let (inputs, counted) = (held.of(&self.group.input), held.of(&self.group.repartition));
+        if !inputs.is_empty() {
+            self.stage_one(env, held, &inputs);
         }
-        if !stages.counted.is_empty() {
-            self.stage_two(env, group, stages, env.config().parallelism);
+        if !counted.is_empty() {
+            self.stage_two(env, held, &counted);
         }
         Ok(())
     }
+}
 
+impl CliJob for Windows {
     fn count(&self, handle: &JobHandle, totals: &mut Totals) {
         for o in handle.operator_metrics() {
             match o.name.as_str() {

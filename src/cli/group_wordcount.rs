@@ -4,9 +4,8 @@
 //! writes `word,count` updates.
 
 use super::super::WordcountArgs;
-use super::member::{
-    Common, Group, GroupJob, INPUT_SOURCE, Stages, TRANSACTION_TIMEOUT_MS, Totals,
-};
+use super::member::{CliJob, Common, Group, INPUT_SOURCE, TRANSACTION_TIMEOUT_MS, Totals};
+use floe::connectors::kafka::group::{Assignment, GroupJob};
 use floe::connectors::kafka::{KafkaSource, StartingOffsets};
 use floe::connectors::kafka_sink::KafkaSink;
 use floe::{JobHandle, StreamExecutionEnvironment};
@@ -32,25 +31,24 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
         batch_size: Some(args.batch_size),
         seed: args.seed,
     };
-    super::member::run(&common, name, &Wordcount)
+    super::member::run(&common, name, |group| Wordcount { group })
 }
 
 /// The word count's stages.
-struct Wordcount;
+struct Wordcount {
+    group: Group,
+}
 
 impl GroupJob for Wordcount {
-    fn build(
-        &self,
-        env: &StreamExecutionEnvironment,
-        group: &Group,
-        stages: &Stages<'_>,
-    ) -> floe::Result<()> {
-        let commit = stages.commit;
-        if !stages.inputs.is_empty() {
+    fn build(&self, env: &StreamExecutionEnvironment, held: &Assignment<'_>) -> floe::Result<()> {
+        let group = &self.group;
+        let commit = held.commit;
+        let (inputs, counted) = (held.of(&group.input), held.of(&group.repartition));
+        if !inputs.is_empty() {
             let source = KafkaSource::lines(&group.brokers, &[group.input.as_str()])
                 .group_id(&group.name)
                 .starting_offsets(StartingOffsets::Committed)
-                .partitions(stages.inputs)
+                .partitions(&inputs)
                 .group_commit(commit.clone());
             let key_groups = group.key_groups as u32;
             let sink = KafkaSink::<SmolStr>::new(
@@ -64,7 +62,7 @@ impl GroupJob for Wordcount {
             .partitioner(Arc::new(move |w: &SmolStr| {
                 floe_actors::keygroup::key_group(w, key_groups) as i32
             }))
-            .transactional_id_prefix(&stages.transactional_id("repartition"))
+            .transactional_id_prefix(&held.transactional_id("repartition"))
             .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
             .group_offsets(commit.clone(), &[group.input.as_str()]);
             env.add_source(INPUT_SOURCE, move |ctx| source.reader(ctx))
@@ -76,7 +74,7 @@ impl GroupJob for Wordcount {
                 .uid("repartition-sink")
                 .set_parallelism(1);
         }
-        if !stages.counted.is_empty() {
+        if !counted.is_empty() {
             let source = KafkaSource::new(
                 &group.brokers,
                 &[group.repartition.as_str()],
@@ -88,10 +86,10 @@ impl GroupJob for Wordcount {
             )
             .group_id(&group.name)
             .starting_offsets(StartingOffsets::Committed)
-            .partitions(stages.counted)
+            .partitions(&counted)
             .group_commit(commit.clone());
             let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
-                .transactional_id_prefix(&stages.transactional_id("output"))
+                .transactional_id_prefix(&held.transactional_id("output"))
                 .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
                 .group_offsets(commit.clone(), &[group.repartition.as_str()]);
             env.add_source("Repartition Source", move |ctx| source.reader(ctx))
@@ -108,7 +106,9 @@ impl GroupJob for Wordcount {
         }
         Ok(())
     }
+}
 
+impl CliJob for Wordcount {
     fn count(&self, handle: &JobHandle, totals: &mut Totals) {
         for o in handle.operator_metrics() {
             if o.name == INPUT_SOURCE {
