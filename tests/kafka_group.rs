@@ -6,7 +6,8 @@
 //! input's word counts: every word's counts 1..=n, each once (the oracle:
 //! a HashMap over the same lines, by floe's own tokenizer). Every wait is
 //! for an event (a `rebalance` line, the output reaching the oracle),
-//! bounded by a watchdog.
+//! bounded by a watchdog. The window job in group mode gives the firings
+//! of a HashMap over the same events, and those of one process.
 
 #![cfg(feature = "kafka")]
 
@@ -43,9 +44,35 @@ impl Member {
         dir: &str,
         extra: &[&str],
     ) -> Member {
+        Member::spawn("wordcount", broker, input, output, group, dir, extra)
+    }
+
+    /// A member of the window job of group `group`: one-second tumbling
+    /// sums, no out-of-orderness.
+    fn window(broker: &str, input: &str, output: &str, group: &str, dir: &str) -> Member {
+        let extra = [
+            "--window",
+            "tumbling:1000",
+            "--agg",
+            "sum",
+            "--watermark-interval",
+            "100",
+        ];
+        Member::spawn("window", broker, input, output, group, dir, &extra)
+    }
+
+    fn spawn(
+        job: &str,
+        broker: &str,
+        input: &str,
+        output: &str,
+        group: &str,
+        dir: &str,
+        extra: &[&str],
+    ) -> Member {
         let args: Vec<String> = [
             "run",
-            "wordcount",
+            job,
             "--input",
             &format!("kafka://{broker}/{input}"),
             "--output",
@@ -456,6 +483,26 @@ fn group_mode_refuses_what_it_cannot_run() {
             "committed offsets",
         ),
     ];
+    let window: Vec<String> = [
+        "run",
+        "window",
+        "--group",
+        "g",
+        "--input",
+        input,
+        "--output",
+        output,
+        "--window",
+        "tumbling:1000",
+        "--agg",
+        "sum",
+        "--late-output",
+        "/tmp/late.txt",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cases = cases.into_iter().chain([(window, "--late-output")]);
     for (args, says) in cases {
         let out = run(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -466,4 +513,293 @@ fn group_mode_refuses_what_it_cannot_run() {
             "{args:?}: one error line saying {says:?}, got:\n{stderr}"
         );
     }
+}
+
+/// `key,ts,value` events whose timestamps never decrease in line order,
+/// so each partition's events are in order (line `i` goes to partition
+/// `i % PARTITIONS`): no event is late, in one process or across many.
+fn events(seed: u64, lines: usize, keys: u64) -> Vec<(String, i64, i64)> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut ts = 1_000_000i64;
+    (0..lines)
+        .map(|_| {
+            ts += (next() % 9) as i64;
+            let value = (next() % 2001) as i64 - 1000;
+            (format!("k{}", next() % keys), ts, value)
+        })
+        .collect()
+}
+
+/// The firings `key,start,end,sum` of one-second tumbling windows over
+/// `events`: the oracle, a plain HashMap.
+fn tumbling_sums(events: &[(String, i64, i64)]) -> Vec<String> {
+    let mut sums: HashMap<(String, i64), i64> = HashMap::new();
+    for (key, ts, value) in events {
+        *sums
+            .entry((key.clone(), ts - ts.rem_euclid(1000)))
+            .or_default() += value;
+    }
+    let mut lines: Vec<String> = sums
+        .into_iter()
+        .map(|((key, start), sum)| format!("{key},{start},{},{sum}", start + 1000))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The committed firings of `output`, sorted, without those of `skip`'s key.
+fn firings(broker: &str, output: &str, skip: &str) -> Vec<String> {
+    let mut lines: Vec<String> = read_all(broker, output)
+        .into_iter()
+        .filter(|l| l.split(',').next() != Some(skip))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Waits until the committed firings include every line of `want`.
+fn wait_for_firings(
+    broker: &str,
+    output: &str,
+    want: &[String],
+    members: &mut [&mut Member],
+) -> Vec<String> {
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        let got = firings(broker, output, "end");
+        let have: std::collections::HashSet<&String> = got.iter().collect();
+        let missing = want.iter().filter(|l| !have.contains(l)).count();
+        if missing == 0 {
+            return got;
+        }
+        if Instant::now() >= deadline {
+            let mut text = String::new();
+            for m in members.iter_mut() {
+                m.drain();
+                text.push_str(&m.seen.join("\n"));
+                text.push_str("\n---\n");
+            }
+            panic!(
+                "{missing} of {} firings not committed within {WATCHDOG:?} ({} committed)\n{text}",
+                want.len(),
+                got.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The window job in group mode: two members window a 6-partition topic;
+/// one is killed with `kill -9` mid-run and another joins; watermarks
+/// cross the repartition topic as records. The committed firings equal,
+/// exactly and once each, a HashMap's sums over the same events and the
+/// firings of one process reading the topic bounded.
+#[test]
+fn a_window_job_across_members_fires_what_one_process_fires() {
+    let Some(Topics {
+        broker,
+        input,
+        output,
+        group,
+        dir: _keep,
+    }) = Topics::new("gwin")
+    else {
+        return;
+    };
+    let dir = _keep.path().to_str().expect("utf-8 path").to_string();
+    let events = events(41, 6000, 12);
+    let lines: Vec<String> = events
+        .iter()
+        .map(|(k, ts, v)| format!("{k},{ts},{v}"))
+        .collect();
+    let all = tumbling_sums(&events);
+    // The windows the first third closes: those ending by its last
+    // timestamp (every partition's watermark passes them).
+    let third = 2000;
+    let closed_by = events[third - PARTITIONS as usize].1;
+    let first: Vec<String> = tumbling_sums(&events[..third])
+        .into_iter()
+        .filter(|l| l.split(',').nth(2).and_then(|e| e.parse::<i64>().ok()) <= Some(closed_by))
+        .collect();
+    assert!(first.len() > 50, "the first third closes windows");
+    produce(&broker, &input, PARTITIONS, &lines[..third]);
+    let mut a = Member::window(&broker, &input, &output, &group, &dir);
+    let mut b = Member::window(&broker, &input, &output, &group, &dir);
+    for m in [&mut a, &mut b] {
+        m.wait_line("rebalance line", |l| l.starts_with("rebalance generation="));
+    }
+    wait_for_firings(&broker, &output, &first, &mut [&mut a, &mut b]);
+    b.kill9();
+    produce(&broker, &input, PARTITIONS, &lines[third..2 * third]);
+    let mut c = Member::window(&broker, &input, &output, &group, &dir);
+    c.wait_line("rebalance line", |l| l.starts_with("rebalance generation="));
+    produce(&broker, &input, PARTITIONS, &lines[2 * third..]);
+    // One event far ahead per partition moves every watermark past the
+    // last window; its own window never closes.
+    let last = events.last().expect("events").1;
+    let end: Vec<String> = (0..PARTITIONS)
+        .map(|_| format!("end,{},0", last + 10_000))
+        .collect();
+    produce(&broker, &input, PARTITIONS, &end);
+    wait_for_firings(&broker, &output, &all, &mut [&mut a, &mut c]);
+    for m in [a, c] {
+        let (status, seen) = m.terminate();
+        let text = seen.join("\n");
+        assert_eq!(status.code(), Some(143), "SIGTERM exits 143:\n{text}");
+        let summary = seen
+            .iter()
+            .find(|l| l.starts_with("records="))
+            .unwrap_or_else(|| panic!("a summary line:\n{text}"));
+        for name in ["late", "bad", "windows_fired", "rebalances"] {
+            assert!(field(summary, name).is_some(), "{name}= in {summary}");
+        }
+    }
+    // Exactly once: each window's firing committed once.
+    assert_eq!(firings(&broker, &output, "end"), all);
+    // One process over the same topic, bounded: the same firings.
+    let single_out = _keep.path().join("single.txt");
+    let single = run(&[
+        "run".into(),
+        "window".into(),
+        "--input".into(),
+        format!("kafka://{broker}/{input}"),
+        "--bounded".into(),
+        "--window".into(),
+        "tumbling:1000".into(),
+        "--agg".into(),
+        "sum".into(),
+        "--parallelism".into(),
+        "2".into(),
+        "--output".into(),
+        single_out.display().to_string(),
+    ]);
+    assert!(
+        single.status.success(),
+        "{}",
+        String::from_utf8_lossy(&single.stderr)
+    );
+    let mut one: Vec<String> = std::fs::read_to_string(&single_out)
+        .expect("the single process's firings")
+        .lines()
+        .filter(|l| !l.starts_with("end,"))
+        .map(str::to_owned)
+        .collect();
+    one.sort();
+    assert_eq!(one, all, "one process fires the same windows");
+}
+
+/// The library's group mode as a user writes it: a job (upper-casing
+/// lines, exactly once into a topic) run by two members of one group
+/// through `StreamExecutionEnvironment::execute_group`, each on a thread
+/// of its own. The output holds each input line upper-cased exactly once
+/// (the oracle: the input upper-cased, sorted), and both members stop
+/// when told to.
+#[test]
+fn a_library_job_runs_across_the_members_of_a_group() {
+    use floe::StreamExecutionEnvironment;
+    use floe::connectors::kafka::group::{Assignment, GroupJob, GroupReport, GroupSetting};
+    use floe::connectors::kafka::{KafkaSource, StartingOffsets};
+    use floe::connectors::kafka_sink::KafkaSink;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct Upper {
+        broker: String,
+        group: String,
+        input: String,
+        output: String,
+    }
+
+    impl GroupJob for Upper {
+        fn build(
+            &self,
+            env: &StreamExecutionEnvironment,
+            held: &Assignment<'_>,
+        ) -> floe::Result<()> {
+            let source = KafkaSource::lines(&self.broker, &[self.input.as_str()])
+                .group_id(&self.group)
+                .starting_offsets(StartingOffsets::Committed)
+                .partitions(&held.of(&self.input))
+                .group_commit(held.commit.clone());
+            let sink = KafkaSink::<String>::lines(&self.broker, &self.output)
+                .transactional_id_prefix(&held.transactional_id("output"))
+                .property("transaction.timeout.ms", "10000")
+                .group_offsets(held.commit.clone(), &[self.input.as_str()]);
+            env.add_source("Kafka Source", move |ctx| source.reader(ctx))
+                .map(|line: String| line.to_uppercase())
+                .sink_exactly_once("Kafka Sink", sink.exactly_once())
+                .set_parallelism(1);
+            Ok(())
+        }
+    }
+
+    let Some(Topics {
+        broker,
+        input,
+        output,
+        group,
+        dir: _keep,
+    }) = Topics::new("glib")
+    else {
+        return;
+    };
+    let dir = _keep.path().to_str().expect("utf-8 path").to_string();
+    let lines = corpus(51, 1200, 100);
+    produce(&broker, &input, PARTITIONS, &lines);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (assigned, rebalances) = std::sync::mpsc::channel();
+    let members: Vec<_> = (0..2)
+        .map(|i| {
+            let (stop, assigned) = (stop.clone(), assigned.clone());
+            let job = Upper {
+                broker: broker.clone(),
+                group: group.clone(),
+                input: input.clone(),
+                output: output.clone(),
+            };
+            let mut setting = GroupSetting::new(&group, &broker, &dir)
+                .topics(&[input.as_str()])
+                .session_timeout(Duration::from_secs(6));
+            setting.member = format!("library-{i}");
+            std::thread::spawn(move || {
+                let env = StreamExecutionEnvironment::new();
+                env.set_parallelism(2);
+                env.enable_checkpointing(Duration::from_millis(200));
+                env.execute_group(&setting, &job, &stop, &mut |report| {
+                    if let GroupReport::Rebalance { .. } = report {
+                        let _ = assigned.send(i);
+                    }
+                })
+            })
+        })
+        .collect();
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 2 {
+        let i = rebalances
+            .recv_timeout(WATCHDOG)
+            .expect("each member is given partitions");
+        heard.insert(i);
+    }
+    let mut want: Vec<String> = lines.iter().map(|l| l.to_uppercase()).collect();
+    want.sort();
+    let deadline = Instant::now() + WATCHDOG;
+    let mut got = read_all(&broker, &output);
+    while got.len() < want.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        got = read_all(&broker, &output);
+    }
+    stop.store(true, Ordering::Release);
+    for m in members {
+        let received = m.join().expect("member thread").expect("member ends well");
+        assert!(received >= 1, "each member received an assignment");
+    }
+    let mut got = read_all(&broker, &output);
+    got.sort();
+    assert_eq!(got, want, "every line once, upper-cased");
 }

@@ -204,6 +204,63 @@ impl StreamExecutionEnvironment {
         self
     }
 
+    /// Runs `job` as a member of the group `setting` names (group mode,
+    /// `docs/scale-out.md`; feature `kafka`) until `stop` is set: every
+    /// process run with the same group name runs one job, Kafka's consumer
+    /// group dealing the partitions of `setting.topics` out. The job is
+    /// built anew over each assignment, in an environment with this one's
+    /// configuration (parallelism, checkpointing, which it needs: each
+    /// checkpoint commits) and the run's own checkpoint directory under
+    /// `setting.checkpoint_dir`. `report` hears each rebalance, run, first
+    /// record and restart. Returns the number of assignments received.
+    ///
+    /// ```no_run
+    /// # fn main() -> floe::Result<()> {
+    /// use floe::StreamExecutionEnvironment;
+    /// use floe::connectors::kafka::group::{Assignment, GroupJob, GroupSetting};
+    /// use floe::connectors::kafka::{KafkaSource, StartingOffsets};
+    /// use floe::connectors::kafka_sink::KafkaSink;
+    ///
+    /// /// Upper-cases the lines of `lines` into `upper`, exactly once.
+    /// struct Upper;
+    ///
+    /// impl GroupJob for Upper {
+    ///     fn build(&self, env: &StreamExecutionEnvironment, a: &Assignment<'_>) -> floe::Result<()> {
+    ///         let source = KafkaSource::lines("broker:9092", &["lines"])
+    ///             .group_id("upper")
+    ///             .starting_offsets(StartingOffsets::Committed)
+    ///             .partitions(&a.of("lines"))
+    ///             .group_commit(a.commit.clone());
+    ///         let sink = KafkaSink::<String>::lines("broker:9092", "upper")
+    ///             .transactional_id_prefix(&a.transactional_id("output"))
+    ///             .group_offsets(a.commit.clone(), &["lines"]);
+    ///         env.add_source("Kafka Source", move |ctx| source.reader(ctx))
+    ///             .map(|line: String| line.to_uppercase())
+    ///             .sink_exactly_once("Kafka Sink", sink.exactly_once());
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let env = StreamExecutionEnvironment::new();
+    /// env.enable_checkpointing(std::time::Duration::from_secs(1));
+    /// let setting = GroupSetting::new("upper", "broker:9092", "/shared/checkpoints")
+    ///     .topics(&["lines"]);
+    /// let stop = std::sync::atomic::AtomicBool::new(false);
+    /// env.execute_group(&setting, &Upper, &stop, &mut |report| eprintln!("{report:?}"))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "kafka")]
+    pub fn execute_group(
+        &self,
+        setting: &crate::connectors::kafka::group::GroupSetting,
+        job: &dyn crate::connectors::kafka::group::GroupJob,
+        stop: &std::sync::atomic::AtomicBool,
+        report: &mut dyn FnMut(crate::connectors::kafka::group::GroupReport<'_>),
+    ) -> Result<u64> {
+        crate::connectors::kafka::group::run_member(self, setting, job, stop, report)
+    }
+
     /// A fact about the job that `/status` and the dashboard show, under
     /// `info` (e.g. which group member runs it).
     pub fn set_job_info(&self, key: &str, value: &str) -> &Self {

@@ -43,17 +43,33 @@ pub struct GroupArgs {
 
 #[cfg(not(feature = "kafka"))]
 pub fn run_wordcount(_args: &super::WordcountArgs, _group: &str) -> floe::Result<()> {
-    Err(floe::Error::Config(
-        "--group needs the `kafka` feature: rebuild with `--features kafka`".into(),
-    ))
+    Err(no_kafka())
+}
+
+#[cfg(not(feature = "kafka"))]
+pub fn run_window(_args: &super::WindowArgs, _group: &str) -> floe::Result<()> {
+    Err(no_kafka())
+}
+
+#[cfg(not(feature = "kafka"))]
+fn no_kafka() -> floe::Error {
+    floe::Error::Config("--group needs the `kafka` feature: rebuild with `--features kafka`".into())
 }
 
 #[cfg(feature = "kafka")]
-pub use member::run_wordcount;
+pub use window::run_window;
+#[cfg(feature = "kafka")]
+pub use wordcount::run_wordcount;
 
 #[cfg(feature = "kafka")]
 #[path = "group_member.rs"]
 mod member;
+#[cfg(feature = "kafka")]
+#[path = "group_window.rs"]
+mod window;
+#[cfg(feature = "kafka")]
+#[path = "group_wordcount.rs"]
+mod wordcount;
 
 #[cfg(all(feature = "kafka", feature = "postgres"))]
 #[path = "group_postgres.rs"]

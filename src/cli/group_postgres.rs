@@ -11,7 +11,7 @@
 //! repartition topic are not used.
 
 use floe::connectors::kafka::KafkaSource;
-use floe::connectors::kafka::group::{GroupCommit, OffsetMark};
+use floe::connectors::kafka::group::{Assignment, OffsetMark};
 use floe::connectors::postgres::group::{GroupFence, OFFSETS_TABLE};
 use floe::connectors::postgres::{PostgresError, PostgresSink, PostgresSinkConfig, WriteMode};
 use floe::{DataStream, Error};
@@ -60,25 +60,31 @@ pub struct Claim {
 }
 
 impl PostgresCounts {
-    /// Claims `counted` (partitions of `topic`) for the run `commit`
-    /// names, in `generation`: tried again while a former owner's
+    /// Claims `counted` (repartition partitions of `held`) for the member
+    /// run `held` is planned for: tried again while a former owner's
     /// transaction holds the rows, one line each time.
     pub fn claim(
         &self,
         group: &str,
-        member: &str,
-        generation: i32,
-        commit: Arc<GroupCommit>,
+        held: &Assignment<'_>,
         counted: &[(String, i32)],
     ) -> floe::Result<Claim> {
         let Some((topic, _)) = counted.first() else {
             return Err(Error::Internal("a claim of no partition".into()));
         };
+        let (commit, generation) = (held.commit.clone(), held.generation);
+        // The run is GROUP/MEMBER/gGENERATION-N.
+        let member = commit
+            .run()
+            .split('/')
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
         let fence = Arc::new(GroupFence::new(
             group,
             topic,
             generation,
-            member,
+            &member,
             &self.config.table,
             commit,
         )?);

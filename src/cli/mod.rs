@@ -108,6 +108,11 @@ pub struct WindowArgs {
     /// `pipeline.auto-watermark-interval`; 0: after every batch.
     #[arg(long, default_value_t = 200)]
     pub watermark_interval: u64,
+    /// A `kafka://` input's partition without records for this long (ms)
+    /// stops holding the watermark back until it has records again
+    /// (Flink's `withIdleness`).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub idleness: Option<u64>,
     /// Parallelism of the windowing.
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
@@ -149,6 +154,9 @@ pub struct WindowArgs {
     /// Metrics endpoint.
     #[command(flatten)]
     pub observe: observe::ObserveArgs,
+    /// Group mode: one job across every process of a group.
+    #[command(flatten)]
+    pub group: group::GroupArgs,
 }
 
 /// Options of `floe sql`.

@@ -337,7 +337,7 @@ fn parse_plain<L: LateLine>(bytes: &[u8], keep_line: bool) -> Option<Event<L>> {
 /// record too, checked here so that every window variant (`--state`) sees
 /// the same records.
 #[derive(Clone)]
-struct EventDecoder<L> {
+pub(super) struct EventDecoder<L> {
     /// The input, named in the error of a line that is not UTF-8.
     input: Arc<str>,
     keep_line: bool,
@@ -348,7 +348,11 @@ struct EventDecoder<L> {
 }
 
 impl<L> EventDecoder<L> {
-    fn new(input: Arc<str>, keep_line: bool, assigner: WindowAssigner<Event<L>>) -> Self {
+    pub(super) fn new(
+        input: Arc<str>,
+        keep_line: bool,
+        assigner: WindowAssigner<Event<L>>,
+    ) -> Self {
         EventDecoder {
             input,
             keep_line,
@@ -393,6 +397,19 @@ impl<L: LateLine> LineDecoder for EventDecoder<L> {
 
     #[inline]
     fn decode(&mut self, bytes: &[u8]) -> Result<Event<L>, String> {
+        self.parse(bytes)
+    }
+
+    #[inline]
+    fn timestamp(&self, e: &Event<L>) -> Option<i64> {
+        Some(e.ts)
+    }
+}
+
+impl<L: LateLine> EventDecoder<L> {
+    /// One line's event, or what is wrong with the line.
+    #[inline]
+    pub(super) fn parse(&self, bytes: &[u8]) -> Result<Event<L>, String> {
         let e = match parse_plain(bytes, self.keep_line) {
             Some(e) => e,
             None => {
@@ -408,11 +425,6 @@ impl<L: LateLine> LineDecoder for EventDecoder<L> {
                 .map_err(|reason| reason.to_string())?;
         }
         Ok(e)
-    }
-
-    #[inline]
-    fn timestamp(&self, e: &Event<L>) -> Option<i64> {
-        Some(e.ts)
     }
 }
 
@@ -474,6 +486,9 @@ impl<L: LateLine> floe::operators::Operator<Vec<u8>, Event<L>> for Parse<L> {
 }
 
 pub fn run(args: &WindowArgs) -> floe::Result<()> {
+    if let Some(group) = &args.group.group {
+        return super::group::run_window(args, group);
+    }
     // The event keeps its line only where late records are written: the
     // usual event crosses the keyBy channel without it.
     if args.late_output.is_some() {
@@ -493,6 +508,11 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
                 "--bounded needs a kafka:// --input, not '{}'",
                 path.display()
             )));
+        }
+        super::connectors::Input::File(_) if args.idleness.is_some() => {
+            return Err(Error::Config(
+                "--idleness needs a kafka:// --input: a file's splits are never idle".into(),
+            ));
         }
         super::connectors::Input::File(path) => super::check_readable(path, &args.checkpoints)?,
         #[cfg(feature = "kafka")]
@@ -570,6 +590,37 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
                 env.add_source(SOURCE, move |ctx| Ok(source.reader(ctx)))
                     .uid("lines")
             }
+        }
+        #[cfg(feature = "kafka")]
+        super::connectors::Input::Kafka(url) if args.watermarks == Watermarks::Periodic => {
+            // Flink's KafkaSource with a watermark strategy: each line
+            // parsed in the source, its timestamp the event time, one
+            // watermark per partition (the subtask's the minimum over its
+            // partitions that are not idle), so how the partitions'
+            // fetches interleave makes no record late.
+            let bad = bad.clone();
+            let source = super::connectors::kafka_source(
+                &url,
+                args.bounded,
+                Arc::new(move |bytes: &[u8]| match decoder.parse(bytes) {
+                    Ok(e) => Ok(Some(e)),
+                    Err(_) if skip => {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                        Ok(None)
+                    }
+                    Err(m) => Err(m),
+                }),
+            )?
+            .timestamps(Arc::new(|e: &Option<Event<L>>| e.as_ref().map(|e| e.ts)))
+            .per_partition_watermarks(
+                args.out_of_orderness,
+                args.idleness.map(std::time::Duration::from_millis),
+            );
+            env.add_source("Kafka Source", move |ctx| source.reader(ctx))
+                .uid("kafka-source")
+                .flat_map(|e: Option<Event<L>>| e)
+                .name("Parse")
+                .uid("parse")
         }
         #[cfg(feature = "kafka")]
         super::connectors::Input::Kafka(url) => {

@@ -51,6 +51,7 @@ use std::time::Duration;
 
 mod assign;
 pub(crate) mod close;
+pub mod event_time;
 pub mod group;
 mod source;
 pub mod txn_recovery;
@@ -260,6 +261,9 @@ pub struct KafkaSource<T> {
     only: Option<Arc<std::collections::BTreeSet<(String, i32)>>>,
     group_commit: Option<Arc<group::GroupCommit>>,
     start_at: Option<Arc<std::collections::BTreeMap<(String, i32), i64>>>,
+    timestamps: Option<event_time::TimestampOf<T>>,
+    emit_watermarks: Option<event_time::Emit<T>>,
+    collect_watermarks: Option<event_time::Collect<T>>,
 }
 
 /// Per-partition watermarks of a Kafka source (Flink's bounded
@@ -290,6 +294,9 @@ impl<T> Clone for KafkaSource<T> {
             only: self.only.clone(),
             group_commit: self.group_commit.clone(),
             start_at: self.start_at.clone(),
+            timestamps: self.timestamps.clone(),
+            emit_watermarks: self.emit_watermarks.clone(),
+            collect_watermarks: self.collect_watermarks.clone(),
         }
     }
 }
@@ -328,7 +335,46 @@ impl<T: Send + 'static> KafkaSource<T> {
             only: None,
             group_commit: None,
             start_at: None,
+            timestamps: None,
+            emit_watermarks: None,
+            collect_watermarks: None,
         }
+    }
+
+    /// Takes each record's event time from its decoded value instead of
+    /// the Kafka record's timestamp (a value without one has none): the
+    /// timestamp assigner of Flink's watermark strategy, in the source.
+    pub fn timestamps(mut self, of: event_time::TimestampOf<T>) -> Self {
+        self.timestamps = Some(of);
+        self
+    }
+
+    /// Every `every`, emits after the records read one record per partition
+    /// made by `make` with the partition and its watermark (`None`: idle),
+    /// for an internal topic that carries them downstream
+    /// ([`event_time`]). Needs [`per_partition_watermarks`](Self::per_partition_watermarks);
+    /// a partition without a record yet reports nothing until it is idle.
+    pub fn watermark_records(
+        mut self,
+        every: Duration,
+        make: event_time::WatermarkRecord<T>,
+    ) -> Self {
+        self.emit_watermarks = Some(event_time::Emit { every, make });
+        self
+    }
+
+    /// Reads the watermark records of `upstreams` upstream partitions
+    /// (those [`watermark_records`](Self::watermark_records) writes) with
+    /// `read`: they are consumed, not emitted, and each partition's
+    /// watermark is the minimum over its active upstreams
+    /// ([`event_time`]); the subtask's is the minimum over its partitions.
+    pub fn upstream_watermarks(
+        mut self,
+        upstreams: usize,
+        read: event_time::ReadWatermark<T>,
+    ) -> Self {
+        self.collect_watermarks = Some(event_time::Collect { upstreams, read });
+        self
     }
 
     /// Generate watermarks in the source, per partition: the subtask's

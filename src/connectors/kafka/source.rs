@@ -2,6 +2,7 @@
 //! watermarks, fetching, discovery, checkpointing and offset commits.
 
 use super::assign::{partition_owner, partitions_of};
+use super::event_time::{Heard, Upstreams};
 use super::{Client, KafkaError, KafkaSource, StartingOffsets};
 use crate::Result;
 use crate::connectors::{SourceContext, SourceFunction, SourcePoll};
@@ -26,6 +27,8 @@ struct Part {
     max_timestamp: Option<i64>,
     /// When the partition last had a record (or was assigned).
     active: Instant,
+    /// What its upstreams reported (an internal topic's partition).
+    upstreams: Upstreams,
 }
 
 impl Part {
@@ -79,6 +82,8 @@ pub struct KafkaSourceReader<T> {
     lost_since: Option<Instant>,
     /// A record was emitted (group mode reports the first).
     emitted: bool,
+    /// When to emit the next watermark records.
+    next_watermark_records: Option<Instant>,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -101,6 +106,7 @@ impl<T> KafkaSourceReader<T> {
             positions: VecDeque::new(),
             lost_since: None,
             emitted: false,
+            next_watermark_records: None,
         }
     }
 
@@ -142,6 +148,7 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
                     end: None,
                     max_timestamp: None,
                     active: Instant::now(),
+                    upstreams: Upstreams::default(),
                 });
             }
             if self.config.bounded {
@@ -205,6 +212,7 @@ impl<T: Send + 'static> KafkaSourceReader<T> {
                         end: None,
                         max_timestamp: None,
                         active: Instant::now(),
+                        upstreams: Upstreams::default(),
                     });
                 }
             }
@@ -355,6 +363,41 @@ impl<T> KafkaSourceReader<T> {
     }
 }
 
+impl<T> KafkaSourceReader<T> {
+    /// Each partition's watermark (`None`: idle) as a record, every
+    /// interval of [`KafkaSource::watermark_records`]: after the records of
+    /// this poll, so each follows the records it covers.
+    fn emit_watermark_records(&mut self, out: &mut Vec<Record<T>>) {
+        let (Some(emit), Some(config)) = (&self.config.emit_watermarks, self.config.watermarks)
+        else {
+            return;
+        };
+        let now = Instant::now();
+        if self.next_watermark_records.is_some_and(|at| now < at) {
+            return;
+        }
+        self.next_watermark_records = Some(now + emit.every);
+        for p in self.parts.iter().filter(|p| !p.done()) {
+            let idle = config
+                .idleness
+                .is_some_and(|idle| now.duration_since(p.active) >= idle);
+            let watermark = match p.max_timestamp {
+                _ if idle => None,
+                // Not idle and nothing read yet: nothing to say.
+                None => continue,
+                Some(max) => Some(
+                    max.saturating_sub(config.out_of_orderness)
+                        .saturating_sub(1),
+                ),
+            };
+            out.push(Record {
+                value: (emit.make)(p.partition, watermark),
+                timestamp: None,
+            });
+        }
+    }
+}
+
 impl<T> Drop for KafkaSourceReader<T> {
     /// Closes the client on a thread of its own (see [`super::close`]):
     /// librdkafka's consumer close waits for the group coordinator without
@@ -446,7 +489,16 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
                         reason,
                     }
                 })?;
-            let timestamp = message.timestamp().to_millis();
+            if let Some(collect) = &self.config.collect_watermarks
+                && let Some((upstream, watermark)) = (collect.read)(&value)
+            {
+                part.upstreams.report(upstream, watermark);
+                continue;
+            }
+            let timestamp = match &self.config.timestamps {
+                Some(of) => of(&value),
+                None => message.timestamp().to_millis(),
+            };
             if self.config.watermarks.is_some() {
                 part.active = Instant::now();
                 if let Some(ts) = timestamp {
@@ -461,6 +513,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
                 group.record_emitted();
             }
         }
+        self.emit_watermark_records(out);
         if self.config.bounded && self.parts.iter().all(Part::done) {
             return Ok(if out.is_empty() {
                 SourcePoll::Finished
@@ -525,6 +578,17 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSourceReader<T> {
     }
 
     fn watermark(&mut self) -> Option<floe_actors::element::Timestamp> {
+        if let Some(collect) = &self.config.collect_watermarks {
+            let mut min: Option<i64> = None;
+            for p in &self.parts {
+                match p.upstreams.watermark(collect.upstreams) {
+                    Heard::Holding => return None,
+                    Heard::Idle => {}
+                    Heard::At(w) => min = Some(min.map_or(w, |m| m.min(w))),
+                }
+            }
+            return min;
+        }
         let config = self.config.watermarks?;
         let now = Instant::now();
         let mut min: Option<i64> = None;

@@ -14,11 +14,17 @@
 //! - Each committed offset's metadata names the checkpoint it belongs to
 //!   ([`OffsetMark`]), so a new owner of a partition restores exactly the
 //!   state that matches the offset it resumes from.
+//! - [`run_member`] (or [`StreamExecutionEnvironment::execute_group`](crate::StreamExecutionEnvironment::execute_group))
+//!   puts these together: a process runs a [`GroupJob`] as a member of the
+//!   group a [`GroupSetting`] names, the job built anew over each
+//!   [`Assignment`], until it is told to stop.
 
 mod member;
+mod runner;
 mod topics;
 
 pub use member::{GroupEvent, Membership, MembershipConfig};
+pub use runner::{Assignment, GroupJob, GroupReport, GroupSetting, run_member};
 pub use topics::{committed_marks, ensure_topic};
 
 use super::KafkaError;
