@@ -551,6 +551,11 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     } else {
         strategy = strategy.periodic(interval);
     }
+    // A Kafka input read by one parsing subtask (per-record watermarks):
+    // its input goes idle as a whole.
+    if let Some(ms) = args.idleness {
+        strategy = strategy.with_idleness(std::time::Duration::from_millis(ms));
+    }
     let late_tag = OutputTag::<Event<L>>::new("late");
     let agg = args.agg;
     let decoder = EventDecoder::new(
