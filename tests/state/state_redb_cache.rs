@@ -9,7 +9,7 @@
 //! - A snapshot includes writes still in the cache: restored into the heap
 //!   backend it equals the oracle.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::SplitMix;
 use floe::state::{
     HeapStateBackend, KeyScope, MapStateDescriptor, RedbStateBackend, StateBackend, StateTtlConfig,

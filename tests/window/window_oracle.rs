@@ -32,7 +32,7 @@
 //! - invalid `--window` specs and negative `--allowed-lateness` /
 //!   `--out-of-orderness` fail with one readable stderr line.
 
-mod common;
+use crate::common;
 
 use common::{
     Agg, GenParams, Rec, Spec, diff, expected_late, expected_lines, generate, overflowing, simulate,

@@ -3,7 +3,7 @@
 //! keyed state refused outside a keyed context, and key-group routing: the
 //! subtask the partitioner picks for a key is the one whose backend owns it.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::SplitMix;
 use floe::StreamExecutionEnvironment;
 use floe::operators::keyed::KeyedProcessFunction;

@@ -11,8 +11,7 @@
 //!   parallelism 1 and 2 must equal the counts of
 //!   `floe::text::WordGenerator::new(500, 7).word(i)` for `i in 0..200000`.
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::SplitMix;
 use std::collections::HashMap;
 use std::io::Write;

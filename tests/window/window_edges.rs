@@ -18,8 +18,8 @@
 //!   `--max-windows-per-record` (default 1000; `ceil(size / slide)` for
 //!   sliding windows) is refused before the job runs, with one line.
 
-mod cli_common;
-mod common;
+use crate::cli_common;
+use crate::common;
 
 use cli_common::{SplitMix, fails_with_one_error_line, run_ok, summary_field};
 use common::{

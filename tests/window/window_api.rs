@@ -29,7 +29,7 @@
 //!   dynamic session gap <= 0 fails the job, an offset of `i64::MIN` is
 //!   rejected without a panic.
 
-mod common;
+use crate::common;
 
 use common::{GenParams, Outcome, Rec, Spec, diff, generate, simulate};
 use floe::time::WatermarkStrategy;

@@ -13,8 +13,7 @@ use floe::window::{
 };
 use std::collections::HashMap;
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 
 type Ev = (u32, i64, i64); // key, timestamp, value
 

@@ -12,7 +12,7 @@
 //! entries it kept itself. Restoring with another element type is a typed
 //! `SchemaMismatch` naming operator and state.
 
-mod gated;
+use crate::gated;
 use floe::StreamExecutionEnvironment;
 use floe::operators::process::{OpenContext, ProcessContext, ProcessFunction};
 use floe::state::{ListStateDescriptor, StateError};

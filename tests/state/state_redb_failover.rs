@@ -5,7 +5,7 @@
 //! of an earlier one, and such a delta is smaller than the full snapshot it
 //! builds on.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{run_ok, summary_field};
 use floe::checkpoint::CheckpointStore;
 use std::collections::HashMap;

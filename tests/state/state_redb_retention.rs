@@ -10,7 +10,7 @@
 //! metadata), and restoring it from the store equals a `HashMap` oracle of
 //! the state at that checkpoint.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::SplitMix;
 use floe::checkpoint::{
     BlobRef, CHECKPOINT_FORMAT_VERSION, CheckpointId, CheckpointMetadata, CheckpointStore,

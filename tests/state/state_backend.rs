@@ -7,8 +7,7 @@
 //! copy-on-write capture (writes after the synchronous part are not in the
 //! bytes), redistribution of key groups to 3 subtasks, and schema checks.
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use floe::state::{
     AggregatingStateDescriptor, KeyGroupBytes, KeyScope, ListStateDescriptor, MapStateDescriptor,
     ReducingStateDescriptor, StateBackend, StateError, StateTtlConfig, TtlUpdateType,

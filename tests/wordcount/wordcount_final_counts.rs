@@ -10,8 +10,7 @@
 //! - `write_as_text` writes, byte for byte, the lines `format!("{v}\n")`
 //!   gives, over batches of every size.
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::SplitMix;
 use std::collections::HashMap;
 use std::path::Path;

@@ -18,7 +18,7 @@
 //!   checkpoints, a job canceled mid-run and restored (at another parallelism,
 //!   and from an older checkpoint) writes every record exactly once.
 
-mod gated;
+use crate::gated;
 use floe::checkpoint::CheckpointConfig;
 use floe::checkpoint::CheckpointId;
 use floe::connectors::transactional_file::{FileTransaction, TransactionalFileSink};
@@ -283,7 +283,7 @@ impl Drop for Unmount {
 /// [`failed_commit_leaves_only_the_committed_output`] on a real full disk: a
 /// 1 MiB tmpfs filled up so that the append fails part way with ENOSPC.
 /// Mounting needs root, so this runs only with `FLOE_TEST_TMPFS=1`:
-/// `FLOE_TEST_TMPFS=1 cargo test --test two_phase_sink full_disk`.
+/// `FLOE_TEST_TMPFS=1 cargo test --test two_phase two_phase_sink::full_disk`.
 #[test]
 fn commit_on_a_full_disk_leaves_only_the_committed_output() {
     if std::env::var_os("FLOE_TEST_TMPFS").is_none() {

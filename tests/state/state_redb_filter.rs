@@ -11,8 +11,8 @@
 //! backend and into two backends of half the key groups each, and after
 //! going on counting on the restored backends.
 
-mod cli_common;
-mod state_oracle;
+use crate::cli_common;
+use crate::state_oracle;
 use cli_common::SplitMix;
 use floe::checkpoint::CheckpointId;
 use floe::state::{KeyGroupBytes, KeyScope, RedbStateBackend, StateBackend, ValueStateDescriptor};

@@ -11,8 +11,8 @@
 //! - Changing 1% of 100,000 keys gives a delta of at most 5% of the full
 //!   snapshot.
 
-mod cli_common;
-mod state_oracle;
+use crate::cli_common;
+use crate::state_oracle;
 use cli_common::SplitMix;
 use floe::checkpoint::CheckpointId;
 use floe::state::{

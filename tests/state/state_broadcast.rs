@@ -8,7 +8,7 @@
 //! event checked after the restore must match the oracle, none twice. Keyed state read in `process_broadcast_element`
 //! is a typed error; the non-keyed variant gets every rule in every subtask.
 
-mod gated;
+use crate::gated;
 use floe::StreamExecutionEnvironment;
 use floe::operators::broadcast::{
     BroadcastContext, BroadcastProcessFunction, BroadcastStates, KeyedBroadcastProcessFunction,
