@@ -5,13 +5,13 @@
 //! One test binary for the family: its modules were binaries of their own
 //! (each compiled and linked alone, which made most of the suite's build).
 
-#[allow(clippy::duplicate_mod)]
-#[path = "../common/rng.rs"]
-mod rng;
 #[path = "../cli_common/mod.rs"]
 mod cli_common;
 #[path = "../gated/mod.rs"]
 mod gated;
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/rng.rs"]
+mod rng;
 #[path = "../state_oracle/mod.rs"]
 mod state_oracle;
 

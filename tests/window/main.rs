@@ -4,13 +4,13 @@
 //! One test binary for the family: its modules were binaries of their own
 //! (each compiled and linked alone, which made most of the suite's build).
 
+#[path = "../cli_common/mod.rs"]
+mod cli_common;
+#[path = "../common/mod.rs"]
+mod common;
 #[allow(clippy::duplicate_mod)]
 #[path = "../common/rng.rs"]
 mod rng;
-#[path = "../common/mod.rs"]
-mod common;
-#[path = "../cli_common/mod.rs"]
-mod cli_common;
 
 mod window_api;
 mod window_edges;

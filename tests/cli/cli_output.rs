@@ -10,7 +10,7 @@
 //! `floe run wordcount --input F --output F` destroyed F and exited 0 with
 //! wrong counts.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{SplitMix, count_words, parse_counts, pipelines_oracle, sorted, summary_field};
 use std::path::Path;
 use std::process::{Command, Output};

@@ -12,8 +12,7 @@
 //!   record with the field set to the key's sum;
 //! - the usual case, a `sum` of another field, over many batches.
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::SplitMix;
 use std::collections::HashMap;
 

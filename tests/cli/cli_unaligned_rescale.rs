@@ -19,7 +19,7 @@
 //! HashMap of window sums). Nothing is timed: backpressure keeps data in
 //! flight, and the kill waits for the status line.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{WindowInput, fails_with_one_error_line, run_ok};
 use std::collections::HashMap;
 use std::path::Path;

@@ -29,8 +29,7 @@
 //!   default `on_timer`), and registering a timer on a non-keyed stream fails
 //!   the job with a readable error.
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use floe::operators::keyed::KeyedProcessFunction;
 use floe::operators::process::{OnTimerContext, ProcessContext};
 use floe::time::{ManualClock, TimeDomain, WatermarkStrategy};

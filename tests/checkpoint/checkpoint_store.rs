@@ -6,7 +6,7 @@
 //! checkpoints (never past one with transactional sinks) and portable
 //! savepoints.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::SplitMix;
 use floe::checkpoint::store::{DATABASE_FILE, METADATA_FILE};
 use floe::checkpoint::{

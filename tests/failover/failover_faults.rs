@@ -3,7 +3,7 @@
 //! the job from its latest checkpoint; the committed output of a
 //! two-phase-commit sink stays exactly the output of a run without faults.
 
-mod gated;
+use crate::gated;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::transactional_file::TransactionalFileSink;

@@ -8,7 +8,7 @@
 //! from. A run resumed with `--from-checkpoint` must then commit exactly the
 //! counts a HashMap computes over the whole generated input.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{checkpointed, floe_command, run_ok, run_watching, summary_field};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -12,7 +12,7 @@
 //!   sums computed in a `HashMap`, with enough firings at the end of the
 //!   input that one subtask's batch is written in several chunks.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{WindowInput, run_ok_output, serve, summary_field, tumbling_sums};
 
 use serde_json::Value;

@@ -22,7 +22,7 @@
 //! - The library: `Config.restart` and a fault injector through
 //!   `set_config`, `failover_stats`, a two-phase-commit sink, `Finished`.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{WindowInput, floe, run_ok, summary_field};
 use floe::failover::RestartStrategy;
 use floe::{JobStatus, StreamExecutionEnvironment};

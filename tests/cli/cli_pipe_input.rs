@@ -7,7 +7,7 @@
 //! before the pipe is opened (no writer needed).
 #![cfg(unix)]
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{
     WindowInput, count_words, fails_with_one_error_line, parse_counts, run_ok_output, sorted,
     summary_field, tumbling_sums, window_input,

@@ -10,7 +10,7 @@
 //! for a savepoint at half of it, which must be taken, and the run restored
 //! from it must end with the oracle's output.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{SplitMix, count_words, parse_counts, run_ok, sorted, summary_field};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

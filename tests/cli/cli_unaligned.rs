@@ -13,7 +13,7 @@
 //! count, a fault-free run without checkpoints for window and pipelines.
 //! Nothing is timed: the sink's throttle keeps data in flight.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{SplitMix, run_ok, summary_field};
 use std::collections::HashMap;
 use std::path::Path;

@@ -11,7 +11,7 @@
 //! memory itself is measured in docs/benchmarks.md; here the results are
 //! checked against HashMaps computed from the input.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::summary_field;
 use cli_common::{SplitMix, count_words, fails_with_one_error_line, parse_counts, run_ok};
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 //! library and in `floe run wordcount --sink-rate` (whose sink receives
 //! the `word,count` lines).
 
-mod cli_common;
+use crate::cli_common;
 
 use floe::StreamExecutionEnvironment;
 use floe::operators::sink::SinkFunction;

@@ -25,7 +25,7 @@
 //! checkpoint directory the store and the directories of the checkpoints
 //! it retains (none of an aborted or superseded checkpoint).
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{
     floe_command, pipelines_oracle, run_ok_output, run_watching, signal, sorted, status_field,
 };

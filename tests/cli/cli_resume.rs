@@ -9,7 +9,7 @@
 //! arguments until it ends; the committed output must be the pipelines
 //! oracle's (computed from the generator's formula, sorted).
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{
     checkpointed, fails_with_one_error_line, floe_command, pipelines_oracle, run_watching, sorted,
 };

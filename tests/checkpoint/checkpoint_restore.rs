@@ -2,7 +2,7 @@
 //! canceled, and a new job restored from the checkpoint directory finishes
 //! with the counts a plain HashMap computes over the whole input.
 
-mod gated;
+use crate::gated;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use gated::{Gate, gated_generator, wait_for_new_checkpoints};

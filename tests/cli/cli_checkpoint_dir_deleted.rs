@@ -10,7 +10,7 @@
 //! "completed" into a database no one would find, without a line, and the
 //! job ended as if all was well with nothing to resume from.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{checkpointed, floe_command, pipelines_oracle, run_watching, sorted};
 
 const RECORDS: u64 = 60_000;

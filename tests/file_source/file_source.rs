@@ -14,7 +14,7 @@
 //!   checkpoints, is canceled, and is restored at another parallelism; a
 //!   keyed count per line must end at exactly 1 for every line of the file.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{SplitMix, count_words, parse_counts, run_ok, summary_field};
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;

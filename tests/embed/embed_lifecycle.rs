@@ -7,7 +7,7 @@
 //! every wait is for an event (sources holding at a gate, a completed
 //! checkpoint, the job's end), never for time.
 
-mod gated;
+use crate::gated;
 use floe::checkpoint::CheckpointConfig;
 use floe::failover::{Fault, FaultInjection, FaultPoint, JobObserver, RestartStrategy};
 use floe::{CheckpointId, Config, Error, JobEnd, JobStatus, StreamExecutionEnvironment};

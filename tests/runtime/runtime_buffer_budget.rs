@@ -18,7 +18,7 @@
 //! checkpoints complete (no channel without credit holds a barrier back) and
 //! the counts equal a HashMap's.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{run_ok as cli_ok, summary_field};
 use floe::operators::sink::SinkFunction;
 use floe::{JobResult, Record, StreamExecutionEnvironment};

@@ -4,7 +4,7 @@
 //! machine runs it. The output stays the oracle's (a HashMap over the
 //! input), and the hold adds no injected failure.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{fails_with_one_error_line, run_ok, summary_field};
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;

@@ -12,7 +12,7 @@
 //! sum to `words=`, `records=` is the input's lines or the generated
 //! records, `windows_fired=` is the lines written).
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{
     SplitMix, WindowInput, count_words, parse_counts, pipelines_oracle, run_ok_output, sorted,
     summary_field,

@@ -19,7 +19,7 @@
 //! Every run is bounded by a generous watchdog, so that a regression to
 //! restarting forever fails the test instead of hanging it.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{SplitMix, summary_field};
 use std::collections::HashMap;
 use std::path::Path;

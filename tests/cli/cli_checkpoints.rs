@@ -13,7 +13,7 @@
 //!   one `error:` line naming the checkpoint.
 //! - Bad flags are refused with one readable `error:` line.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{SplitMix, WindowInput, fails_with_one_error_line, floe, run_ok, summary_field};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
