@@ -690,17 +690,7 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
         fired.get_side_output(&late_tag)
     } else {
         let fired = windowed
-            .aggregate_with(
-                agg,
-                |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
-                    out.push(Firing {
-                        key: key.clone(),
-                        start: w.start,
-                        end: w.end,
-                        value,
-                    })
-                },
-            )
+            .aggregate_with(agg, Firing::push)
             .uid("window")
             .with_channel_state();
         let sink = output.sink_lines(&fired)?.uid("output");
