@@ -103,6 +103,10 @@ fn start_job(dir: &Path) -> Job {
             "127.0.0.1:0",
             "--job-name",
             "dashboard-test",
+            "--job-info",
+            "team=streams",
+            "--job-info",
+            "region=eu-1",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -332,6 +336,29 @@ fn dashboard_renders_the_running_job_and_its_actions_work() {
         assert!(
             edges.iter().any(|p| p.as_deref() == Some("hash")),
             "{edges:?}"
+        );
+        // The job's `info` (`--job-info`) as cards: each key and value of
+        // the /status drawn, and those the command line gave.
+        let (shown, found) = read(
+            &c,
+            &[
+                ("#overview .card[id^='job-info-'] .label", "text"),
+                ("#overview .card[id^='job-info-'] .value", "text"),
+            ],
+        )
+        .await;
+        let [labels, values] = <[_; 2]>::try_from(found).expect("two lists");
+        let drawn: std::collections::BTreeMap<String, String> = labels
+            .into_iter()
+            .zip(values)
+            .map(|(k, v)| (k.unwrap_or_default(), v.unwrap_or_default()))
+            .collect();
+        let info: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(shown["info"].clone()).expect("an info object");
+        assert_eq!(drawn, info, "one card per info entry");
+        assert_eq!(
+            (info.get("team"), info.get("region")),
+            (Some(&"streams".to_string()), Some(&"eu-1".to_string()))
         );
         screenshot(&c, "overview").await;
 

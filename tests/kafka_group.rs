@@ -342,6 +342,7 @@ fn members_that_die_and_join_keep_the_counts_exact() {
         (field(&last, "generation"), field(&last, "partitions")),
         "{info}"
     );
+    let pids: Vec<u32> = [&a, &c, &d].iter().map(|m| m.child.id()).collect();
     for m in [a, c, d] {
         let (status, seen) = m.terminate();
         let text = seen.join("\n");
@@ -355,6 +356,61 @@ fn members_that_die_and_join_keep_the_counts_exact() {
     // After every member stopped: still exactly the oracle's changelog.
     let records = read_all(&broker, &output);
     check_changelog(&records, &all, true);
+    // A member deletes the checkpoints of its runs that no committed
+    // offset names (at each start, and when it stops): of each member
+    // that stopped, only runs the marks name are left.
+    let named = named_runs(&broker, &group);
+    for pid in pids {
+        for run in member_runs(_keep.path(), &group, pid) {
+            assert!(named.contains(&run), "{run} is named by no mark: {named:?}");
+        }
+    }
+}
+
+/// The runs the group's committed offsets of its repartition topic name.
+fn named_runs(broker: &str, group: &str) -> std::collections::BTreeSet<String> {
+    let topic = format!("floe-{group}-wordcount-words");
+    let partitions: Vec<(String, i32)> = (0..PARTITIONS).map(|p| (topic.clone(), p)).collect();
+    floe::connectors::kafka::group::committed_marks(
+        broker,
+        group,
+        &partitions,
+        Duration::from_secs(30),
+    )
+    .expect("the group's committed offsets")
+    .into_iter()
+    .filter_map(|(_, _, mark)| mark.map(|m| m.run))
+    .collect()
+}
+
+/// The run directories (`GROUP/MEMBER/gG-N`) of the member with process
+/// id `pid`, oldest first.
+fn member_runs(dir: &std::path::Path, group: &str, pid: u32) -> Vec<String> {
+    let mut runs = Vec::new();
+    for member in std::fs::read_dir(dir.join(group)).expect("the group's directory") {
+        let member = member
+            .expect("entry")
+            .file_name()
+            .into_string()
+            .expect("UTF-8");
+        if !member.starts_with(&format!("m{pid}-")) {
+            continue;
+        }
+        for run in std::fs::read_dir(dir.join(group).join(&member)).expect("member directory") {
+            let run = run
+                .expect("entry")
+                .file_name()
+                .into_string()
+                .expect("UTF-8");
+            let number = |run: &str| -> (u64, u64) {
+                let (g, n) = run.trim_start_matches('g').split_once('-').expect("gG-N");
+                (g.parse().expect("G"), n.parse().expect("N"))
+            };
+            runs.push((number(&run), format!("{group}/{member}/{run}")));
+        }
+    }
+    runs.sort();
+    runs.into_iter().map(|(_, run)| run).collect()
 }
 
 /// Sends `signal` (`-STOP`, `-CONT`) to a member's process.

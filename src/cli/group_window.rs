@@ -19,7 +19,7 @@ use super::member::{CliJob, Common, Group, INPUT_SOURCE, TRANSACTION_TIMEOUT_MS,
 use floe::connectors::kafka::group::{Assignment, GroupJob};
 use floe::connectors::kafka::{KafkaSource, StartingOffsets};
 use floe::connectors::kafka_sink::KafkaSink;
-use floe::window::{TimeWindow, WindowAssigner};
+use floe::window::WindowAssigner;
 use floe::{JobHandle, OutputTag, StreamExecutionEnvironment};
 use smol_str::SmolStr;
 use std::sync::Arc;
@@ -353,17 +353,7 @@ impl Windows {
             .max_windows_per_record(self.max_windows_per_record)
             .allowed_lateness(self.allowed_lateness)
             .side_output_late_data(&late)
-            .aggregate_with(
-                self.agg,
-                |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
-                    out.push(Firing {
-                        key: key.clone(),
-                        start: w.start,
-                        end: w.end,
-                        value,
-                    })
-                },
-            )
+            .aggregate_with(self.agg, Firing::push)
             .uid("window");
         fired
             .map(|f: Firing| f.to_string())

@@ -110,7 +110,8 @@ pub struct WindowArgs {
     pub watermark_interval: u64,
     /// A `kafka://` input's partition without records for this long (ms)
     /// stops holding the watermark back until it has records again
-    /// (Flink's `withIdleness`).
+    /// (Flink's `withIdleness`; with `--watermarks per-record`, the input
+    /// as a whole).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub idleness: Option<u64>,
     /// Parallelism of the windowing.

@@ -34,6 +34,27 @@ pub struct ObserveArgs {
     /// command's name).
     #[arg(long)]
     pub job_name: Option<String>,
+    /// A fact about the job shown in `/status` (`info`) and as a card on
+    /// the dashboard, e.g. `--job-info team=payments` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_job_info)]
+    pub job_info: Vec<(String, String)>,
+}
+
+/// Parses `KEY=VALUE`: a key of letters, digits, `_`, `-` and `.`.
+fn parse_job_info(s: &str) -> std::result::Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not KEY=VALUE"))?;
+    if key.is_empty()
+        || !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    {
+        return Err(format!(
+            "'{key}': a key is letters, digits, '_', '-' and '.'"
+        ));
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 /// A running endpoint; stops serving when dropped.
@@ -43,7 +64,8 @@ pub struct Endpoint {
 }
 
 impl ObserveArgs {
-    /// Names the job (`--job-name`, else `command`), switches periodic
+    /// Names the job (`--job-name`, else `command`), adds `--job-info`,
+    /// switches periodic
     /// metrics off with `--no-metrics`, and installs the Prometheus recorder
     /// when an address was given. Call before the job starts, so every
     /// counter is recorded.
@@ -54,6 +76,7 @@ impl ObserveArgs {
     ) -> Result<Option<PrometheusHandle>> {
         let mut config = env.config();
         config.job_name = Some(self.job_name.clone().unwrap_or_else(|| command.to_string()));
+        config.job_info.extend(self.job_info.iter().cloned());
         if self.no_metrics {
             config.runtime.metrics_interval = Duration::ZERO;
         }

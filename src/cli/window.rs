@@ -551,6 +551,11 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
     } else {
         strategy = strategy.periodic(interval);
     }
+    // A Kafka input read by one parsing subtask (per-record watermarks):
+    // its input goes idle as a whole.
+    if let Some(ms) = args.idleness {
+        strategy = strategy.with_idleness(std::time::Duration::from_millis(ms));
+    }
     let late_tag = OutputTag::<Event<L>>::new("late");
     let agg = args.agg;
     let decoder = EventDecoder::new(
@@ -685,17 +690,7 @@ fn run_with<L: LateLine>(args: &WindowArgs) -> floe::Result<()> {
         fired.get_side_output(&late_tag)
     } else {
         let fired = windowed
-            .aggregate_with(
-                agg,
-                |key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>| {
-                    out.push(Firing {
-                        key: key.clone(),
-                        start: w.start,
-                        end: w.end,
-                        value,
-                    })
-                },
-            )
+            .aggregate_with(agg, Firing::push)
             .uid("window")
             .with_channel_state();
         let sink = output.sink_lines(&fired)?.uid("output");

@@ -35,6 +35,18 @@ pub struct Firing {
     pub(in crate::cli) value: i64,
 }
 
+impl Firing {
+    /// The window function of the jobs that hand on a `Firing` per result.
+    pub(in crate::cli) fn push(key: &SmolStr, w: &TimeWindow, value: i64, out: &mut Vec<Firing>) {
+        out.push(Firing {
+            key: key.clone(),
+            start: w.start,
+            end: w.end,
+            value,
+        })
+    }
+}
+
 /// Room for `,start,end,`: two `i64`s of up to 20 bytes and three commas.
 const BOUNDS_ROOM: usize = 48;
 

@@ -25,7 +25,7 @@ mod topics;
 
 pub use member::{GroupEvent, Membership, MembershipConfig};
 pub use runner::{Assignment, GroupJob, GroupReport, GroupSetting, run_member};
-pub use topics::{committed_marks, ensure_topic};
+pub use topics::{committed_marks, ensure_topic, partition_count};
 
 use super::KafkaError;
 use floe_actors::ids::CheckpointId;

@@ -2,7 +2,10 @@
 //! over each assignment, stops it on revocation, plans it again after a
 //! failure (bounded), and leaves when told to stop.
 
-use super::{GroupCommit, GroupEvent, Membership, MembershipConfig, OffsetMark, committed_marks};
+use super::{
+    GroupCommit, GroupEvent, Membership, MembershipConfig, OffsetMark, committed_marks,
+    partition_count,
+};
 use crate::{JobEnd, JobHandle, StreamExecutionEnvironment};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -239,6 +242,8 @@ struct Member<'a> {
     job: &'a dyn GroupJob,
     template: &'a StreamExecutionEnvironment,
     report: &'a mut dyn FnMut(GroupReport<'_>),
+    /// This member's former runs whose checkpoints are still kept.
+    past_runs: Vec<String>,
 }
 
 /// Runs `job` as a member of the group `setting` names until `stop` is
@@ -269,6 +274,7 @@ pub fn run_member(
         job,
         template,
         report,
+        past_runs: Vec::new(),
     };
     let result = member.serve(&events, stop);
     if !joined.leave(setting.stop_deadline) {
@@ -370,6 +376,8 @@ impl Member<'_> {
         if let Some(r) = running.take() {
             self.stop_job(r);
         }
+        // Every run has stopped: what no mark names goes, the last too.
+        self.prune();
         Ok(rebalances)
     }
 
@@ -459,8 +467,10 @@ impl Member<'_> {
         ] {
             config.job_info.insert(key.into(), value);
         }
+        self.prune();
         let env = StreamExecutionEnvironment::with_config(config);
         let commit = GroupCommit::new(&run, held.metadata.clone());
+        self.past_runs.push(run.clone());
         self.job.build(
             &env,
             &Assignment {
@@ -487,6 +497,57 @@ impl Member<'_> {
             assigned_at: held.assigned_at,
             reported: false,
         }))
+    }
+
+    /// Deletes the checkpoints of this member's former runs that no
+    /// committed offset of a keyed topic names: an offset's mark only ever
+    /// moves on to a newer run (an older generation is fenced), so nobody
+    /// restores from such a run again. A failure is reported, not fatal:
+    /// the run is tried again at the next start.
+    fn prune(&mut self) {
+        let setting = self.setting;
+        if self.past_runs.is_empty() || setting.keyed_topics.is_empty() {
+            return;
+        }
+        let named = (|| -> Result<std::collections::BTreeSet<String>, super::KafkaError> {
+            let mut all = Vec::new();
+            for topic in &setting.keyed_topics {
+                let n = partition_count(&setting.brokers, topic, setting.request_timeout)?;
+                all.extend((0..n).map(|p| (topic.clone(), p)));
+            }
+            let marks = committed_marks(
+                &setting.brokers,
+                &setting.name,
+                &all,
+                setting.request_timeout,
+            )?;
+            Ok(marks
+                .into_iter()
+                .filter_map(|(_, _, mark)| mark.map(|m| m.run))
+                .collect())
+        })();
+        let named = match named {
+            Ok(named) => named,
+            Err(e) => {
+                let warning = format!("cannot read the group's marks to prune checkpoints: {e}");
+                (self.report)(GroupReport::Warning(&warning));
+                return;
+            }
+        };
+        let mut kept = Vec::new();
+        for run in std::mem::take(&mut self.past_runs) {
+            if named.contains(&run) {
+                kept.push(run);
+                continue;
+            }
+            let dir = format!("{}/{run}", setting.checkpoint_dir.trim_end_matches('/'));
+            if let Err(e) = delete_run(std::path::Path::new(&dir)) {
+                let warning = format!("cannot delete the checkpoints of {dir}: {e}");
+                (self.report)(GroupReport::Warning(&warning));
+                kept.push(run);
+            }
+        }
+        self.past_runs = kept;
     }
 
     /// Where each held partition of a keyed topic takes its state from: the
@@ -527,5 +588,19 @@ impl Member<'_> {
             .into_iter()
             .map(|(mark, groups)| (mark.path(&setting.checkpoint_dir), groups))
             .collect())
+    }
+}
+
+/// Deletes a former run's checkpoints: its directory, or its objects.
+fn delete_run(dir: &std::path::Path) -> crate::Result<()> {
+    if crate::checkpoint::is_object_url(dir) {
+        crate::checkpoint::open_existing_storage(dir)?.clear()?;
+        return Ok(());
+    }
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(crate::Error::Config(format!("{}: {e}", dir.display())))
+        }
+        _ => Ok(()),
     }
 }

@@ -8,6 +8,16 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::Duration;
 
+/// The number of partitions of `topic` (an error if it does not exist).
+pub fn partition_count(brokers: &str, topic: &str, timeout: Duration) -> Result<i32, KafkaError> {
+    let consumer: BaseConsumer<Quiet> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("log_level", "4")
+        .create_with_context(Quiet::default())
+        .map_err(KafkaError::client("metadata client"))?;
+    super::super::partitions_of(&consumer, brokers, topic, timeout)
+}
+
 /// The number of partitions of `topic`, creating it with `partitions`
 /// (and `replication`) when it does not exist. An existing topic keeps
 /// its count: its partitions are the key groups of the state it feeds.

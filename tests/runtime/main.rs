@@ -1,0 +1,14 @@
+//! The runtime: backpressure, the buffer budget, failures, a flat map under
+//! backpressure, a throttled sink.
+//!
+//! One test binary for the family: its modules were binaries of their own
+//! (each compiled and linked alone, which made most of the suite's build).
+
+#[path = "../cli_common/mod.rs"]
+mod cli_common;
+
+mod runtime_backpressure;
+mod runtime_buffer_budget;
+mod runtime_failures;
+mod runtime_flat_map_backpressure;
+mod runtime_throttled_sink;
