@@ -16,20 +16,10 @@ mod kafka_support;
 
 use kafka_support::*;
 use std::collections::HashMap;
-use std::io::BufRead;
-use std::process::Child;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// The input topic's partitions, and the repartition topic's.
 const PARTITIONS: i32 = 6;
-
-/// One `floe run wordcount --group` process and its stderr lines.
-struct Member {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
 
 impl Member {
     fn start(broker: &str, input: &str, output: &str, group: &str, dir: &str) -> Member {
@@ -94,94 +84,7 @@ impl Member {
         .chain(extra)
         .map(|s| s.to_string())
         .collect();
-        let mut child = floe(&args).spawn().expect("floe runs");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Member {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Takes the lines printed so far.
-    fn drain(&mut self) {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-    }
-
-    /// Waits for a line that `matches` (after those seen), within the
-    /// watchdog.
-    fn wait_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) {
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    let hit = matches(&line);
-                    self.seen.push(line);
-                    if hit {
-                        return;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("member ended before {what}:\n{}", self.seen.join("\n"))
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {WATCHDOG:?}:\n{}",
-                self.seen.join("\n")
-            );
-        }
-    }
-
-    fn rebalances(&mut self) -> usize {
-        self.drain();
-        self.seen
-            .iter()
-            .filter(|l| l.starts_with("rebalance generation="))
-            .count()
-    }
-
-    fn kill9(mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then its exit: the status and every stderr line.
-    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                // The reader thread ends with the pipe.
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-                    self.seen.push(line);
-                }
-                return (status, self.seen);
-            }
-            self.drain();
-            assert!(
-                Instant::now() < deadline,
-                "member still running {WATCHDOG:?} after SIGTERM:\n{}",
-                self.seen.join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Member::from_args(&args)
     }
 }
 
@@ -413,13 +316,6 @@ fn member_runs(dir: &std::path::Path, group: &str, pid: u32) -> Vec<String> {
     runs.into_iter().map(|(_, run)| run).collect()
 }
 
-/// Sends `signal` (`-STOP`, `-CONT`) to a member's process.
-fn signal(member: &Member, signal: &str) {
-    let _ = std::process::Command::new("kill")
-        .args([signal, &member.child.id().to_string()])
-        .status();
-}
-
 /// A member frozen (SIGSTOP) past the session timeout loses its
 /// partitions to the other; when it comes back (SIGCONT) its open
 /// transactions and its commits are fenced (the broker aborted them, its
@@ -453,7 +349,7 @@ fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
     );
     // Frozen mid-stream: input arrives, the group gives the frozen
     // member's partitions to the other, which counts everything.
-    signal(&b, "-STOP");
+    b.signal("-STOP");
     produce(&broker, &input, PARTITIONS, &lines[1500..3000]);
     let before = a.rebalances();
     a.wait_line("rebalance after the freeze", |l| {
@@ -463,7 +359,7 @@ fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
     wait_for_oracle(&broker, &output, &oracle(&lines[..3000]), &mut [&mut a]);
     // Back: fenced, then a member again.
     let rejoined_before = b.rebalances();
-    signal(&b, "-CONT");
+    b.signal("-CONT");
     b.wait_line("rebalance after coming back", |l| {
         l.starts_with("rebalance generation=")
     });

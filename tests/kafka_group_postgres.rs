@@ -16,21 +16,10 @@ mod kafka_support;
 
 use kafka_support::*;
 use std::collections::HashMap;
-use std::io::BufRead;
-use std::process::Child;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// The input topic's partitions, and the repartition topic's.
 const PARTITIONS: i32 = 6;
-
-/// One `floe run wordcount --group … --output postgres://…` process and
-/// its stderr lines.
-struct Member {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
 
 impl Member {
     fn start(t: &Setup, extra: &[&str]) -> Member {
@@ -58,92 +47,7 @@ impl Member {
         .chain(extra)
         .map(|s| s.to_string())
         .collect();
-        let mut child = floe(&args).spawn().expect("floe runs");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Member {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Takes the lines printed so far.
-    fn drain(&mut self) {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-    }
-
-    /// Waits for a line that `matches` (after those seen), within the
-    /// watchdog.
-    fn wait_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) {
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    let hit = matches(&line);
-                    self.seen.push(line);
-                    if hit {
-                        return;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("member ended before {what}:\n{}", self.seen.join("\n"))
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {WATCHDOG:?}:\n{}",
-                self.seen.join("\n")
-            );
-        }
-    }
-
-    fn wait_rebalance(&mut self, what: &str) {
-        self.wait_line(what, |l| l.starts_with("rebalance generation="));
-    }
-
-    fn signal(&self, signal: &str) {
-        let _ = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status();
-    }
-
-    fn kill9(mut self) {
-        self.signal("-9");
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then its exit: the status and every stderr line.
-    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
-        self.signal("-TERM");
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                // The reader thread ends with the pipe.
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-                    self.seen.push(line);
-                }
-                return (status, self.seen);
-            }
-            self.drain();
-            assert!(
-                Instant::now() < deadline,
-                "member still running {WATCHDOG:?} after SIGTERM:\n{}",
-                self.seen.join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Member::from_args(&args)
     }
 }
 

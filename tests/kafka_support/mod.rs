@@ -12,6 +12,9 @@ mod services;
 #[allow(unused_imports)]
 pub use services::{query, try_query};
 
+mod member;
+#[allow(unused_imports)]
+pub use member::Member;
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

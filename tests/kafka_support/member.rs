@@ -1,0 +1,118 @@
+//! A `floe run … --group` process of a test and its stderr lines.
+
+use super::{WATCHDOG, floe};
+use std::io::BufRead;
+use std::process::Child;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// One group member: its process and the stderr lines it printed.
+pub struct Member {
+    pub child: Child,
+    lines: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Member {
+    /// Starts `floe ARGS`, its stderr read line by line.
+    pub fn from_args(args: &[String]) -> Member {
+        let mut child = floe(args).spawn().expect("floe runs");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Member {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Takes the lines printed so far.
+    pub fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// Waits for a line that `matches` (after those seen), within the
+    /// watchdog.
+    pub fn wait_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let hit = matches(&line);
+                    self.seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("member ended before {what}:\n{}", self.seen.join("\n"))
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {WATCHDOG:?}:\n{}",
+                self.seen.join("\n")
+            );
+        }
+    }
+
+    /// Waits for a `rebalance generation=…` line.
+    pub fn wait_rebalance(&mut self, what: &str) {
+        self.wait_line(what, |l| l.starts_with("rebalance generation="));
+    }
+
+    /// The `rebalance` lines printed so far.
+    pub fn rebalances(&mut self) -> usize {
+        self.drain();
+        self.seen
+            .iter()
+            .filter(|l| l.starts_with("rebalance generation="))
+            .count()
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`, `-9`, `-TERM`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let _ = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status();
+    }
+
+    /// `kill -9`, then its exit.
+    pub fn kill9(mut self) {
+        self.signal("-9");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then its exit: the status and every stderr line.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        self.signal("-TERM");
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                // The reader thread ends with the pipe.
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                    self.seen.push(line);
+                }
+                return (status, self.seen);
+            }
+            self.drain();
+            assert!(
+                Instant::now() < deadline,
+                "member still running {WATCHDOG:?} after SIGTERM:\n{}",
+                self.seen.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
