@@ -680,6 +680,14 @@ mod tests {
         assert_eq!(parse_timestamp("2021-02-29 00:00:00"), None);
         assert_eq!(parse_timestamp("2020-01-01 24:00:00"), None);
         assert_eq!(parse_timestamp("nope"), None);
+        assert_eq!(print(Value::TimestampLtz(whole)), "2020-03-01T12:00:00Z");
+        assert_eq!(print(Value::TimestampLtz(t)), "2020-03-01T12:34:56.120Z");
+        // Years outside 0..=9999 carry their sign, as Java writes them.
+        let far = days_from_civil(10_000, 1, 2) * 86_400_000 + 3_000;
+        assert_eq!(csv(Value::Timestamp(far)), "\"+10000-01-02 00:00:03\"");
+        assert_eq!(print(Value::Timestamp(far)), "+10000-01-02T00:00:03");
+        let bc = days_from_civil(-1, 12, 31) * 86_400_000 + 500;
+        assert_eq!(csv(Value::Timestamp(bc)), "\"-0001-12-31 00:00:00.5\"");
         for ms in [-86_400_001i64, 0, 1, 951_782_400_000, 4_102_444_800_123] {
             let text = csv(Value::Timestamp(ms));
             assert_eq!(parse_timestamp(text.trim_matches('"')), Some(ms));
