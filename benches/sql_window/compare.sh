@@ -8,6 +8,10 @@
 #   floe-sql         floe sql -f window.sql (SUM and COUNT per key and 1 s window)
 #   flink-sql        flink_sql.py: the same window.sql on Flink
 # all at parallelism P (default 2), each writing its rows to a file of its own.
+# ENGINES (default all three, in that order) picks and orders the engines,
+# e.g. ENGINES="floe-datastream floe-sql" without Flink; with BASE_FLOE set
+# to another floe binary, the engine floe-sql-base is floe-sql run by it
+# (a before/after comparison in the same run).
 # Per run, one line:
 #   run round=R engine=E wall_s= cpu_s= rss_mb= job_s= rows= load1=
 # wall_s, cpu_s (user + sys), rss_mb: the whole process (/usr/bin/time; Flink:
@@ -15,7 +19,7 @@
 # runtime; rows: lines written (every engine must write the same number).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [ $# -lt 3 ]; then sed -n '2,16p' "$0"; exit 2; fi
+if [ $# -lt 3 ]; then sed -n '2,20p' "$0"; exit 2; fi
 FLOE="$(realpath "$1")" INPUT="$(realpath "$2")" PY="$3" ROUNDS="${4:-3}" P="${P:-2}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
@@ -31,8 +35,10 @@ run() {
         --window tumbling:1000 --agg sum --out-of-orderness 1000 --parallelism "$P" \
         --output "$TMP/out" >/dev/null 2>"$TMP/err" || rc=$?
       rows=$(find "$TMP/out" -type f -exec cat {} + | wc -l) ;;
-    floe-sql)
-      /usr/bin/time -f "%e %U %S %M" -o "$TMP/time" "$FLOE" sql -f "$TMP/window.sql" \
+    floe-sql|floe-sql-base)
+      local bin="$FLOE"
+      [ "$engine" = floe-sql-base ] && bin="$(realpath "${BASE_FLOE:?BASE_FLOE: the other floe binary}")"
+      /usr/bin/time -f "%e %U %S %M" -o "$TMP/time" "$bin" sql -f "$TMP/window.sql" \
         --parallelism "$P" >/dev/null 2>"$TMP/err" || rc=$?
       rows=$(wc -l < "$TMP/sql.csv") ;;
     flink-sql)
@@ -47,9 +53,10 @@ run() {
     "rss_mb=$((rss / 1024)) job_s=$(echo "scale=3; ${job:-0} / 1000" | bc) rows=$rows load1=$load"
 }
 
-engines=(floe-datastream floe-sql flink-sql)
+read -r -a engines <<< "${ENGINES:-floe-datastream floe-sql flink-sql}"
+n=${#engines[@]}
 for round in $(seq 1 "$ROUNDS"); do
-  for i in 0 1 2; do
-    run "$round" "${engines[$(( (i + round - 1) % 3 ))]}"
+  for i in $(seq 0 $((n - 1))); do
+    run "$round" "${engines[$(( (i + round - 1) % n ))]}"
   done
 done

@@ -18,6 +18,17 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// A window aggregate's input row: its grouping key, and the arguments of
+/// its calls (the key a field, so the exchange and the window operator
+/// read it in place, with no copy per row).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupRow {
+    /// The grouping columns' values.
+    pub key: Row,
+    /// Each call's argument (a `COUNT(*)` has none).
+    pub args: Row,
+}
+
 /// One call's accumulator.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Acc {
@@ -95,6 +106,16 @@ impl RowAggregate {
         RowAggregate {
             distinct_outside: true,
             ..RowAggregate::new(calls, args, arg_types)
+        }
+    }
+
+    /// Adds the row of arguments `row` to the accumulators `acc`.
+    fn add_values(&self, row: &[Value], acc: &mut [Acc]) {
+        for (spec, a) in self.specs.iter().zip(acc.iter_mut()) {
+            if spec.distinct && self.distinct_outside {
+                continue;
+            }
+            add(spec, a, spec.arg.and_then(|i| row.get(i)));
         }
     }
 
@@ -230,12 +251,7 @@ impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
     }
 
     fn add(&self, row: &Row, acc: &mut Vec<Acc>) {
-        for (spec, a) in self.specs.iter().zip(acc.iter_mut()) {
-            if spec.distinct && self.distinct_outside {
-                continue;
-            }
-            add(spec, a, spec.arg.and_then(|i| row.get(i)));
-        }
+        self.add_values(row, acc);
     }
 
     fn get_result(&self, acc: &Vec<Acc>) -> Row {
@@ -252,5 +268,28 @@ impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
             .zip(a.into_iter().zip(b))
             .map(|(s, (x, y))| merge(s, x, y))
             .collect()
+    }
+}
+
+/// A [`RowAggregate`] over rows split into key and arguments (its
+/// arguments' columns count in `args`).
+#[derive(Clone, Debug)]
+pub struct GroupRowAggregate(pub RowAggregate);
+
+impl AggregateFunction<GroupRow, Vec<Acc>, Row> for GroupRowAggregate {
+    fn create_accumulator(&self) -> Vec<Acc> {
+        self.0.create_accumulator()
+    }
+
+    fn add(&self, row: &GroupRow, acc: &mut Vec<Acc>) {
+        self.0.add_values(&row.args, acc);
+    }
+
+    fn get_result(&self, acc: &Vec<Acc>) -> Row {
+        self.0.get_result(acc)
+    }
+
+    fn merge(&self, a: Vec<Acc>, b: Vec<Acc>) -> Vec<Acc> {
+        self.0.merge(a, b)
     }
 }

@@ -8,8 +8,9 @@
 //!   against the table's columns, then the same watermarks.
 //! - `Calc`: one operator per filter and projection, chained, a batch at a
 //!   time; over updates, the same on each change, its kind kept.
-//! - `WindowAgg`: a `Calc` computing `[key.., arguments..]`, a hash exchange
-//!   on the key, floe's window operator (tumbling or sliding, panes,
+//! - `WindowAgg`: a `Calc` splitting each row into its key and
+//!   `[arguments..]` (a [`GroupRow`]: the exchange and the window operator
+//!   read the key in place), a hash exchange on the key, floe's window operator (tumbling or sliding, panes,
 //!   late rows dropped when their window's end - 1 is at or below the
 //!   watermark), emitting `[grouped columns.., aggregates..]` with the
 //!   window's last millisecond as event time.
@@ -18,9 +19,9 @@
 //!   changes.
 //! - Sinks ([`sinks`](super::sinks)): one per connector.
 
-use super::aggregate::RowAggregate;
+use super::aggregate::{GroupRow, GroupRowAggregate, RowAggregate};
 use super::changelog::{Change, ChangeCalcOp, GroupAggregate, RowKind};
-use super::expr::{Expr, project};
+use super::expr::Expr;
 use super::planner::{GroupAgg, GroupItem, Plan, Window, WindowAgg};
 use super::stream::fixed_parallelism;
 use super::value::{Row, SqlType, Value};
@@ -64,6 +65,41 @@ struct CalcOp {
     identity: bool,
     /// The operator's name, for the message of a failed expression.
     name: Arc<str>,
+    /// A row's projected values, before they move into its own vector
+    /// (reused: no new row per record).
+    scratch: Vec<Value>,
+    /// The projection's columns when it only picks columns, each at most
+    /// once (a reordering, say).
+    columns: Option<Arc<[usize]>>,
+}
+
+/// Evaluates `exprs` on `row` into `row` itself, through `scratch`: the
+/// row's vector is reused (no allocation once it holds as many values).
+fn project_in_place(
+    exprs: &[Expr],
+    row: &mut Row,
+    scratch: &mut Vec<Value>,
+) -> std::result::Result<(), String> {
+    scratch.clear();
+    for e in exprs {
+        scratch.push(e.eval(row)?);
+    }
+    row.clear();
+    row.append(scratch);
+    Ok(())
+}
+
+/// The columns `project` picks, if it only picks columns, each at most
+/// once.
+fn picked_columns(project: &[Expr]) -> Option<Arc<[usize]>> {
+    let mut columns = Vec::with_capacity(project.len());
+    for e in project {
+        match e {
+            Expr::Column(c) if !columns.contains(c) => columns.push(*c),
+            _ => return None,
+        }
+    }
+    Some(columns.into())
 }
 
 pub(crate) fn eval_error(op: &str, message: String) -> Error {
@@ -83,9 +119,49 @@ impl Operator<Row, Row> for CalcOp {
                 out.records.push(r);
                 continue;
             }
-            let value = project(&self.project, &r.value).map_err(|m| eval_error(&self.name, m))?;
+            let mut r = r;
+            match &self.columns {
+                // Columns, each at most once: moved, not cloned.
+                Some(columns) => {
+                    self.scratch.clear();
+                    for &c in columns.iter() {
+                        let v = r
+                            .value
+                            .get_mut(c)
+                            .map_or(Value::Null, |v| std::mem::replace(v, Value::Null));
+                        self.scratch.push(v);
+                    }
+                    r.value.clear();
+                    r.value.append(&mut self.scratch);
+                }
+                None => project_in_place(&self.project, &mut r.value, &mut self.scratch)
+                    .map_err(|m| eval_error(&self.name, m))?,
+            }
+            out.records.push(r);
+        }
+        Ok(())
+    }
+}
+
+/// A window aggregate's input: each row split into its grouping key and
+/// its calls' arguments (evaluated into the row's own vector).
+#[derive(Clone)]
+struct GroupCalcOp {
+    keys: Arc<[usize]>,
+    args: Arc<[Expr]>,
+    scratch: Vec<Value>,
+}
+
+impl Operator<Row, GroupRow> for GroupCalcOp {
+    fn process_batch(&mut self, batch: Batch<Row>, out: &mut Output<'_, GroupRow>) -> Result<()> {
+        out.records.reserve(batch.len());
+        for r in batch {
+            let mut row = r.value;
+            let key = self.keys.iter().map(|&k| row[k].clone()).collect();
+            project_in_place(&self.args, &mut row, &mut self.scratch)
+                .map_err(|m| eval_error("Calc", m))?;
             out.records.push(Record {
-                value,
+                value: GroupRow { key, args: row },
                 timestamp: r.timestamp,
             });
         }
@@ -110,6 +186,9 @@ pub struct Builder<'e> {
     pub(super) job_name: Option<String>,
     /// The rows of the tables registered from DataStreams, by table name.
     pub streams: HashMap<String, DataStream<Row>>,
+    /// The split size of `filesystem` sources (see
+    /// [`sources::split_size`](super::sources::split_size)).
+    pub(super) split_size: u64,
 }
 
 impl<'e> Builder<'e> {
@@ -127,6 +206,7 @@ impl<'e> Builder<'e> {
             sink_rate: None,
             job_name: None,
             streams: HashMap::new(),
+            split_size: crate::connectors::file_source::DEFAULT_SPLIT_SIZE,
         }
     }
 
@@ -148,11 +228,14 @@ impl<'e> Builder<'e> {
             .iter()
             .enumerate()
             .all(|(i, e)| matches!(e, Expr::Column(c) if *c == i));
+        let columns = picked_columns(&project);
         let op = CalcOp {
             filter: filter.map(Arc::new),
             project: project.into(),
             identity,
             name: "Calc".into(),
+            scratch: Vec::new(),
+            columns,
         };
         let uid = self.uid("calc");
         let out = input
@@ -273,9 +356,38 @@ impl<'e> Builder<'e> {
         let Rows::Append(input) = self.stream(&w.input, false)? else {
             return Err(Error::Internal("a window over updates".into()));
         };
-        let nk = w.keys.len();
-        let (pre, args, arg_types) = self.pre_aggregate(&input, &w.keys, &w.calls);
-        let agg = RowAggregate::new(&w.calls, &args, &arg_types);
+        // `[argument of each call..]`, beside the key.
+        let mut pre = Vec::new();
+        let mut args = Vec::new();
+        let mut arg_types = Vec::new();
+        for c in &w.calls {
+            match &c.arg {
+                Some(e) => {
+                    args.push(Some(pre.len()));
+                    pre.push(e.clone());
+                    arg_types.push(c.arg_ty);
+                }
+                None => {
+                    args.push(None);
+                    arg_types.push(SqlType::BigInt);
+                }
+            }
+        }
+        let op = GroupCalcOp {
+            keys: w.keys.clone().into(),
+            args: pre.into(),
+            scratch: Vec::new(),
+        };
+        let uid = self.uid("calc");
+        let calc = input
+            .transform("Calc", move |_| op.clone())
+            .name("Calc")
+            .uid(&uid);
+        let pre = match fixed_parallelism(&input) {
+            Some(p) => calc.set_parallelism(p),
+            None => calc,
+        };
+        let agg = GroupRowAggregate(RowAggregate::new(&w.calls, &args, &arg_types));
         let assigner = match w.window {
             Window::Tumble { size } => WindowAssigner::tumbling(size),
             Window::Hop { size, slide } => WindowAssigner::sliding(size, slide),
@@ -286,7 +398,7 @@ impl<'e> Builder<'e> {
         let ltz = matches!(w.time_ty, SqlType::TimestampLtz(_));
         let uid = self.uid("window");
         let out = pre
-            .key_by(move |r: &Row| r[..nk].to_vec())
+            .key_by_field(|r: &GroupRow| &r.key)
             .window(assigner)
             .aggregate_with(agg, move |key: &Vec<Value>, window, aggs: Row, out| {
                 let mut row = Vec::with_capacity(group.len() + aggs.len());

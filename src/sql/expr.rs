@@ -450,7 +450,19 @@ fn str_arg(v: &Value) -> Option<&str> {
 }
 
 fn call(f: Func, args: &[Expr], row: &[Value]) -> EvalResult {
-    let vals: Vec<Value> = args.iter().map(|a| a.eval(row)).collect::<Result<_, _>>()?;
+    // The arguments' values on the stack (no allocation per row) for up to
+    // four arguments.
+    let mut inline: [Value; 4] = [Value::Null, Value::Null, Value::Null, Value::Null];
+    let heap: Vec<Value>;
+    let vals: &[Value] = if args.len() <= inline.len() {
+        for (slot, a) in inline.iter_mut().zip(args) {
+            *slot = a.eval(row)?;
+        }
+        &inline[..args.len()]
+    } else {
+        heap = args.iter().map(|a| a.eval(row)).collect::<Result<_, _>>()?;
+        &heap
+    };
     if f != Func::Concat && vals.iter().any(Value::is_null) {
         return Ok(Value::Null);
     }
@@ -461,7 +473,7 @@ fn call(f: Func, args: &[Expr], row: &[Value]) -> EvalResult {
         Func::CharLength => s0.map_or(Value::Null, |s| Value::Int(s.chars().count() as i32)),
         Func::Concat => {
             let mut out = String::new();
-            for v in &vals {
+            for v in vals {
                 match v {
                     Value::Null => return Ok(Value::Null),
                     Value::Str(s) => out.push_str(s),

@@ -107,6 +107,8 @@ pub struct SqlSession {
     env: StreamExecutionEnvironment,
     catalog: Catalog,
     sink_rate: Option<f64>,
+    /// The split size of `filesystem` sources.
+    split_size: u64,
     /// The rows of the tables registered from DataStreams.
     streams: HashMap<String, DataStream<Row>>,
 }
@@ -119,6 +121,7 @@ impl SqlSession {
             env: env.clone(),
             catalog: Catalog::default(),
             sink_rate: None,
+            split_size: crate::connectors::file_source::DEFAULT_SPLIT_SIZE,
             streams: HashMap::new(),
         }
     }
@@ -127,6 +130,16 @@ impl SqlSession {
     /// records per second (see [`DataStream::set_input_rate`](crate::DataStream::set_input_rate)).
     pub fn set_sink_rate(&mut self, records_per_second: Option<f64>) {
         self.sink_rate = records_per_second;
+    }
+
+    /// Cuts the files of the `filesystem` sources the next scripts add
+    /// into splits of `bytes` (default
+    /// [`DEFAULT_SPLIT_SIZE`](crate::connectors::file_source::DEFAULT_SPLIT_SIZE)),
+    /// which the source's subtasks share; a table whose watermark is
+    /// emitted per row reads each file as one split (docs/sql.md,
+    /// "filesystem").
+    pub fn set_file_split_size(&mut self, bytes: u64) {
+        self.split_size = bytes.max(1);
     }
 
     /// Plans `script` and adds its `INSERT INTO` statements to the
@@ -157,6 +170,7 @@ impl SqlSession {
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env, true);
         builder.sink_rate = self.sink_rate;
+        builder.split_size = self.split_size;
         // The job's name (its transactions' ids name it): the
         // environment's, else the script's last `SET 'pipeline.name'`.
         builder.job_name = self.env.config().job_name.or_else(|| {
@@ -299,6 +313,7 @@ impl SqlSession {
         let plan = Planner::new(&self.catalog).query(q)?;
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env, true);
+        builder.split_size = self.split_size;
         builder.streams = self.streams.clone();
         match builder.stream(&plan, false) {
             Ok(exec::Rows::Append(stream)) => Ok(SqlStream {
@@ -343,6 +358,7 @@ impl SqlSession {
         };
         let env = StreamExecutionEnvironment::with_config(self.env.config());
         let mut builder = exec::Builder::new(&env, false);
+        builder.split_size = self.split_size;
         // A DataStream table shows as a source of its own.
         builder.streams = self
             .streams

@@ -23,7 +23,7 @@ use super::connector::{Connector, Format};
 use super::exec::{Builder, Rows};
 use super::json::{JsonFormat, JsonLine};
 use super::table::Table;
-use super::value::{CsvFormat, CsvLine, Row, Value};
+use super::value::{CsvFormat, Row, Value};
 use crate::connectors::transactional_file::TransactionalFileSink;
 use crate::operators::sink::{SinkContext, SinkFunction};
 use crate::{DataStream, DataStreamSink, Error, Result};
@@ -109,7 +109,11 @@ impl Builder<'_> {
                     match format {
                         Format::Json(_) => {
                             let f = Arc::new(JsonFormat::new(&names));
-                            let lines = rows.map(move |row| JsonLine(row, f.clone())).name("Json");
+                            // Each line formatted before the one sink
+                            // subtask, at the rows' parallelism.
+                            let lines = rows
+                                .map(move |row| JsonLine(row, f.clone()).to_string())
+                                .name("Json");
                             match transactional {
                                 true => lines
                                     .sink_exactly_once(&name, TransactionalFileSink::new(path)?),
@@ -126,7 +130,19 @@ impl Builder<'_> {
                                 null: csv.null_literal.clone(),
                             });
                             let lines = rows
-                                .map(move |row| CsvLine(row, f.clone()))
+                                .map(move |row| {
+                                    // Formatted before the one sink
+                                    // subtask, at the rows' parallelism.
+                                    let mut line = String::with_capacity(64);
+                                    for (i, v) in row.iter().enumerate() {
+                                        if i > 0 {
+                                            line.push(char::from(f.delimiter));
+                                        }
+                                        // Writing into a String cannot fail.
+                                        let _ = v.write_csv(&mut line, &f);
+                                    }
+                                    line
+                                })
                                 .name("CsvFormat");
                             match transactional {
                                 true => lines

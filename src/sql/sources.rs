@@ -1,5 +1,6 @@
 //! The sources of a SQL job: a table's rows read by its connector
-//! (`filesystem`: the parallel file source, one split per file; `kafka`:
+//! (`filesystem`: the parallel file source, a file cut into splits read
+//! by all source subtasks, or one split where lateness needs it; `kafka`:
 //! floe's Kafka source) and decoded by its format, then a `Calc` filling
 //! computed columns (and refusing a `NULL` event time, as Flink does),
 //! then, with a `WATERMARK`, the timestamps and watermarks operator: the
@@ -119,6 +120,26 @@ impl Operator<Option<Row>, Row> for ReadOp {
     }
 }
 
+/// The split size of a `filesystem` source of `t`: `size` (the byte
+/// ranges of a file read by all source subtasks, each in file order),
+/// except where which rows are late would then differ from Flink's: a
+/// `WATERMARK` emitted per row (`'on-event'`, or a delay of 0) makes a
+/// file one split, read in file order by one subtask, as Flink reads it.
+///
+/// With a periodic watermark the late rows are those of Flink's within
+/// its timing: a subtask reads its splits in file order, so its watermark
+/// before a row is at most the largest event time before that row in the
+/// file, minus the delay, and the window's watermark is the least of the
+/// subtasks'. A row late from split reading is late from one reader
+/// emitting per row too; a file out of order by less than the delay has no
+/// late row either way.
+pub(super) fn split_size(t: &Table, size: u64) -> u64 {
+    match &t.watermark {
+        Some(w) if w.emit == WatermarkEmit::OnEvent || w.delay_ms == 0 => u64::MAX,
+        _ => size.max(1),
+    }
+}
+
 impl Builder<'_> {
     /// The rows of table `t`, read by its connector.
     pub(super) fn scan(&mut self, t: &Table) -> Result<DataStream<Row>> {
@@ -142,9 +163,8 @@ impl Builder<'_> {
         let rows = match &t.connector {
             Connector::FileSystem { path, format } => {
                 let decoder = RowDecoder::new(t, format);
-                // One split per file, as Flink reads a file: a file's rows
-                // come in file order from one subtask.
-                let source = FileSource::new(path, decoder)?.split_size(u64::MAX);
+                let source =
+                    FileSource::new(path, decoder)?.split_size(split_size(t, self.split_size));
                 self.env
                     .add_source(&name, move |ctx| Ok(source.reader(ctx)))
             }

@@ -367,40 +367,54 @@ fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeSty
     let days = ms.div_euclid(86_400_000);
     let rest = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
-    if (0..=9999).contains(&y) {
-        write!(out, "{y:04}-{m:02}-{d:02}")?;
-    } else {
-        write!(out, "{y:+05}-{m:02}-{d:02}")?;
-    }
     let (h, mi, s, milli) = (
         rest / 3_600_000,
         rest / 60_000 % 60,
         rest / 1000 % 60,
         rest % 1000,
     );
-    write!(out, "{sep}{h:02}:{mi:02}")?;
-    match style {
-        TimeStyle::Sql => {
-            write!(out, ":{s:02}")?;
-            if milli != 0 {
-                let mut frac = format!("{milli:03}");
-                while frac.ends_with('0') {
-                    frac.pop();
-                }
-                write!(out, ".{frac}")?;
+    // `yyyy-MM-dd HH:mm:ss.fff`, digits put in place (a sink writes a
+    // timestamp or two per row), then cut to what the style shows.
+    let in_range = (0..=9999).contains(&y);
+    let mut text = *b"0000-00-00 00:00:00.000";
+    {
+        let mut put = |at: usize, width: usize, mut v: i64| {
+            for i in (at..at + width).rev() {
+                text[i] = b'0' + (v % 10) as u8;
+                v /= 10;
             }
+        };
+        if in_range {
+            put(0, 4, y);
         }
-        TimeStyle::Cast => write!(out, ":{s:02}.{milli:03}")?,
-        TimeStyle::Java | TimeStyle::Instant => {
-            if s != 0 || milli != 0 || matches!(style, TimeStyle::Instant) {
-                write!(out, ":{s:02}")?;
-            }
-            if milli != 0 {
-                write!(out, ".{milli:03}")?;
-            }
-        }
+        put(5, 2, i64::from(m));
+        put(8, 2, i64::from(d));
+        put(11, 2, h);
+        put(14, 2, mi);
+        put(17, 2, s);
+        put(20, 3, milli);
     }
-    Ok(())
+    let mut len = match style {
+        TimeStyle::Sql if milli == 0 => 19,
+        // The fraction without trailing zeros.
+        TimeStyle::Sql => 23 - text[20..].iter().rev().take_while(|&&c| c == b'0').count(),
+        TimeStyle::Cast => 23,
+        TimeStyle::Java | TimeStyle::Instant if milli != 0 => 23,
+        TimeStyle::Java if s == 0 => 16,
+        TimeStyle::Java | TimeStyle::Instant => 19,
+    };
+    let date_len = if in_range {
+        10
+    } else {
+        write!(out, "{y:+05}")?;
+        text.copy_within(4.., 0);
+        len -= 4;
+        6
+    };
+    let text = std::str::from_utf8(&text[..len]).map_err(|_| fmt::Error)?;
+    out.write_str(&text[..date_len])?;
+    out.write_char(sep)?;
+    out.write_str(&text[date_len + 1..])
 }
 
 /// Java's `Double.toString`: plain between 10^-3 and 10^7, else
@@ -666,6 +680,14 @@ mod tests {
         assert_eq!(parse_timestamp("2021-02-29 00:00:00"), None);
         assert_eq!(parse_timestamp("2020-01-01 24:00:00"), None);
         assert_eq!(parse_timestamp("nope"), None);
+        assert_eq!(print(Value::TimestampLtz(whole)), "2020-03-01T12:00:00Z");
+        assert_eq!(print(Value::TimestampLtz(t)), "2020-03-01T12:34:56.120Z");
+        // Years outside 0..=9999 carry their sign, as Java writes them.
+        let far = days_from_civil(10_000, 1, 2) * 86_400_000 + 3_000;
+        assert_eq!(csv(Value::Timestamp(far)), "\"+10000-01-02 00:00:03\"");
+        assert_eq!(print(Value::Timestamp(far)), "+10000-01-02T00:00:03");
+        let bc = days_from_civil(-1, 12, 31) * 86_400_000 + 500;
+        assert_eq!(csv(Value::Timestamp(bc)), "\"-0001-12-31 00:00:00.5\"");
         for ms in [-86_400_001i64, 0, 1, 951_782_400_000, 4_102_444_800_123] {
             let text = csv(Value::Timestamp(ms));
             assert_eq!(parse_timestamp(text.trim_matches('"')), Some(ms));
