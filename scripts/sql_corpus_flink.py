@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs each statement file of the SQL corpus (tests/sql_corpus/NAME.sql) on
 real Apache Flink and writes its output rows, sorted, as the expected file
-NAME.flink.csv that tests/sql_corpus.rs compares floe's rows with.
+NAME.flink.csv that tests/sql/sql_corpus.rs compares floe's rows with.
 
 Needs PyFlink (the `apache-flink` package: a local MiniCluster in one JVM,
 Java 17). Each file is a script of `SET`, `CREATE TABLE`, `CREATE TEMPORARY

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Seeded input of the SQL corpus (tests/sql_corpus/): the CSV files that
-both Apache Flink (scripts/sql_corpus_flink.py) and floe (tests/sql_corpus.rs)
+both Apache Flink (scripts/sql_corpus_flink.py) and floe (tests/sql/sql_corpus.rs)
 read.
 
 - events.csv: `user_id,item,qty,price,score,tag,ts`; event time moves

@@ -38,7 +38,7 @@
 //! [`FaultPoint`]); [`FaultPlan::config`] turns it into a [`Config`] and
 //! [`run`] executes a job under it and collects its committed output through
 //! an [`ExactlyOnceCollector`] (an in-memory two-phase-commit sink). See
-//! `tests/chaos.rs` and `docs/fault-tolerance.md`, "Deterministic chaos
+//! `tests/failover/chaos.rs` and `docs/fault-tolerance.md`, "Deterministic chaos
 //! testing".
 //!
 //! What the mode cannot make deterministic: user code that reads the wall

@@ -1,7 +1,7 @@
 //! The floe command line: bad input, checkpoints (and a checkpoint
 //! directory deleted mid-run), outputs, FIFO inputs, record counts, resume,
 //! signals, smoke runs, stop and resume, unaligned checkpoints and their
-//! rescaling, the window sink.
+//! rescaling, the window sink; the metrics endpoint and `/status`.
 //!
 //! One test binary for the family: its modules were binaries of their own
 //! (each compiled and linked alone, which made most of the suite's build).
@@ -22,3 +22,5 @@ mod cli_stop_resume;
 mod cli_unaligned;
 mod cli_unaligned_rescale;
 mod cli_window_sink;
+mod observe_prometheus;
+mod observe_status;

@@ -1,5 +1,5 @@
 //! Failover: whole-job restarts, injected faults, loud failures, region
-//! failover.
+//! failover, deterministic chaos runs over seeds.
 //!
 //! One test binary for the family: its modules were binaries of their own
 //! (each compiled and linked alone, which made most of the suite's build).
@@ -9,6 +9,7 @@ mod cli_common;
 #[path = "../gated/mod.rs"]
 mod gated;
 
+mod chaos;
 mod failover;
 mod failover_faults;
 mod failover_loud;

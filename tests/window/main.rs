@@ -1,5 +1,5 @@
 //! Windows: the API, edge cases, the oracle against a simulation, panes and
-//! triggers.
+//! triggers; idle sources and the watermarks' gauges.
 //!
 //! One test binary for the family: its modules were binaries of their own
 //! (each compiled and linked alone, which made most of the suite's build).
@@ -12,6 +12,8 @@ mod common;
 #[path = "../common/rng.rs"]
 mod rng;
 
+mod observe_watermarks;
+mod time_idleness;
 mod window_api;
 mod window_edges;
 mod window_oracle;

@@ -402,12 +402,7 @@ async fn create_table(client: &Client) -> Result<()> {
     );
     match client.batch_execute(&create).await {
         Ok(()) => Ok(()),
-        Err(e)
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                || e.code() == Some(&SqlState::DUPLICATE_TABLE) =>
-        {
-            Ok(())
-        }
+        Err(e) if super::created_by_another(&e) => Ok(()),
         Err(e) => Err(server(format!("create table {OFFSETS_TABLE}"))(e)),
     }
 }

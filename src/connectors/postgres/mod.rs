@@ -220,6 +220,19 @@ impl PostgresSinkConfig {
     }
 }
 
+/// Whether a failed `CREATE TABLE IF NOT EXISTS` lost a race with another
+/// session creating the same table (fine: it exists). Concurrent creators
+/// collide on the table's name, or on the row type PostgreSQL creates
+/// with it (`type "T" already exists`).
+pub(crate) fn created_by_another(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::UNIQUE_VIOLATION
+            || *c == SqlState::DUPLICATE_TABLE
+            || *c == SqlState::DUPLICATE_OBJECT
+    })
+}
+
 fn hide_password(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
@@ -414,15 +427,9 @@ impl<R: PostgresRow> PostgresSink<R> {
                 .map_err(server("set lock_timeout"))?;
             if let Some(create) = create
                 && let Err(e) = data.batch_execute(&create).await
+                && !created_by_another(&e)
             {
-                // Concurrent subtasks may race to create it: fine if it exists.
-                let raced = e.code().is_some_and(|c| {
-                    *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
-                        || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
-                });
-                if !raced {
-                    return Err(server(format!("create table {}", self.config.table))(e));
-                }
+                return Err(server(format!("create table {}", self.config.table))(e));
             }
             let insert = data.prepare(&insert_sql).await.map_err(server(format!(
                 "prepare the insert into {}",

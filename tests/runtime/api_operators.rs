@@ -19,7 +19,7 @@
 //! - invalid settings (parallelism, batch size, credits, arbiters of 0) fail
 //!   with an error naming the setting; an environment runs its job only once.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::SplitMix;
 use floe::connectors::collect::Collected;
 use floe::operators::process::ProcessContext;

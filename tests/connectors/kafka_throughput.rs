@@ -4,12 +4,12 @@
 //! measurement, not a check: ignored by default; run it in release mode:
 //!
 //! ```text
-//! cargo test --release --features kafka --test kafka_throughput -- --ignored --nocapture
+//! cargo test --release --features kafka --test connectors kafka_throughput -- --ignored --nocapture
 //! ```
 
 #![cfg(feature = "kafka")]
 
-mod kafka_support;
+use crate::kafka_support;
 
 use kafka_support::*;
 use std::process::Command;

@@ -17,8 +17,8 @@
 //! the clock: each waits for its event (a status line counting a completed
 //! checkpoint, the end of the process).
 
-mod cli_common;
-mod s3_common;
+use crate::cli_common;
+use crate::s3_common;
 
 use cli_common::{
     WindowInput, checkpointed, pipelines_oracle, run_watching, sorted, summary_field,

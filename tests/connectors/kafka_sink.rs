@@ -17,8 +17,8 @@
 
 #![cfg(feature = "kafka")]
 
-mod gated;
-mod kafka_support;
+use crate::gated;
+use crate::kafka_support;
 
 use floe::Record;
 use floe::connectors::kafka::KafkaError;

@@ -10,7 +10,7 @@
 
 #![cfg(feature = "kafka")]
 
-mod kafka_support;
+use crate::kafka_support;
 
 use kafka_support::*;
 use std::path::Path;

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "kafka")]
 
-mod kafka_support;
+use crate::kafka_support;
 
 use kafka_support::*;
 use std::process::Command;

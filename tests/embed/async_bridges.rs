@@ -13,7 +13,7 @@
 //! - a channel source feeds a job as a service would, and the job's
 //!   backpressure reaches the sender.
 
-mod gated;
+use crate::gated;
 use floe::CheckpointId;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;

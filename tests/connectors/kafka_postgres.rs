@@ -7,7 +7,7 @@
 
 #![cfg(all(feature = "kafka", feature = "postgres"))]
 
-mod kafka_support;
+use crate::kafka_support;
 
 use kafka_support::*;
 use std::collections::HashMap;

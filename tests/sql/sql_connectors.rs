@@ -16,7 +16,7 @@
 
 #![cfg(all(feature = "kafka", feature = "postgres"))]
 
-mod kafka_support;
+use crate::kafka_support;
 
 use floe::text::mix64;
 use kafka_support::*;

@@ -11,8 +11,7 @@
 
 #![cfg(feature = "kafka")]
 
-#[path = "kafka_support/mod.rs"]
-mod kafka_support;
+use crate::kafka_support;
 
 use kafka_support::*;
 use std::collections::HashMap;

@@ -14,7 +14,7 @@
 //! - with `--status-interval`, status lines appear and the last one counts
 //!   every record of the summary.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{Served, serve};
 
 use serde_json::Value;

@@ -12,8 +12,8 @@
 //! Every wait is for an event (a status line's counters, the end of the
 //! process), never a sleep.
 
-mod cli_common;
-mod s3_common;
+use crate::cli_common;
+use crate::s3_common;
 
 use cli_common::{free_port, pipelines_oracle, run_watching, sorted, status_field};
 use s3_common::{S3, floe_s3, fresh_prefix, s3};

@@ -11,8 +11,7 @@
 
 #![cfg(all(feature = "kafka", feature = "postgres"))]
 
-#[path = "kafka_support/mod.rs"]
-mod kafka_support;
+use crate::kafka_support;
 
 use kafka_support::*;
 use std::collections::HashMap;
@@ -21,34 +20,33 @@ use std::time::{Duration, Instant};
 /// The input topic's partitions, and the repartition topic's.
 const PARTITIONS: i32 = 6;
 
-impl Member {
-    fn start(t: &Setup, extra: &[&str]) -> Member {
-        let args: Vec<String> = [
-            "run",
-            "wordcount",
-            "--input",
-            &format!("kafka://{}/{}", t.broker, t.input),
-            "--output",
-            &format!("{}?table={}", t.pg, t.table),
-            "--group",
-            &t.group,
-            "--group-partitions",
-            &PARTITIONS.to_string(),
-            "--session-timeout",
-            "6000",
-            "--checkpoint-dir",
-            t.dir.path().to_str().expect("utf-8 path"),
-            "--checkpoint-interval",
-            "200",
-            "--parallelism",
-            "2",
-        ]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect();
-        Member::from_args(&args)
-    }
+/// A word count member of the test's group, into its table.
+fn pg_member(t: &Setup, extra: &[&str]) -> Member {
+    let args: Vec<String> = [
+        "run",
+        "wordcount",
+        "--input",
+        &format!("kafka://{}/{}", t.broker, t.input),
+        "--output",
+        &format!("{}?table={}", t.pg, t.table),
+        "--group",
+        &t.group,
+        "--group-partitions",
+        &PARTITIONS.to_string(),
+        "--session-timeout",
+        "6000",
+        "--checkpoint-dir",
+        t.dir.path().to_str().expect("utf-8 path"),
+        "--checkpoint-interval",
+        "200",
+        "--parallelism",
+        "2",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    Member::from_args(&args)
 }
 
 /// A test's servers, topic, table, group and shared checkpoint directory.
@@ -166,9 +164,9 @@ fn members_that_die_and_join_keep_the_table_exact() {
     };
     let lines = corpus(40, 4000, 300);
     t.produce(&lines[..2000]);
-    let mut a = Member::start(&t, &[]);
-    let mut b = Member::start(&t, &[]);
-    let mut c = Member::start(&t, &[]);
+    let mut a = pg_member(&t, &[]);
+    let mut b = pg_member(&t, &[]);
+    let mut c = pg_member(&t, &[]);
     for m in [&mut a, &mut b, &mut c] {
         m.wait_rebalance("a rebalance line");
     }
@@ -176,7 +174,7 @@ fn members_that_die_and_join_keep_the_table_exact() {
     b.wait_line("a first record", |l| l.starts_with("first_record"));
     t.produce(&lines[2000..3000]);
     b.kill9();
-    let mut d = Member::start(&t, &[]);
+    let mut d = pg_member(&t, &[]);
     d.wait_rebalance("a rebalance line");
     t.produce(&lines[3000..]);
     t.wait_for(&oracle(&lines), &mut [&mut a, &mut c, &mut d]);
@@ -212,10 +210,10 @@ fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
     let during = corpus(42, 3000, 150);
     let after = corpus(43, 300, 150);
     t.produce(&before);
-    let mut a = Member::start(&t, &[]);
+    let mut a = pg_member(&t, &[]);
     // Throttled, in small batches: it is still counting `during` when it
     // is frozen, a transaction open on its rows.
-    let mut b = Member::start(&t, &["--sink-rate", "1000", "--batch-size", "32"]);
+    let mut b = pg_member(&t, &["--sink-rate", "1000", "--batch-size", "32"]);
     for m in [&mut a, &mut b] {
         m.wait_rebalance("a rebalance line");
     }

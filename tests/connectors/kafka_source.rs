@@ -8,7 +8,7 @@
 
 #![cfg(feature = "kafka")]
 
-mod kafka_support;
+use crate::kafka_support;
 
 use floe::CheckpointId;
 use floe::connectors::kafka::{KafkaSource, KafkaSourceReader, StartingOffsets, partition_owner};

@@ -19,8 +19,8 @@
 //! `FLOE_SKIP_SERVICES=1` (then they say they were skipped).
 #![cfg(feature = "postgres")]
 
-mod gated;
-mod services;
+use crate::gated;
+use crate::services;
 use floe::StreamExecutionEnvironment;
 use floe::checkpoint::CheckpointConfig;
 use floe::connectors::postgres::{PgTxn, PostgresSink, PostgresSinkConfig, WriteMode};
@@ -481,8 +481,12 @@ fn a_process_killed_between_pre_commit_and_commit_is_recovered() {
     let (table, job) = (unique("pg_crash"), unique("crash"));
     reset(&url, &table, &job);
     let dir = tempfile::tempdir().expect("tempdir");
+    // The child test's name in this binary: its module path without the
+    // crate's name.
+    let name = concat!(module_path!(), "::crash_child");
+    let name = name.split_once("::").map_or(name, |(_, path)| path);
     let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "crash_child", "--ignored", "--nocapture"])
+        .args(["--exact", name, "--ignored", "--nocapture"])
         .env("FLOE_CRASH_URL", &url)
         .env("FLOE_CRASH_DIR", dir.path())
         .env("FLOE_CRASH_TABLE", &table)
@@ -527,7 +531,7 @@ fn a_process_killed_between_pre_commit_and_commit_is_recovered() {
 /// through the two-phase-commit sink (checkpoints every 500 ms, each
 /// closing a prepared transaction) and through the same sink without
 /// transactions (each batch its own autocommitted statement). Run with
-/// `cargo test --release --features postgres --test postgres_sink -- --ignored --nocapture measure_rows_per_second`.
+/// `cargo test --release --features postgres --test connectors postgres_sink -- --ignored --nocapture measure_rows_per_second`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn measure_rows_per_second() {

@@ -8,7 +8,7 @@
 //! summed over subtasks, equal N; the generator's records out equal the
 //! requested count; `/status` is JSON naming the operators.
 
-mod cli_common;
+use crate::cli_common;
 use cli_common::{Reap, free_port, get};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -19,7 +19,7 @@
 //! so 720 records were committed twice. A vertex whose subtasks all restart
 //! is now restored as a restart-all would.
 //!
-//! Replay one seed: `FLOE_CHAOS_SEED=17 cargo test -p floe --test chaos`;
+//! Replay one seed: `FLOE_CHAOS_SEED=17 cargo test -p floe --test failover chaos::`;
 //! another range: `FLOE_CHAOS_SEEDS=100..400` (or a list `3,17,42`).
 
 use floe::Config;
@@ -207,7 +207,7 @@ fn sweep<T: Ord + Clone + std::hash::Hash + std::fmt::Debug>(
         region_runs += usize::from(plan.failover == FailoverStrategy::Region);
         if !problems.is_empty() {
             failures.push(format!(
-                "seed {seed}:\n  - {}\nplan: {plan:#?}\ntrace: {:#?}\nreplay: FLOE_CHAOS_SEED={seed} cargo test -p floe --test chaos {test}",
+                "seed {seed}:\n  - {}\nplan: {plan:#?}\ntrace: {:#?}\nreplay: FLOE_CHAOS_SEED={seed} cargo test -p floe --test failover chaos::{test}",
                 problems.join("\n  - "),
                 first.trace
             ));
