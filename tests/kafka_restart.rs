@@ -364,7 +364,7 @@ fn the_exactly_once_kafka_sink_survives_a_broker_restart() {
     );
     check_changelog(&read_all(&b, &output), &oracle, true);
     for partition in 0..2 {
-        let (stable, end) = stable_and_end(&b, &output, partition);
+        let (stable, end) = settled(&b, &output, partition, WATCHDOG);
         assert_eq!(
             stable, end,
             "no transaction left open in partition {partition}"

@@ -326,7 +326,7 @@ fn exactly_once_kill_9_five_times_neither_loses_nor_duplicates() {
         String::from_utf8_lossy(&out.stderr)
     );
     for p in 0..2 {
-        let (stable, end) = stable_and_end(&b, &output, p);
+        let (stable, end) = settled(&b, &output, p, WATCHDOG);
         assert_eq!(stable, end, "a transaction left open in partition {p}");
     }
     check_changelog(&read_all(&b, &output), &oracle, true);

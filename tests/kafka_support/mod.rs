@@ -217,6 +217,16 @@ pub fn read_all(broker: &str, topic: &str) -> Vec<String> {
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .expect("metadata");
     let partitions = metadata.topics()[0].partitions().len() as i32;
+    // A transaction's commit returns before its markers are in the
+    // partitions: until they are, a read_committed reader's end (the last
+    // stable offset) stays before its records. Each partition's end is
+    // taken once the transactions open at the call have ended (bounded:
+    // a transaction a killed writer left open ends only when fenced).
+    let settle_by = std::time::Instant::now() + SETTLE;
+    for p in 0..partitions {
+        let left = settle_by.saturating_duration_since(std::time::Instant::now());
+        settled(broker, topic, p, left);
+    }
     let mut ends = HashMap::new();
     let mut list = TopicPartitionList::new();
     for p in 0..partitions {
@@ -425,6 +435,27 @@ pub fn stable_and_end(broker: &str, topic: &str, partition: i32) -> (i64, i64) {
             .1
     });
     (ends[0], ends[1])
+}
+
+/// How long [`read_all`] waits for the transactions open at its call to
+/// end.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// Waits, at most `within`, until the transactions open in `partition` at
+/// the call have ended (their markers written: the last stable offset has
+/// reached the end seen at the call); the last stable offset and the end
+/// then. A writer that finished leaves none open once its last commit's
+/// markers are in, a few milliseconds after its commit returned.
+pub fn settled(broker: &str, topic: &str, partition: i32, within: Duration) -> (i64, i64) {
+    let deadline = std::time::Instant::now() + within;
+    let (mut stable, end) = stable_and_end(broker, topic, partition);
+    let mut pause = Duration::from_millis(1);
+    while stable < end && std::time::Instant::now() < deadline {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+        stable = stable_and_end(broker, topic, partition).0;
+    }
+    (stable, stable_and_end(broker, topic, partition).1)
 }
 
 /// Runs one of Apache Kafka's command-line tools (`class`, e.g.
