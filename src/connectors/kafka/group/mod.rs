@@ -18,12 +18,16 @@
 //!   puts these together: a process runs a [`GroupJob`] as a member of the
 //!   group a [`GroupSetting`] names, the job built anew over each
 //!   [`Assignment`], until it is told to stop.
+//! - [`Repartition`] is a `keyBy` across the members: an internal topic
+//!   partitioned by key group between two stages of the job.
 
 mod member;
+mod repartition;
 mod runner;
 mod topics;
 
 pub use member::{GroupEvent, Membership, MembershipConfig};
+pub use repartition::Repartition;
 pub use runner::{Assignment, GroupJob, GroupReport, GroupSetting, run_member};
 pub use topics::{committed_marks, ensure_topic, partition_count};
 
