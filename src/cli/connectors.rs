@@ -273,7 +273,28 @@ impl PostgresOutput {
         floe::connectors::postgres::PostgresSinkConfig::from_url(&self.url, columns, mode)
     }
 
-    /// Appends `stream`'s `key,window_start,window_end,value` lines as rows.
+    /// The window job's table, in one process as in a group: each firing
+    /// appended as a row `key TEXT, window_start BIGINT, window_end BIGINT,
+    /// value BIGINT` (a window fired again within `--allowed-lateness` has
+    /// a row per firing).
+    pub fn window_config(&self) -> floe::Result<floe::connectors::postgres::PostgresSinkConfig> {
+        self.config(
+            &["key", "window_start", "window_end", "value"],
+            floe::connectors::postgres::WriteMode::Append,
+        )
+    }
+
+    /// The word count's table, in one process as in a group: `word TEXT
+    /// PRIMARY KEY, count BIGINT`, each word's latest count upserted.
+    pub fn counts_config(&self) -> floe::Result<floe::connectors::postgres::PostgresSinkConfig> {
+        self.config(
+            &["word", "count"],
+            floe::connectors::postgres::WriteMode::Upsert,
+        )
+    }
+
+    /// Appends `stream`'s `key,window_start,window_end,value` lines as rows
+    /// ([`window_config`](Self::window_config)).
     pub fn sink_window_lines<T>(
         &self,
         stream: &floe::DataStream<T>,
@@ -281,11 +302,8 @@ impl PostgresOutput {
     where
         T: std::fmt::Display + Clone + Send + 'static,
     {
-        use floe::connectors::postgres::{PostgresSink, WriteMode};
-        let config = self.config(
-            &["key", "window_start", "window_end", "value"],
-            WriteMode::Append,
-        )?;
+        use floe::connectors::postgres::PostgresSink;
+        let config = self.window_config()?;
         let rows = stream
             .try_map(|line: T| {
                 let line = line.to_string();

@@ -27,8 +27,8 @@
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct GroupArgs {
     /// Run the job together with every process started with this group
-    /// name (a Kafka consumer group): needs `kafka://` input and output
-    /// and a shared `--checkpoint-dir`.
+    /// name (a Kafka consumer group): needs a `kafka://` input, a
+    /// `kafka://` or `postgres://` output and a shared `--checkpoint-dir`.
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
     /// Partitions of the group's repartition topic when it is created

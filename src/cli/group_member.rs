@@ -54,15 +54,54 @@ pub(super) struct Group {
     /// The shared checkpoint directory (read by the PostgreSQL output).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub dir: String,
-    /// `--output postgres://…` (the word count): the counts go there,
-    /// `output` is unused.
+    /// `--output postgres://…`: stage two's rows go there, `output` is
+    /// unused.
     pub postgres: Option<Postgres>,
 }
 
 #[cfg(feature = "postgres")]
-pub(super) type Postgres = super::postgres::PostgresCounts;
+pub(super) type Postgres = super::postgres::PostgresTable;
 #[cfg(not(feature = "postgres"))]
 pub(super) type Postgres = std::convert::Infallible;
+
+#[cfg(feature = "postgres")]
+pub(super) use super::postgres::Claim;
+
+/// A claim of repartition partitions, which a build without the
+/// `postgres` feature never makes.
+#[cfg(not(feature = "postgres"))]
+pub(super) enum Claim {}
+
+#[cfg(not(feature = "postgres"))]
+impl Claim {
+    pub fn sink<R>(&self, _rows: &floe::DataStream<R>, _rate: Option<f64>) -> floe::Result<()> {
+        match *self {}
+    }
+}
+
+impl Group {
+    /// Stage two's `source` over the repartition partitions `counted` of
+    /// `held`: with a PostgreSQL output, the partitions are claimed first
+    /// (the claim restores their key groups and starts the source at their
+    /// positions, and its sink must write the stage's rows); otherwise it
+    /// reads from the group's committed offsets, as given.
+    pub fn stage_two_source<T: Send + 'static>(
+        &self,
+        env: &StreamExecutionEnvironment,
+        held: &floe::connectors::kafka::group::Assignment<'_>,
+        counted: &[(String, i32)],
+        source: KafkaSource<T>,
+    ) -> floe::Result<(KafkaSource<T>, Option<Claim>)> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = &self.postgres {
+            let claim = pg.claim(&self.name, held, counted)?;
+            let source = claim.start(env, &self.dir, source);
+            return Ok((source, Some(claim)));
+        }
+        let _ = (env, held, counted);
+        Ok((source, None))
+    }
+}
 
 /// A job of the CLI's group mode: the library's [`GroupJob`] and what its
 /// summary reports.
@@ -115,12 +154,9 @@ pub(super) fn run<J: CliJob>(
     let Some(output) = common.output.and_then(|p| p.to_str()) else {
         return bad("--group needs a kafka:// --output".into());
     };
-    // `postgres://…`: the word count's counts go to a table.
+    // `postgres://…`: stage two's rows go to a table.
     #[cfg(feature = "postgres")]
-    let postgres = match common.job {
-        "wordcount" => super::postgres::postgres_counts(output, name).transpose()?,
-        _ => None,
-    };
+    let postgres = super::postgres::postgres_table(output, name, common.job).transpose()?;
     #[cfg(not(feature = "postgres"))]
     let postgres: Option<Postgres> = None;
     let output = match KafkaUrl::parse(output) {
@@ -131,9 +167,13 @@ pub(super) fn run<J: CliJob>(
             params: Vec::new(),
         },
         None => {
-            return bad(
-                "--group needs a kafka:// --output (or, for the word count, postgres://)".into(),
-            );
+            return bad(match cfg!(feature = "postgres") {
+                true => "--group needs a kafka:// or postgres:// --output".into(),
+                false => {
+                    "--group needs a kafka:// --output (postgres:// needs the `postgres` feature)"
+                        .into()
+                }
+            });
         }
     };
     let cp = common.checkpoints;

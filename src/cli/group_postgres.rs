@@ -1,21 +1,24 @@
-//! `--output postgres://…` in group mode: the counting stage's rows and
-//! the positions of the repartition partitions it reads commit together
-//! in PostgreSQL, fenced by the group's generation
-//! (`floe::connectors::postgres::group`; `docs/scale-out.md`).
+//! `--output postgres://…` in group mode: stage two's rows (the word
+//! count's counts, the window job's firings) and the positions of the
+//! repartition partitions it reads commit together in PostgreSQL, fenced
+//! by the group's generation (`floe::connectors::postgres::group`;
+//! `docs/scale-out.md`).
 //!
 //! Before a member's job starts over its repartition partitions, it
 //! claims them: the former owners' sessions and prepared transactions
 //! end, the partitions' rows take this generation, and their positions
 //! and marks say where reading resumes and which checkpoint holds each
 //! key group's state. The Kafka group's committed offsets of the
-//! repartition topic are not used.
+//! repartition topic are not used. Both jobs claim, restore and commit
+//! through [`Claim`]; only their rows differ, and those are the rows one
+//! process writes (`PostgresOutput::counts_config`,
+//! `PostgresOutput::window_config`).
 
 use floe::connectors::kafka::KafkaSource;
 use floe::connectors::kafka::group::{Assignment, OffsetMark};
 use floe::connectors::postgres::group::{GroupFence, OFFSETS_TABLE};
-use floe::connectors::postgres::{PostgresError, PostgresSink, PostgresSinkConfig, WriteMode};
-use floe::{DataStream, Error};
-use smol_str::SmolStr;
+use floe::connectors::postgres::{PostgresError, PostgresRow, PostgresSink, PostgresSinkConfig};
+use floe::{DataStream, Error, StreamExecutionEnvironment};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,18 +31,23 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 const CLAIM_TRIES: u32 = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The PostgreSQL output of group mode: `word TEXT PRIMARY KEY, count
-/// BIGINT`, upserted.
-pub struct PostgresCounts {
+/// The PostgreSQL output of a group's job: its table, as one process of
+/// the job writes it.
+pub struct PostgresTable {
     config: PostgresSinkConfig,
 }
 
-/// `--output` as a PostgreSQL URL (`None`: not one), the server reached
-/// once, and able to prepare transactions.
-pub fn postgres_counts(output: &str, group: &str) -> Option<floe::Result<PostgresCounts>> {
+/// `--output` as a PostgreSQL URL (`None`: not one) for the rows of `job`
+/// (`wordcount`: the counts upserted; `window`: the firings appended), the
+/// server reached once.
+pub fn postgres_table(output: &str, group: &str, job: &str) -> Option<floe::Result<PostgresTable>> {
     let pg = super::super::connectors::postgres_output(std::path::Path::new(output))?;
     Some((|| {
-        let config = pg?.config(&["word", "count"], WriteMode::Upsert)?;
+        let pg = pg?;
+        let config = match job {
+            "wordcount" => pg.counts_config()?,
+            _ => pg.window_config()?,
+        };
         // floe:GROUP/MEMBER/gGENERATION-N:TABLE:SUBTASK:CHECKPOINT
         if group.len() + config.table.len() > 120 {
             return Err(Error::Config(format!(
@@ -47,19 +55,20 @@ pub fn postgres_counts(output: &str, group: &str) -> Option<floe::Result<Postgre
                 config.table
             )));
         }
-        Ok(PostgresCounts { config })
+        Ok(PostgresTable { config })
     })())
 }
 
 /// A member run's claim on its repartition partitions: its fence, where
 /// each partition resumes, and which checkpoint holds each key group.
 pub struct Claim {
+    config: PostgresSinkConfig,
     fence: Arc<GroupFence>,
     offsets: Vec<((String, i32), i64)>,
     marks: Vec<(OffsetMark, u32)>,
 }
 
-impl PostgresCounts {
+impl PostgresTable {
     /// Claims `counted` (repartition partitions of `held`) for the member
     /// run `held` is planned for: tried again while a former owner's
     /// transaction holds the rows, one line each time.
@@ -127,6 +136,7 @@ impl PostgresCounts {
             }
         }
         Ok(Claim {
+            config: self.config.clone(),
             fence,
             offsets,
             marks,
@@ -135,9 +145,32 @@ impl PostgresCounts {
 }
 
 impl Claim {
+    /// Sets up the run of `env` for the claimed partitions: each key group
+    /// restored from the checkpoint its mark names, under the shared
+    /// directory `dir`, and `source` (over the claimed partitions) started
+    /// at their positions (a partition without one: at its log's start).
+    ///
+    /// As with the Kafka output, the repartition topic's watermark records
+    /// before those positions are not read again: the restored windows
+    /// keep their timers, and fire once the watermark records after the
+    /// positions have come from every upstream partition.
+    pub fn start<T: Send + 'static>(
+        &self,
+        env: &StreamExecutionEnvironment,
+        dir: &str,
+        source: KafkaSource<T>,
+    ) -> KafkaSource<T> {
+        let mut config = env.config();
+        config.restore_key_groups = self.restore_sources(dir);
+        env.set_config(config);
+        source
+            .starting_offsets(floe::connectors::kafka::StartingOffsets::Earliest)
+            .start_at(&self.offsets)
+    }
+
     /// Where each claimed key group's state comes from: the checkpoint its
     /// mark names, grouped by checkpoint, under the shared directory `dir`.
-    pub fn restore_sources(&self, dir: &str) -> Vec<(PathBuf, Vec<u32>)> {
+    fn restore_sources(&self, dir: &str) -> Vec<(PathBuf, Vec<u32>)> {
         let mut by: BTreeMap<&OffsetMark, Vec<u32>> = BTreeMap::new();
         for (mark, group) in &self.marks {
             by.entry(mark).or_default().push(*group);
@@ -147,28 +180,15 @@ impl Claim {
             .collect()
     }
 
-    /// The repartition source, starting at the claimed positions (a
-    /// partition without one: at its log's start).
-    pub fn source<T: Send + 'static>(&self, source: KafkaSource<T>) -> KafkaSource<T> {
-        source
-            .starting_offsets(floe::connectors::kafka::StartingOffsets::Earliest)
-            .start_at(&self.offsets)
-    }
-
-    /// Upserts `counts` into the table, with the positions, exactly once;
-    /// `rate` throttles the sink (`--sink-rate`).
-    pub fn sink(
-        &self,
-        output: &PostgresCounts,
-        counts: &DataStream<(SmolStr, u64)>,
-        rate: Option<f64>,
-    ) -> floe::Result<()> {
-        let sink = PostgresSink::<(String, i64)>::new(output.config.clone())?
-            .group_fence(self.fence.clone());
-        let sink = counts
-            .map(|(word, count): (SmolStr, u64)| (String::from(word), count as i64))
-            .name("Rows")
-            .uid("rows")
+    /// Writes `rows` into the table with the positions, exactly once, in
+    /// one sink subtask (one prepared transaction per checkpoint); `rate`
+    /// throttles the sink (`--sink-rate`).
+    pub fn sink<R>(&self, rows: &DataStream<R>, rate: Option<f64>) -> floe::Result<()>
+    where
+        R: PostgresRow + Clone,
+    {
+        let sink = PostgresSink::<R>::new(self.config.clone())?.group_fence(self.fence.clone());
+        let sink = rows
             .sink_exactly_once(&sink.operator_name(), sink)
             .uid("postgres-sink")
             .set_parallelism(1);

@@ -12,6 +12,10 @@
 //! partitions that are not idle, and the minimum over its partitions
 //! (`floe::connectors::kafka::event_time`). The windows' state, timers
 //! included, moves with its repartition partition.
+//!
+//! With `--output postgres://…` stage two claims its repartition
+//! partitions and appends its firings to the table as the word count
+//! upserts its counts (`group_postgres.rs`).
 
 use super::super::WindowArgs;
 use super::super::window::{Agg, Event, EventDecoder, Firing, NoLine, OnBadRecord, Watermarks};
@@ -68,6 +72,7 @@ pub fn run_window(args: &WindowArgs, name: &str) -> floe::Result<()> {
         idleness: args.idleness.map(Duration::from_millis),
         interval: Duration::from_millis(args.watermark_interval.max(1)),
         skip: args.on_bad_record == OnBadRecord::Skip,
+        sink_rate: args.checkpoints.sink_rate,
         bad: Arc::new(AtomicU64::new(0)),
         watermark_records: Arc::new(AtomicU64::new(0)),
     };
@@ -217,6 +222,8 @@ struct Windows {
     idleness: Option<Duration>,
     interval: Duration,
     skip: bool,
+    /// `--sink-rate`: throttles the PostgreSQL sink.
+    sink_rate: Option<f64>,
     /// Lines skipped as bad.
     bad: Arc<AtomicU64>,
     /// Watermark records stage one's sources emitted (not input records).
@@ -299,13 +306,14 @@ impl Windows {
     }
 
     /// Stage two: the repartition partitions' events windowed, the firings
-    /// into the output.
+    /// into the output (a Kafka topic, or a PostgreSQL table after a claim
+    /// of the partitions).
     fn stage_two(
         &self,
         env: &StreamExecutionEnvironment,
         held: &Assignment<'_>,
         counted: &[(String, i32)],
-    ) {
+    ) -> floe::Result<()> {
         let (group, commit) = (&self.group, held.commit);
         let source = KafkaSource::new(
             &group.brokers,
@@ -329,10 +337,7 @@ impl Windows {
                 _ => None,
             }),
         );
-        let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
-            .transactional_id_prefix(&held.transactional_id("output"))
-            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
-            .group_offsets(commit.clone(), &[group.repartition.as_str()]);
+        let (source, claim) = group.stage_two_source(env, held, counted, source)?;
         let late = OutputTag::<Event<NoLine>>::new("late");
         // A source subtask without a partition would hold every window's
         // watermark back: no more subtasks than partitions held.
@@ -356,17 +361,30 @@ impl Windows {
             .aggregate_with(self.agg, Firing::push)
             .uid("window");
         fired
+            .get_side_output(&late)
+            .map(|_: Event<NoLine>| ())
+            .name(LATE)
+            .set_parallelism(1);
+        if let Some(claim) = claim {
+            // The rows one process writes (`PostgresOutput::window_config`).
+            let rows = fired
+                .map(|f: Firing| (String::from(f.key), f.start, f.end, f.value))
+                .name("Rows")
+                .uid("rows");
+            return claim.sink(&rows, self.sink_rate);
+        }
+        let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
+            .transactional_id_prefix(&held.transactional_id("output"))
+            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+            .group_offsets(commit.clone(), &[group.repartition.as_str()]);
+        fired
             .map(|f: Firing| f.to_string())
             .name("Format")
             .uid("format")
             .sink_exactly_once("Kafka Sink", sink.exactly_once())
             .uid("kafka-sink")
             .set_parallelism(1);
-        fired
-            .get_side_output(&late)
-            .map(|_: Event<NoLine>| ())
-            .name(LATE)
-            .set_parallelism(1);
+        Ok(())
     }
 }
 
@@ -377,7 +395,7 @@ impl GroupJob for Windows {
             self.stage_one(env, held, &inputs);
         }
         if !counted.is_empty() {
-            self.stage_two(env, held, &counted);
+            self.stage_two(env, held, &counted)?;
         }
         Ok(())
     }

@@ -39,7 +39,6 @@ pub fn run_wordcount(args: &WordcountArgs, name: &str) -> floe::Result<()> {
 struct Wordcount {
     group: Group,
     /// `--sink-rate`: throttles the PostgreSQL sink.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     sink_rate: Option<f64>,
 }
 
@@ -92,34 +91,19 @@ impl GroupJob for Wordcount {
             .starting_offsets(StartingOffsets::Committed)
             .partitions(&counted)
             .group_commit(commit.clone());
-            // PostgreSQL output: the positions and the key groups' state
-            // come from the claim of the partitions' rows.
-            #[cfg(feature = "postgres")]
-            let claim = match &group.postgres {
-                Some(pg) => Some(pg.claim(&group.name, held, &counted)?),
-                None => None,
-            };
-            #[cfg(not(feature = "postgres"))]
-            let claim: Option<std::convert::Infallible> = None;
-            let source = match &claim {
-                #[cfg(feature = "postgres")]
-                Some(claim) => {
-                    let mut config = env.config();
-                    config.restore_key_groups = claim.restore_sources(&group.dir);
-                    env.set_config(config);
-                    claim.source(source)
-                }
-                _ => source,
-            };
+            let (source, claim) = group.stage_two_source(env, held, &counted, source)?;
             let counts = env
                 .add_source("Repartition Source", move |ctx| source.reader(ctx))
                 .uid("repartition-source")
                 .key_by_field(|t: &(SmolStr, u64)| &t.0)
                 .sum(|t: &mut (SmolStr, u64)| &mut t.1)
                 .uid("count");
-            #[cfg(feature = "postgres")]
-            if let (Some(claim), Some(pg)) = (&claim, &group.postgres) {
-                return claim.sink(pg, &counts, self.sink_rate);
+            if let Some(claim) = claim {
+                let rows = counts
+                    .map(|(word, count): (SmolStr, u64)| (String::from(word), count as i64))
+                    .name("Rows")
+                    .uid("rows");
+                return claim.sink(&rows, self.sink_rate);
             }
             let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
                 .transactional_id_prefix(&held.transactional_id("output"))

@@ -253,14 +253,12 @@ pub fn run(args: &WordcountArgs) -> floe::Result<()> {
         // exactly once through two-phase commit.
         #[cfg(feature = "postgres")]
         Output::Postgres(pg) => {
-            use floe::connectors::postgres::{PostgresSink, WriteMode};
+            use floe::connectors::postgres::PostgresSink;
             let rows = counts
                 .map(|(word, count): (Word, u64)| (String::from(word), count as i64))
                 .name("Rows")
                 .uid("rows");
-            let sink = PostgresSink::<(String, i64)>::new(
-                pg.config(&["word", "count"], WriteMode::Upsert)?,
-            )?;
+            let sink = PostgresSink::<(String, i64)>::new(pg.counts_config()?)?;
             rows.sink_exactly_once(&sink.operator_name(), sink)
                 .uid("postgres-sink")
         }

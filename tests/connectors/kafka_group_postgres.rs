@@ -1,13 +1,15 @@
-//! Group mode into PostgreSQL: one word count run by several `floe`
-//! processes of one consumer group, its counts upserted into a table
-//! whose rows commit with the counting stage's positions
-//! (`docs/scale-out.md`).
+//! Group mode into PostgreSQL: the word count and the window job run by
+//! several `floe` processes of one consumer group, their rows (counts
+//! upserted, firings appended) written to a table in the transactions
+//! that commit the second stage's positions (`docs/scale-out.md`).
 //!
 //! Members are killed with `kill -9`, join, are frozen past the session
 //! timeout and come back while input arrives; the table must equal the
-//! oracle (a HashMap of word counts over the lines written, by floe's own
-//! tokenizer) exactly. Every wait is for an event (a `rebalance` line, the
-//! table reaching the oracle), bounded by a watchdog.
+//! oracle exactly: a HashMap of word counts over the lines written, by
+//! floe's own tokenizer, or a HashMap's tumbling-window sums over the
+//! events written (and the rows one process writes). Every wait is for
+//! an event (a `rebalance` line, the table reaching the oracle), bounded
+//! by a watchdog.
 
 #![cfg(all(feature = "kafka", feature = "postgres"))]
 
@@ -22,9 +24,27 @@ const PARTITIONS: i32 = 6;
 
 /// A word count member of the test's group, into its table.
 fn pg_member(t: &Setup, extra: &[&str]) -> Member {
+    pg_job(t, "wordcount", extra)
+}
+
+/// A window job member: one-second tumbling sums, no out-of-orderness.
+fn pg_window_member(t: &Setup, extra: &[&str]) -> Member {
+    let window = [
+        "--window",
+        "tumbling:1000",
+        "--agg",
+        "sum",
+        "--watermark-interval",
+        "100",
+    ];
+    let args: Vec<&str> = window.iter().chain(extra).copied().collect();
+    pg_job(t, "window", &args)
+}
+
+fn pg_job(t: &Setup, job: &str, extra: &[&str]) -> Member {
     let args: Vec<String> = [
         "run",
-        "wordcount",
+        job,
         "--input",
         &format!("kafka://{}/{}", t.broker, t.input),
         "--output",
@@ -91,15 +111,50 @@ impl Setup {
             .collect()
     }
 
+    /// The rows of the window job's table `table`, as sorted
+    /// `key,window_start,window_end,value` lines, without those of `skip`'s
+    /// key (empty while it does not exist).
+    fn firings(&self, table: &str, skip: &str) -> Vec<String> {
+        let sql = format!("SELECT key, window_start, window_end, value FROM {table}");
+        let mut lines: Vec<String> = try_query(&self.pg, &sql)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| {
+                let (key, start, end, value): (String, i64, i64, i64) =
+                    (r.get(0), r.get(1), r.get(2), r.get(3));
+                format!("{key},{start},{end},{value}")
+            })
+            .filter(|l| l.split(',').next() != Some(skip))
+            .collect();
+        lines.sort();
+        lines
+    }
+
     /// Waits until the table equals `oracle`, within the watchdog; the
     /// members' lines and the differences on failure.
     fn wait_for(&self, oracle: &HashMap<String, u64>, members: &mut [&mut Member]) {
+        self.wait_until(members, || {
+            let got = self.table();
+            match &got == oracle {
+                true => Ok(()),
+                false => Err(differences(&got, oracle)),
+            }
+        });
+    }
+
+    /// Waits until `done` says the table is as it should be (else why
+    /// not), within the watchdog; the members' lines on failure.
+    fn wait_until(
+        &self,
+        members: &mut [&mut Member],
+        mut done: impl FnMut() -> Result<(), String>,
+    ) {
         let deadline = Instant::now() + WATCHDOG;
         loop {
-            let got = self.table();
-            if &got == oracle {
-                return;
-            }
+            let why = match done() {
+                Ok(()) => return,
+                Err(why) => why,
+            };
             if Instant::now() >= deadline {
                 let mut text = String::new();
                 for m in members.iter_mut() {
@@ -108,9 +163,8 @@ impl Setup {
                     text.push_str("\n---\n");
                 }
                 panic!(
-                    "table {} not the oracle within {WATCHDOG:?}: {}\n{text}",
-                    self.table,
-                    differences(&got, oracle)
+                    "table {} not the oracle within {WATCHDOG:?}: {why}\n{text}",
+                    self.table
                 );
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -253,50 +307,195 @@ fn a_member_that_comes_back_after_its_partitions_moved_is_fenced() {
     t.cleanup();
 }
 
+/// What `got` (sorted lines) lacks of `want` (sorted lines), and what it
+/// has beyond, a few of each; `None` when `got` holds every line of `want`
+/// (and, when `exact`, nothing else).
+fn missing(got: &[String], want: &[String], exact: bool) -> Option<String> {
+    let (mut lacks, mut extra) = (Vec::new(), Vec::new());
+    let (mut g, mut w) = (got.iter().peekable(), want.iter().peekable());
+    loop {
+        match (g.peek(), w.peek()) {
+            (Some(a), Some(b)) if a == b => {
+                g.next();
+                w.next();
+            }
+            (Some(a), Some(b)) if a < b => extra.push(g.next().expect("peeked")),
+            (_, Some(_)) => lacks.push(w.next().expect("peeked")),
+            (Some(_), None) => extra.push(g.next().expect("peeked")),
+            (None, None) => break,
+        }
+    }
+    if lacks.is_empty() && (extra.is_empty() || !exact) {
+        return None;
+    }
+    let few = |v: &[&String]| {
+        v.iter()
+            .take(5)
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    Some(format!(
+        "{} of {} rows missing ({}), {} rows beyond ({})",
+        lacks.len(),
+        want.len(),
+        few(&lacks),
+        extra.len(),
+        few(&extra)
+    ))
+}
+
+/// The window job into PostgreSQL: two members window a 6-partition
+/// topic, one is killed with `kill -9` mid-run (its prepared transactions
+/// are rolled back by the claims of its partitions' new owners, which
+/// restore the windows, timers included, from the checkpoints the table's
+/// positions name), another joins while input arrives, all stop with
+/// SIGTERM. The table holds a HashMap's one-second tumbling sums over the
+/// events, one row per window, none twice, and the rows one process
+/// writes when it reads the topic bounded.
+#[test]
+fn a_window_job_across_members_appends_each_firing_once() {
+    let Some(t) = Setup::new("pgwin") else {
+        return;
+    };
+    let events = events(44, 6000, 12);
+    let lines: Vec<String> = events
+        .iter()
+        .map(|(k, ts, v)| format!("{k},{ts},{v}"))
+        .collect();
+    let all = tumbling_sums(&events);
+    // The windows the first third closes: those ending by its last
+    // timestamp (every partition's watermark passes them).
+    let third = 2000;
+    let closed_by = events[third - PARTITIONS as usize].1;
+    let first: Vec<String> = tumbling_sums(&events[..third])
+        .into_iter()
+        .filter(|l| l.split(',').nth(2).and_then(|e| e.parse::<i64>().ok()) <= Some(closed_by))
+        .collect();
+    assert!(first.len() > 50, "the first third closes windows");
+    t.produce(&lines[..third]);
+    let mut a = pg_window_member(&t, &[]);
+    let mut b = pg_window_member(&t, &[]);
+    for m in [&mut a, &mut b] {
+        m.wait_rebalance("a rebalance line");
+    }
+    t.wait_until(&mut [&mut a, &mut b], || {
+        missing(&t.firings(&t.table, "end"), &first, false).map_or(Ok(()), Err)
+    });
+    // B dies with more input arriving; C joins.
+    t.produce(&lines[third..2 * third]);
+    b.kill9();
+    let mut c = pg_window_member(&t, &[]);
+    c.wait_rebalance("a rebalance line");
+    t.produce(&lines[2 * third..]);
+    // One event far ahead per partition moves every watermark past the
+    // last window; its own window never closes.
+    let last = events.last().expect("events").1;
+    let end: Vec<String> = (0..PARTITIONS)
+        .map(|_| format!("end,{},0", last + 10_000))
+        .collect();
+    t.produce(&end);
+    t.wait_until(&mut [&mut a, &mut c], || {
+        missing(&t.firings(&t.table, "end"), &all, true).map_or(Ok(()), Err)
+    });
+    for m in [a, c] {
+        let (status, seen) = m.terminate();
+        let text = seen.join("\n");
+        assert_eq!(status.code(), Some(143), "SIGTERM exits 143:\n{text}");
+        let summary = seen
+            .iter()
+            .find(|l| l.starts_with("records="))
+            .unwrap_or_else(|| panic!("a summary line:\n{text}"));
+        assert_eq!(field(summary, "late"), Some("0"), "{summary}");
+    }
+    // After every member stopped: still exactly the oracle.
+    let got = t.firings(&t.table, "end");
+    assert!(
+        got == all,
+        "{}",
+        missing(&got, &all, true).unwrap_or_default()
+    );
+    // One process over the same topic, bounded, into a table of its own:
+    // the same rows.
+    let one = format!("{}_one", t.table);
+    let single = run(&[
+        "run".into(),
+        "window".into(),
+        "--input".into(),
+        format!("kafka://{}/{}", t.broker, t.input),
+        "--bounded".into(),
+        "--window".into(),
+        "tumbling:1000".into(),
+        "--agg".into(),
+        "sum".into(),
+        "--parallelism".into(),
+        "2".into(),
+        "--output".into(),
+        format!("{}?table={one}", t.pg),
+    ]);
+    assert!(
+        single.status.success(),
+        "{}",
+        String::from_utf8_lossy(&single.stderr)
+    );
+    assert_eq!(
+        t.firings(&one, "end"),
+        got,
+        "one process writes the same rows"
+    );
+    t.cleanup();
+}
+
 /// What group mode with a PostgreSQL output cannot run is refused before
-/// anything starts, in one `error:` line and exit code 1.
+/// anything starts, in one `error:` line and exit code 1, for either job.
 #[test]
 fn group_mode_into_postgres_refuses_what_it_cannot_run() {
     let Some(pg) = postgres_url() else {
         return;
     };
     let long = "g".repeat(120);
-    let base = |group: &str, output: &str| -> Vec<String> {
-        [
-            "run",
-            "wordcount",
-            "--group",
-            group,
-            "--input",
-            "kafka://127.0.0.1:1/in",
-            "--output",
-            output,
-            "--checkpoint-dir",
-            "/tmp/x",
-            "--checkpoint-interval",
-            "100",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    let cases: [(Vec<String>, &str); 3] = [
-        (base("g", &pg), "missing ?table="),
-        (
-            base("g", "postgres://floe:floe@127.0.0.1:1/floe?table=t"),
-            "cannot reach PostgreSQL",
-        ),
-        (base(&long, &format!("{pg}?table=t")), "too long"),
+    let jobs: [&[&str]; 2] = [
+        &["wordcount"],
+        &["window", "--window", "tumbling:1000", "--agg", "sum"],
     ];
-    for (args, says) in cases {
-        let out = run(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(
-            lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(says),
-            "{args:?}: one error line saying {says:?}, got:\n{stderr}"
-        );
+    for job in jobs {
+        let base = |group: &str, output: &str| -> Vec<String> {
+            ["run"]
+                .iter()
+                .chain(job)
+                .chain(&[
+                    "--group",
+                    group,
+                    "--input",
+                    "kafka://127.0.0.1:1/in",
+                    "--output",
+                    output,
+                    "--checkpoint-dir",
+                    "/tmp/x",
+                    "--checkpoint-interval",
+                    "100",
+                ])
+                .map(|s| s.to_string())
+                .collect()
+        };
+        let cases: [(Vec<String>, &str); 3] = [
+            (base("g", &pg), "missing ?table="),
+            (
+                base("g", "postgres://floe:floe@127.0.0.1:1/floe?table=t"),
+                "cannot reach PostgreSQL",
+            ),
+            (base(&long, &format!("{pg}?table=t")), "too long"),
+        ];
+        for (args, says) in cases {
+            let out = run(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(
+                lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(says),
+                "{args:?}: one error line saying {says:?}, got:\n{stderr}"
+            );
+        }
     }
 }
 

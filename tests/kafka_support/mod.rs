@@ -1,7 +1,8 @@
 //! Helpers of the tests against Apache Kafka: its address
 //! (`FLOE_TEST_KAFKA`, written by `scripts/services.sh start`), topics,
-//! a seeded corpus, a reader of a whole topic, the word count oracle, and
-//! Kafka's own command-line tools from the classpath the script installed.
+//! a seeded corpus and seeded events, a reader of a whole topic, the word
+//! count and window oracles, and Kafka's own command-line tools from the
+//! classpath the script installed.
 
 #![allow(dead_code)]
 
@@ -132,6 +133,44 @@ pub fn corpus(seed: u64, lines: usize, vocabulary: u64) -> Vec<String> {
                 .join(" ")
         })
         .collect()
+}
+
+/// `key,ts,value` events whose timestamps never decrease in line order,
+/// so each partition's events are in order whichever partition each line
+/// goes to ([`produce`]): no event is late, in one process or across many.
+pub fn events(seed: u64, lines: usize, keys: u64) -> Vec<(String, i64, i64)> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut ts = 1_000_000i64;
+    (0..lines)
+        .map(|_| {
+            ts += (next() % 9) as i64;
+            let value = (next() % 2001) as i64 - 1000;
+            (format!("k{}", next() % keys), ts, value)
+        })
+        .collect()
+}
+
+/// The firings `key,start,end,sum` of one-second tumbling windows over
+/// `events`: the oracle, a plain HashMap.
+pub fn tumbling_sums(events: &[(String, i64, i64)]) -> Vec<String> {
+    let mut sums: HashMap<(String, i64), i64> = HashMap::new();
+    for (key, ts, value) in events {
+        *sums
+            .entry((key.clone(), ts - ts.rem_euclid(1000)))
+            .or_default() += value;
+    }
+    let mut lines: Vec<String> = sums
+        .into_iter()
+        .map(|((key, start), sum)| format!("{key},{start},{},{sum}", start + 1000))
+        .collect();
+    lines.sort();
+    lines
 }
 
 /// Writes `lines` to `topic`, line `i` to partition `i % partitions`.
