@@ -607,47 +607,65 @@ fn a_window_job_across_members_fires_what_one_process_fires() {
     assert_eq!(one, all, "one process fires the same windows");
 }
 
-/// The library's group mode as a user writes it: a job (upper-casing
-/// lines, exactly once into a topic) run by two members of one group
-/// through `StreamExecutionEnvironment::execute_group`, each on a thread
-/// of its own. The output holds each input line upper-cased exactly once
-/// (the oracle: the input upper-cased, sorted), and both members stop
-/// when told to.
+/// The library's group mode as a user writes it: a word count run by two
+/// members of one group through `StreamExecutionEnvironment::execute_group`,
+/// each on a thread of its own. Its `keyBy` crosses the members through a
+/// `Repartition` topic: stage one splits lines into words and sends each
+/// to the partition of its key group, stage two counts the words of the
+/// partitions it holds, exactly once into a topic. The second member joins
+/// while the first runs (a rebalance moves partitions and their state).
+/// Every `word,count` update of a HashMap's counts is in the output
+/// exactly once, and both members stop when told to.
 #[test]
-fn a_library_job_runs_across_the_members_of_a_group() {
+fn a_library_job_repartitions_by_key_across_the_members_of_a_group() {
     use floe::StreamExecutionEnvironment;
-    use floe::connectors::kafka::group::{Assignment, GroupJob, GroupReport, GroupSetting};
+    use floe::connectors::kafka::group::{
+        Assignment, GroupJob, GroupReport, GroupSetting, Repartition,
+    };
     use floe::connectors::kafka::{KafkaSource, StartingOffsets};
     use floe::connectors::kafka_sink::KafkaSink;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    struct Upper {
+    struct Count {
         broker: String,
         group: String,
         input: String,
         output: String,
+        words: Repartition<String>,
     }
 
-    impl GroupJob for Upper {
+    impl GroupJob for Count {
         fn build(
             &self,
             env: &StreamExecutionEnvironment,
             held: &Assignment<'_>,
         ) -> floe::Result<()> {
-            let source = KafkaSource::lines(&self.broker, &[self.input.as_str()])
-                .group_id(&self.group)
-                .starting_offsets(StartingOffsets::Committed)
-                .partitions(&held.of(&self.input))
-                .group_commit(held.commit.clone());
-            let sink = KafkaSink::<String>::lines(&self.broker, &self.output)
-                .transactional_id_prefix(&held.transactional_id("output"))
-                .property("transaction.timeout.ms", "10000")
-                .group_offsets(held.commit.clone(), &[self.input.as_str()]);
-            env.add_source("Kafka Source", move |ctx| source.reader(ctx))
-                .map(|line: String| line.to_uppercase())
-                .sink_exactly_once("Kafka Sink", sink.exactly_once())
-                .set_parallelism(1);
+            let lines = held.of(&self.input);
+            if !lines.is_empty() {
+                let source = KafkaSource::lines(&self.broker, &[self.input.as_str()])
+                    .group_id(&self.group)
+                    .starting_offsets(StartingOffsets::Committed)
+                    .partitions(&lines)
+                    .group_commit(held.commit.clone());
+                let words = env
+                    .add_source("Kafka Source", move |ctx| source.reader(ctx))
+                    .flat_map(floe::tokenize);
+                self.words.write(&words, held, &[self.input.as_str()]);
+            }
+            if let Some(words) = self.words.read(env, held) {
+                let sink = KafkaSink::<String>::lines(&self.broker, &self.output)
+                    .transactional_id_prefix(&held.transactional_id("output"))
+                    .property("transaction.timeout.ms", "10000")
+                    .group_offsets(held.commit.clone(), &[self.words.topic()]);
+                words
+                    .map(|w: String| (w, 1u64))
+                    .key_by_field(|t: &(String, u64)| &t.0)
+                    .sum(|t: &mut (String, u64)| &mut t.1)
+                    .map(|(w, n): (String, u64)| format!("{w},{n}"))
+                    .sink_exactly_once("Kafka Sink", sink.exactly_once())
+                    .set_parallelism(1);
+            }
             Ok(())
         }
     }
@@ -663,35 +681,72 @@ fn a_library_job_runs_across_the_members_of_a_group() {
         return;
     };
     let dir = _keep.path().to_str().expect("utf-8 path").to_string();
-    let lines = corpus(51, 1200, 100);
-    produce(&broker, &input, PARTITIONS, &lines);
+    let (first, second) = (corpus(51, 1200, 100), corpus(52, 1200, 100));
+    produce(&broker, &input, PARTITIONS, &first);
     let stop = Arc::new(AtomicBool::new(false));
     let (assigned, rebalances) = std::sync::mpsc::channel();
-    let members: Vec<_> = (0..2)
-        .map(|i| {
-            let (stop, assigned) = (stop.clone(), assigned.clone());
-            let job = Upper {
-                broker: broker.clone(),
-                group: group.clone(),
-                input: input.clone(),
-                output: output.clone(),
-            };
-            let mut setting = GroupSetting::new(&group, &broker, &dir)
-                .topics(&[input.as_str()])
-                .session_timeout(Duration::from_secs(6));
-            setting.member = format!("library-{i}");
-            std::thread::spawn(move || {
-                let env = StreamExecutionEnvironment::new();
-                env.set_parallelism(2);
-                env.enable_checkpointing(Duration::from_millis(200));
-                env.execute_group(&setting, &job, &stop, &mut |report| {
-                    if let GroupReport::Rebalance { .. } = report {
-                        let _ = assigned.send(i);
-                    }
-                })
+    let member = |i: usize| {
+        let (stop, assigned) = (stop.clone(), assigned.clone());
+        let setting = GroupSetting::new(&group, &broker, &dir)
+            .topics(&[input.as_str()])
+            .session_timeout(Duration::from_secs(6));
+        let words = Repartition::new(
+            &setting,
+            "words",
+            PARTITIONS,
+            |w: &String| w,
+            |w: &String, out: &mut Vec<u8>| out.extend_from_slice(w.as_bytes()),
+            |bytes: &[u8]| String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string()),
+        )
+        .expect("the repartition topic");
+        let mut setting = setting.keyed_topics(&[words.topic()]);
+        setting.member = format!("library-{i}");
+        let job = Count {
+            broker: broker.clone(),
+            group: group.clone(),
+            input: input.clone(),
+            output: output.clone(),
+            words,
+        };
+        std::thread::spawn(move || {
+            let env = StreamExecutionEnvironment::new();
+            env.set_parallelism(2);
+            env.enable_checkpointing(Duration::from_millis(200));
+            env.execute_group(&setting, &job, &stop, &mut |report| {
+                if let GroupReport::Rebalance { .. } = report {
+                    let _ = assigned.send(i);
+                }
             })
         })
-        .collect();
+    };
+    let lines: Vec<String> = first.iter().chain(&second).cloned().collect();
+    let all_oracle = oracle(&lines);
+    let complete = |records: &[String]| {
+        let seen = updates(records);
+        all_oracle
+            .iter()
+            .all(|(w, n)| seen.contains_key(&(w.clone(), *n)))
+    };
+    // The first member alone counts the first lines: the second one's
+    // join then moves partitions whose state is committed.
+    let mut members = vec![member(0)];
+    let first_oracle = oracle(&first);
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        let seen = updates(&read_all(&broker, &output));
+        if first_oracle
+            .iter()
+            .all(|(w, n)| seen.contains_key(&(w.clone(), *n)))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first lines were never counted"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    members.push(member(1));
     let mut heard = std::collections::BTreeSet::new();
     while heard.len() < 2 {
         let i = rebalances
@@ -699,20 +754,19 @@ fn a_library_job_runs_across_the_members_of_a_group() {
             .expect("each member is given partitions");
         heard.insert(i);
     }
-    let mut want: Vec<String> = lines.iter().map(|l| l.to_uppercase()).collect();
-    want.sort();
+    produce(&broker, &input, PARTITIONS, &second);
     let deadline = Instant::now() + WATCHDOG;
-    let mut got = read_all(&broker, &output);
-    while got.len() < want.len() && Instant::now() < deadline {
+    while !complete(&read_all(&broker, &output)) {
+        assert!(
+            Instant::now() < deadline,
+            "the output never held the oracle's counts"
+        );
         std::thread::sleep(Duration::from_millis(300));
-        got = read_all(&broker, &output);
     }
     stop.store(true, Ordering::Release);
     for m in members {
         let received = m.join().expect("member thread").expect("member ends well");
         assert!(received >= 1, "each member received an assignment");
     }
-    let mut got = read_all(&broker, &output);
-    got.sort();
-    assert_eq!(got, want, "every line once, upper-cased");
+    check_changelog(&read_all(&broker, &output), &all_oracle, true);
 }

@@ -244,6 +244,8 @@ struct Member<'a> {
     report: &'a mut dyn FnMut(GroupReport<'_>),
     /// This member's former runs whose checkpoints are still kept.
     past_runs: Vec<String>,
+    /// The keyed topics' partition count: each run's max parallelism.
+    key_groups: Option<u32>,
 }
 
 /// Runs `job` as a member of the group `setting` names until `stop` is
@@ -265,6 +267,7 @@ pub fn run_member(
             "a group's job needs checkpointing: each checkpoint commits".into(),
         ));
     }
+    let key_groups = key_groups(setting)?;
     let mut membership = MembershipConfig::new(&setting.brokers, &setting.name, &setting.topics);
     membership.session_timeout = setting.session_timeout;
     membership.revoke_deadline = setting.stop_deadline;
@@ -275,6 +278,7 @@ pub fn run_member(
         template,
         report,
         past_runs: Vec::new(),
+        key_groups,
     };
     let result = member.serve(&events, stop);
     if !joined.leave(setting.stop_deadline) {
@@ -453,6 +457,9 @@ impl Member<'_> {
         // offsets: a failed run is planned again from the committed ones.
         config.restart = Some(crate::failover::RestartStrategy::None);
         config.restore_from = None;
+        if let Some(n) = self.key_groups {
+            config.max_parallelism = n;
+        }
         config.restore_key_groups = self.restore_sources(&held.partitions)?;
         let listed: Vec<String> = held
             .partitions
@@ -589,6 +596,30 @@ impl Member<'_> {
             .map(|(mark, groups)| (mark.path(&setting.checkpoint_dir), groups))
             .collect())
     }
+}
+
+/// The partition count of the setting's keyed topics, which must agree:
+/// partition `p` of each is key group `p` of the state it feeds, so it is
+/// every run's max parallelism.
+fn key_groups(setting: &GroupSetting) -> crate::Result<Option<u32>> {
+    let mut counts = setting.keyed_topics.iter().map(|topic| {
+        partition_count(&setting.brokers, topic, setting.request_timeout)
+            .map(|n| (topic, n))
+            .map_err(crate::Error::from)
+    });
+    let Some(first) = counts.next().transpose()? else {
+        return Ok(None);
+    };
+    for other in counts {
+        let other = other?;
+        if other.1 != first.1 {
+            return Err(crate::Error::Config(format!(
+                "keyed topics '{}' ({} partitions) and '{}' ({}) must have as many partitions: each partition is a key group",
+                first.0, first.1, other.0, other.1
+            )));
+        }
+    }
+    Ok(Some(first.1 as u32))
 }
 
 /// Deletes a former run's checkpoints: its directory, or its objects.
