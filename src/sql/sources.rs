@@ -160,13 +160,28 @@ impl Builder<'_> {
         }
         let name = format!("Source: {}", t.name);
         let uid = self.uid("source");
+        // Files read whole, in order, by one subtask (a per-row
+        // watermark): the read and the watermarks run at parallelism 1, so
+        // no other subtask's watermark (one without a split, ending when
+        // it will) decides which rows are late.
+        let one_reader = matches!(t.connector, Connector::FileSystem { .. })
+            && split_size(t, self.split_size) == u64::MAX;
+        let single = |rows: DataStream<Row>| match one_reader {
+            true => rows.set_parallelism(1),
+            false => rows,
+        };
         let rows = match &t.connector {
             Connector::FileSystem { path, format } => {
                 let decoder = RowDecoder::new(t, format);
                 let source =
                     FileSource::new(path, decoder)?.split_size(split_size(t, self.split_size));
-                self.env
-                    .add_source(&name, move |ctx| Ok(source.reader(ctx)))
+                let rows = self
+                    .env
+                    .add_source(&name, move |ctx| Ok(source.reader(ctx)));
+                match one_reader {
+                    true => rows.set_parallelism(1),
+                    false => rows,
+                }
             }
             #[cfg(feature = "kafka")]
             Connector::Kafka(k) => self.kafka_source(t, k, &name)?,
@@ -188,11 +203,12 @@ impl Builder<'_> {
             table: Arc::from(t.name.as_str()),
         };
         let uid = self.uid("read");
-        let rows = rows
-            .transform("Calc", move |_| read.clone())
-            .name("Calc")
-            .uid(&uid);
-        Ok(self.event_time(rows, t))
+        let rows = single(
+            rows.transform("Calc", move |_| read.clone())
+                .name("Calc")
+                .uid(&uid),
+        );
+        Ok(single(self.event_time(rows, t)))
     }
 
     /// `rows` of `t` with their event times and watermarks, if `t` has a

@@ -266,9 +266,60 @@ fn every_subtask_reads_its_splits_in_file_order() {
         ", WATERMARK FOR ts AS ts - INTERVAL '1' SECOND",
         ", 'scan.watermark.emit.strategy' = 'on-event'",
     );
-    assert_eq!(one.len(), 1, "one subtask reads the one split");
+    // One subtask reads the one split (the job graph shows it:
+    // `on_event_watermarks_are_made_by_one_source_subtask`); the rows it
+    // hands on keep the file's order on each channel.
+    let mut all: Vec<i64> = one.values().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..ROWS).collect::<Vec<_>>());
+    for ids in one.values() {
+        assert!(ids.is_sorted(), "the one reader's rows in file order");
+    }
+}
+
+/// With a per-row watermark the file is read, and its watermarks made, by
+/// one subtask: the job graph `EXPLAIN` prints runs the source's chain at
+/// parallelism 1 (a second source subtask without a split would hold the
+/// window's watermark back until it ended, at a time no test controls),
+/// and the window at the job's parallelism. With a periodic watermark the
+/// source runs at the job's.
+#[test]
+fn on_event_watermarks_are_made_by_one_source_subtask() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (input, output) = (dir.path().join("events.csv"), dir.path().join("out.csv"));
+    write_input(&input, &events(14, false));
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(2);
+    let graph = |emit: Option<&str>| -> Vec<String> {
+        let explain = script(&input, &output, emit).replace("INSERT INTO", "EXPLAIN INSERT INTO");
+        let planned = SqlSession::new(&env).plan_sql(&explain).expect("plans");
+        planned.explains[0]
+            .lines()
+            .filter(|l| l.contains("(parallelism "))
+            .map(str::to_string)
+            .collect()
+    };
+    let chain = |lines: &[String], op: &str| -> String {
+        lines
+            .iter()
+            .find(|l| l.contains(op))
+            .unwrap_or_else(|| panic!("a chain with {op}: {lines:#?}"))
+            .clone()
+    };
+    let on_event = graph(Some("on-event"));
+    for op in ["Source: events", "WatermarkAssigner"] {
+        assert!(
+            chain(&on_event, op).contains("(parallelism 1)"),
+            "{op}: {on_event:#?}"
+        );
+    }
     assert!(
-        one.values()
-            .all(|ids| *ids == (0..ROWS).collect::<Vec<_>>())
+        chain(&on_event, "Window").contains("(parallelism 2)"),
+        "{on_event:#?}"
+    );
+    let periodic = graph(None);
+    assert!(
+        chain(&periodic, "Source: events").contains("(parallelism 2)"),
+        "{periodic:#?}"
     );
 }
