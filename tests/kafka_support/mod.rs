@@ -118,6 +118,34 @@ pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
     }
+    // The creation is answered once the controller has it; the broker's
+    // metadata, which a client asks, follows a moment later. Waits until
+    // a client sees every partition (a loaded machine made a member
+    // started at once find no such topic).
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("metadata client");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = client
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .ok()
+            .and_then(|m| {
+                m.topics()
+                    .first()
+                    .filter(|t| t.error().is_none())
+                    .map(|t| t.partitions().len() as i32)
+            });
+        if seen == Some(partitions) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topic {topic} created but not in the broker's metadata after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `lines` lines of words from a vocabulary of `vocabulary`, derived from
