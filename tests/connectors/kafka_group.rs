@@ -526,21 +526,15 @@ fn a_window_job_across_members_fires_what_one_process_fires() {
         return;
     };
     let dir = _keep.path().to_str().expect("utf-8 path").to_string();
-    let events = events(41, 6000, 12);
-    let lines: Vec<String> = events
-        .iter()
-        .map(|(k, ts, v)| format!("{k},{ts},{v}"))
-        .collect();
-    let all = tumbling_sums(&events);
     // The windows the first third closes: those ending by its last
     // timestamp (every partition's watermark passes them).
-    let third = 2000;
-    let closed_by = events[third - PARTITIONS as usize].1;
-    let first: Vec<String> = tumbling_sums(&events[..third])
-        .into_iter()
-        .filter(|l| l.split(',').nth(2).and_then(|e| e.parse::<i64>().ok()) <= Some(closed_by))
-        .collect();
-    assert!(first.len() > 50, "the first third closes windows");
+    let WindowInput {
+        events,
+        lines,
+        all,
+        third,
+        first,
+    } = WindowInput::new(41, PARTITIONS);
     produce(&broker, &input, PARTITIONS, &lines[..third]);
     let mut a = Member::window(&broker, &input, &output, &group, &dir);
     let mut b = Member::window(&broker, &input, &output, &group, &dir);

@@ -358,21 +358,15 @@ fn a_window_job_across_members_appends_each_firing_once() {
     let Some(t) = Setup::new("pgwin") else {
         return;
     };
-    let events = events(44, 6000, 12);
-    let lines: Vec<String> = events
-        .iter()
-        .map(|(k, ts, v)| format!("{k},{ts},{v}"))
-        .collect();
-    let all = tumbling_sums(&events);
     // The windows the first third closes: those ending by its last
     // timestamp (every partition's watermark passes them).
-    let third = 2000;
-    let closed_by = events[third - PARTITIONS as usize].1;
-    let first: Vec<String> = tumbling_sums(&events[..third])
-        .into_iter()
-        .filter(|l| l.split(',').nth(2).and_then(|e| e.parse::<i64>().ok()) <= Some(closed_by))
-        .collect();
-    assert!(first.len() > 50, "the first third closes windows");
+    let WindowInput {
+        events,
+        lines,
+        all,
+        third,
+        first,
+    } = WindowInput::new(44, PARTITIONS);
     t.produce(&lines[..third]);
     let mut a = pg_window_member(&t, &[]);
     let mut b = pg_window_member(&t, &[]);

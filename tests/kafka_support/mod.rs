@@ -201,6 +201,44 @@ pub fn tumbling_sums(events: &[(String, i64, i64)]) -> Vec<String> {
     lines
 }
 
+/// The input of the window tests of group mode: 6000 events of 12 keys
+/// from `seed`, as lines; the oracle's firings over all of them; the
+/// first third's lines, and the firings every partition's watermark has
+/// passed once the first third is in (`partitions` partitions, line `i`
+/// in partition `i % partitions`).
+pub struct WindowInput {
+    pub events: Vec<(String, i64, i64)>,
+    pub lines: Vec<String>,
+    pub all: Vec<String>,
+    pub third: usize,
+    pub first: Vec<String>,
+}
+
+impl WindowInput {
+    pub fn new(seed: u64, partitions: i32) -> WindowInput {
+        let events = events(seed, 6000, 12);
+        let lines: Vec<String> = events
+            .iter()
+            .map(|(k, ts, v)| format!("{k},{ts},{v}"))
+            .collect();
+        let third = 2000;
+        // The windows ending by the last timestamp of every partition.
+        let closed_by = events[third - partitions as usize].1;
+        let first: Vec<String> = tumbling_sums(&events[..third])
+            .into_iter()
+            .filter(|l| l.split(',').nth(2).and_then(|e| e.parse::<i64>().ok()) <= Some(closed_by))
+            .collect();
+        assert!(first.len() > 50, "the first third closes windows");
+        WindowInput {
+            all: tumbling_sums(&events),
+            events,
+            lines,
+            third,
+            first,
+        }
+    }
+}
+
 /// Writes `lines` to `topic`, line `i` to partition `i % partitions`.
 pub fn produce(broker: &str, topic: &str, partitions: i32, lines: &[String]) {
     let producer: Checked = ClientConfig::new()
