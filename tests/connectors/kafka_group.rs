@@ -39,15 +39,7 @@ impl Member {
     /// A member of the window job of group `group`: one-second tumbling
     /// sums, no out-of-orderness.
     fn window(broker: &str, input: &str, output: &str, group: &str, dir: &str) -> Member {
-        let extra = [
-            "--window",
-            "tumbling:1000",
-            "--agg",
-            "sum",
-            "--watermark-interval",
-            "100",
-        ];
-        Member::spawn("window", broker, input, output, group, dir, &extra)
+        Member::spawn("window", broker, input, output, group, dir, &WINDOW_ARGS)
     }
 
     fn spawn(
@@ -59,31 +51,11 @@ impl Member {
         dir: &str,
         extra: &[&str],
     ) -> Member {
-        let args: Vec<String> = [
-            "run",
-            job,
-            "--input",
-            &format!("kafka://{broker}/{input}"),
-            "--output",
-            &format!("kafka://{broker}/{output}"),
-            "--group",
-            group,
-            "--group-partitions",
-            &PARTITIONS.to_string(),
-            "--session-timeout",
-            "6000",
-            "--checkpoint-dir",
-            dir,
-            "--checkpoint-interval",
-            "200",
-            "--parallelism",
-            "2",
-        ]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect();
-        Member::from_args(&args)
+        let (input, output) = (
+            format!("kafka://{broker}/{input}"),
+            format!("kafka://{broker}/{output}"),
+        );
+        Member::of_group(job, &input, &output, group, dir, PARTITIONS, extra)
     }
 }
 

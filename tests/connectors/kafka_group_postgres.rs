@@ -29,44 +29,15 @@ fn pg_member(t: &Setup, extra: &[&str]) -> Member {
 
 /// A window job member: one-second tumbling sums, no out-of-orderness.
 fn pg_window_member(t: &Setup, extra: &[&str]) -> Member {
-    let window = [
-        "--window",
-        "tumbling:1000",
-        "--agg",
-        "sum",
-        "--watermark-interval",
-        "100",
-    ];
-    let args: Vec<&str> = window.iter().chain(extra).copied().collect();
+    let args: Vec<&str> = WINDOW_ARGS.iter().chain(extra).copied().collect();
     pg_job(t, "window", &args)
 }
 
 fn pg_job(t: &Setup, job: &str, extra: &[&str]) -> Member {
-    let args: Vec<String> = [
-        "run",
-        job,
-        "--input",
-        &format!("kafka://{}/{}", t.broker, t.input),
-        "--output",
-        &format!("{}?table={}", t.pg, t.table),
-        "--group",
-        &t.group,
-        "--group-partitions",
-        &PARTITIONS.to_string(),
-        "--session-timeout",
-        "6000",
-        "--checkpoint-dir",
-        t.dir.path().to_str().expect("utf-8 path"),
-        "--checkpoint-interval",
-        "200",
-        "--parallelism",
-        "2",
-    ]
-    .iter()
-    .chain(extra)
-    .map(|s| s.to_string())
-    .collect();
-    Member::from_args(&args)
+    let input = format!("kafka://{}/{}", t.broker, t.input);
+    let output = format!("{}?table={}", t.pg, t.table);
+    let dir = t.dir.path().to_str().expect("utf-8 path");
+    Member::of_group(job, &input, &output, &t.group, dir, PARTITIONS, extra)
 }
 
 /// A test's servers, topic, table, group and shared checkpoint directory.

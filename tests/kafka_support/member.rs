@@ -13,7 +13,58 @@ pub struct Member {
     pub seen: Vec<String>,
 }
 
+/// The window job the group tests run: one-second tumbling sums, no
+/// out-of-orderness.
+pub const WINDOW_ARGS: [&str; 6] = [
+    "--window",
+    "tumbling:1000",
+    "--agg",
+    "sum",
+    "--watermark-interval",
+    "100",
+];
+
 impl Member {
+    /// A member of group `group` running `job` from `input` into `output`
+    /// (URLs), over `partitions` key groups: a 6 s
+    /// session timeout, checkpoints every 200 ms into `dir`, parallelism
+    /// 2, then `extra`.
+    pub fn of_group(
+        job: &str,
+        input: &str,
+        output: &str,
+        group: &str,
+        dir: &str,
+        partitions: i32,
+        extra: &[&str],
+    ) -> Member {
+        let args: Vec<String> = [
+            "run",
+            job,
+            "--input",
+            input,
+            "--output",
+            output,
+            "--group",
+            group,
+            "--group-partitions",
+            &partitions.to_string(),
+            "--session-timeout",
+            "6000",
+            "--checkpoint-dir",
+            dir,
+            "--checkpoint-interval",
+            "200",
+            "--parallelism",
+            "2",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        Member::from_args(&args)
+    }
+
     /// Starts `floe ARGS`, its stderr read line by line.
     pub fn from_args(args: &[String]) -> Member {
         let mut child = floe(args).spawn().expect("floe runs");

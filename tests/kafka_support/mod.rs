@@ -15,7 +15,7 @@ pub use services::{query, try_query};
 
 mod member;
 #[allow(unused_imports)]
-pub use member::Member;
+pub use member::{Member, WINDOW_ARGS};
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
