@@ -56,6 +56,7 @@ pub(super) struct Group {
     pub dir: String,
     /// `--output postgres://…`: stage two's rows go there, `output` is
     /// unused.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub postgres: Option<Postgres>,
 }
 
@@ -240,16 +241,19 @@ pub(super) fn run<J: CliJob>(
     };
     // PostgreSQL keeps the repartition partitions' positions and marks:
     // the job restores their key groups from those, not from the group's
-    // committed offsets.
-    let positions_in_postgres = group.postgres.is_some();
+    // committed offsets; the member prunes its runs by them.
+    #[cfg(feature = "postgres")]
+    let marks = group.postgres.as_ref().map(|pg| pg.marks(name));
+    #[cfg(not(feature = "postgres"))]
+    let marks: Option<std::sync::Arc<dyn floe::connectors::kafka::group::MarkStore>> = None;
     let job = make(group);
     let stop = Arc::new(AtomicBool::new(false));
     let _signals = super::super::signal::flag_on_signal(stop.clone())?;
     let mut setting = GroupSetting::new(name, &input.brokers, &dir.display().to_string())
         .topics(&[input.topic.as_str()]);
-    setting = match positions_in_postgres {
-        true => setting.topics(&[repartition.as_str()]),
-        false => setting.keyed_topics(&[repartition.as_str()]),
+    setting = match marks {
+        Some(marks) => setting.topics(&[repartition.as_str()]).marks_in(marks),
+        None => setting.keyed_topics(&[repartition.as_str()]),
     };
     if let Some(ms) = common.group.session_timeout {
         setting = setting.session_timeout(Duration::from_millis(ms));

@@ -69,6 +69,14 @@ pub struct Claim {
 }
 
 impl PostgresTable {
+    /// Where the group's marks are: the positions table, in this server.
+    pub fn marks(&self, group: &str) -> Arc<dyn floe::connectors::kafka::group::MarkStore> {
+        Arc::new(floe::connectors::postgres::group::PostgresMarks::new(
+            &self.config.connection,
+            group,
+        ))
+    }
+
     /// Claims `counted` (repartition partitions of `held`) for the member
     /// run `held` is planned for: tried again while a former owner's
     /// transaction holds the rows, one line each time.

@@ -142,6 +142,73 @@ impl Setup {
         }
     }
 
+    /// After every member stopped: no prepared transaction of the group is
+    /// left (each member rolled back its own when it stopped, a killed
+    /// member's were rolled back by the next claims), the members that
+    /// stopped (all but the processes `killed`) kept only the runs a
+    /// committed mark of the group names, and every run a mark names is
+    /// there to restore from.
+    fn assert_left_nothing(&self, killed: &[u32]) {
+        let gids: Vec<String> = query(
+            &self.pg,
+            &format!(
+                "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'floe:{}/%'",
+                self.group
+            ),
+        )
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        assert!(gids.is_empty(), "prepared transactions left: {gids:?}");
+        let named: std::collections::BTreeSet<String> = query(
+            &self.pg,
+            &format!(
+                "SELECT DISTINCT mark FROM floe_group_offsets WHERE grp = '{}' AND mark IS NOT NULL",
+                self.group
+            ),
+        )
+        .iter()
+        .map(|r| {
+            let mark: String = r.get(0);
+            floe::connectors::kafka::group::OffsetMark::parse(&mark)
+                .unwrap_or_else(|| panic!("a floe mark: {mark}"))
+                .run
+        })
+        .collect();
+        assert!(!named.is_empty(), "the group committed marks");
+        let missing: Vec<&String> = named
+            .iter()
+            .filter(|run| !self.dir.path().join(run).is_dir())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "runs a mark names were deleted: {missing:?}"
+        );
+        let mut unnamed = Vec::new();
+        let members = std::fs::read_dir(self.dir.path().join(&self.group)).expect("member dirs");
+        for member in members {
+            let member = member.expect("a member dir");
+            let name = member.file_name().to_string_lossy().to_string();
+            if killed
+                .iter()
+                .any(|pid| name.starts_with(&format!("m{pid}-")))
+            {
+                continue;
+            }
+            for run in std::fs::read_dir(member.path()).expect("run dirs") {
+                let run = run.expect("a run dir").file_name();
+                let run = format!("{}/{name}/{}", self.group, run.to_string_lossy());
+                if !named.contains(&run) {
+                    unnamed.push(run);
+                }
+            }
+        }
+        assert!(
+            unnamed.is_empty(),
+            "runs no mark names were kept: {unnamed:?}; named: {named:?}"
+        );
+    }
+
     /// Rolls back the prepared transactions the group's last runs left
     /// (the next claim would), so that the server's slots stay free.
     fn cleanup(&self) {
@@ -181,7 +248,9 @@ fn differences(got: &HashMap<String, u64>, oracle: &HashMap<String, u64>) -> Str
 /// mid-stream (its prepared and open transactions are resolved by the
 /// partitions' new owners, whose state comes from the checkpoints the
 /// table's positions name); a fourth joins; more input arrives; all stop
-/// with SIGTERM. The table is the oracle's, every word and its count.
+/// with SIGTERM. The table is the oracle's, every word and its count; no
+/// prepared transaction is left, and the stopped members kept only the
+/// checkpoints a committed mark names.
 #[test]
 fn members_that_die_and_join_keep_the_table_exact() {
     let Some(t) = Setup::new("pgroup") else {
@@ -198,6 +267,7 @@ fn members_that_die_and_join_keep_the_table_exact() {
     // B dies with its first records counted and more arriving.
     b.wait_line("a first record", |l| l.starts_with("first_record"));
     t.produce(&lines[2000..3000]);
+    let killed = b.child.id();
     b.kill9();
     let mut d = pg_member(&t, &[]);
     d.wait_rebalance("a rebalance line");
@@ -216,6 +286,7 @@ fn members_that_die_and_join_keep_the_table_exact() {
         "{}",
         differences(&got, &oracle(&lines))
     );
+    t.assert_left_nothing(&[killed]);
     t.cleanup();
 }
 
@@ -349,6 +420,7 @@ fn a_window_job_across_members_appends_each_firing_once() {
     });
     // B dies with more input arriving; C joins.
     t.produce(&lines[third..2 * third]);
+    let killed = b.child.id();
     b.kill9();
     let mut c = pg_window_member(&t, &[]);
     c.wait_rebalance("a rebalance line");
@@ -380,6 +452,7 @@ fn a_window_job_across_members_appends_each_firing_once() {
         "{}",
         missing(&got, &all, true).unwrap_or_default()
     );
+    t.assert_left_nothing(&[killed]);
     // One process over the same topic, bounded, into a table of its own:
     // the same rows.
     let one = format!("{}_one", t.table);
@@ -594,4 +667,93 @@ fn a_newer_generation_fences_the_older_and_rolls_back_its_prepared_transaction()
         &format!("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'floe:{group}/%'"),
     );
     assert!(left.is_empty(), "the prepared transaction was rolled back");
+}
+
+/// The marks a member prunes by and what it finishes when it stops, in
+/// PostgreSQL: `named_runs` lists the runs of the group's committed marks
+/// (nothing before the positions table holds the group), and
+/// `member_stopped` rolls back that member's prepared transactions and no
+/// other's (not those of a member whose name it starts, nor another
+/// group's).
+#[test]
+fn the_postgres_mark_store_names_committed_runs_and_ends_a_stopped_members_transactions() {
+    use floe::connectors::kafka::group::MarkStore;
+    use floe::connectors::postgres::group::PostgresMarks;
+
+    let Some(pg) = postgres_url() else {
+        return;
+    };
+    let group = unique("marks");
+    let other = unique("marks-other");
+    let marks = PostgresMarks::new(&pg, &group);
+    assert_eq!(
+        marks.named_runs().expect("no marks yet"),
+        Default::default()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let prepare = |gid: String| {
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&pg, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            let driver = tokio::spawn(connection);
+            client
+                .batch_execute(&format!("BEGIN; PREPARE TRANSACTION '{gid}'"))
+                .await
+                .expect("prepare");
+            drop(client);
+            let _ = driver.await;
+        })
+    };
+    let gids = [
+        format!("floe:{group}/ma/g1-1:t:0:5"),
+        format!("floe:{group}/ma/g2-3:t:1:9"),
+        format!("floe:{group}/ma2/g2-1:t:0:4"),
+        format!("floe:{group}/mb/g2-1:t:0:6"),
+        format!("floe:{other}/ma/g1-1:t:0:5"),
+    ];
+    for gid in &gids {
+        prepare(gid.clone());
+    }
+    marks.member_stopped("ma").expect("rolled back");
+    let left = |prefix: &str| -> Vec<String> {
+        let mut gids: Vec<String> = query(
+            &pg,
+            &format!("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'floe:{prefix}/%'"),
+        )
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        gids.sort();
+        gids
+    };
+    assert_eq!(left(&group), gids[2..4].to_vec(), "only member ma's went");
+    assert_eq!(left(&other), gids[4..].to_vec(), "another group's stay");
+    for gid in left(&group).into_iter().chain(left(&other)) {
+        query(&pg, &format!("ROLLBACK PREPARED '{gid}'"));
+    }
+    // Committed marks, as claims and sinks write them.
+    query(
+        &pg,
+        "CREATE TABLE IF NOT EXISTS floe_group_offsets (grp TEXT NOT NULL, topic TEXT NOT NULL, \
+         part INT NOT NULL, next_offset BIGINT, mark TEXT, generation INT NOT NULL, \
+         PRIMARY KEY (grp, topic, part))",
+    );
+    query(
+        &pg,
+        &format!(
+            "INSERT INTO floe_group_offsets VALUES \
+             ('{group}', 'words', 0, 10, 'floe:{group}/ma/g1-1/chk-3', 2), \
+             ('{group}', 'words', 1, 20, 'floe:{group}/mb/g2-1/chk-7', 2), \
+             ('{group}', 'words', 2, 30, 'floe:{group}/mb/g2-1/chk-8', 2), \
+             ('{group}', 'words', 3, NULL, NULL, 2), \
+             ('{other}', 'words', 0, 10, 'floe:{other}/mc/g1-1/chk-3', 1)"
+        ),
+    );
+    let want: std::collections::BTreeSet<String> =
+        [format!("{group}/ma/g1-1"), format!("{group}/mb/g2-1")].into();
+    assert_eq!(marks.named_runs().expect("the marks"), want);
 }

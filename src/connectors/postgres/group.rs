@@ -238,22 +238,11 @@ impl GroupFence {
         lock_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Vec<Claimed>> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Internal(format!("cannot start a runtime: {e}")))?;
-        runtime.block_on(async {
-            let deadline = connect_timeout + lock_timeout * 2;
-            match tokio::time::timeout(deadline, self.claim(connection, partitions, lock_timeout))
-                .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(Error::TimedOut {
-                    after: deadline,
-                    waiting_for: "PostgreSQL to claim the group's positions",
-                }),
-            }
-        })
+        blocking(
+            connect_timeout + lock_timeout * 2,
+            "PostgreSQL to claim the group's positions",
+            self.claim(connection, partitions, lock_timeout),
+        )
     }
 
     /// Ends the sessions of the group's stale runs: a former owner's open
@@ -300,47 +289,19 @@ impl GroupFence {
     /// Rolls back the prepared transactions of the group's stale runs
     /// (their gids name the run: `floe:GROUP/MEMBER/gGEN-N:…`).
     async fn roll_back_former_transactions(&self, client: &Client) -> Result<()> {
-        let prefix = format!("floe:{}/", self.group);
-        let rows = client
-            .query(
-                "SELECT gid FROM pg_prepared_xacts \
-                 WHERE left(gid, length($1)) = $1 AND database = current_database()",
-                &[&prefix],
-            )
-            .await
-            .map_err(server("list the group's prepared transactions"))?;
-        for row in rows {
-            let gid: &str = row.get(0);
-            let run = gid[prefix.len()..].split(':').next().unwrap_or_default();
+        let group = format!("{}/", self.group);
+        roll_back_prepared(client, &group, |run| {
+            let run = run.strip_prefix(&group).unwrap_or_default();
             let Some((member, rest)) = run.split_once('/') else {
-                continue;
+                return false;
             };
             let generation = rest
                 .strip_prefix('g')
                 .and_then(|g| g.split('-').next())
                 .and_then(|g| g.parse::<i32>().ok());
-            let Some(generation) = generation else {
-                continue;
-            };
-            if !self.stale(generation, member) {
-                continue;
-            }
-            let sql = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
-            match client.batch_execute(&sql).await {
-                Ok(()) => tracing::info!(
-                    target: crate::RECOVERY_LOG_TARGET,
-                    gid,
-                    "rolled back a former run's prepared transaction"
-                ),
-                // Finished meanwhile, or being finished by another session
-                // (its row locks then make the claim try again).
-                Err(e)
-                    if e.code() == Some(&SqlState::UNDEFINED_OBJECT)
-                        || e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {}
-                Err(e) => return Err(server(format!("ROLLBACK PREPARED '{gid}'"))(e)),
-            }
-        }
-        Ok(())
+            generation.is_some_and(|g| self.stale(g, member))
+        })
+        .await
     }
 
     /// Writes the positions the sources held at `checkpoint` into the
@@ -390,6 +351,149 @@ impl GroupFence {
             generation: self.generation,
         }
         .into()
+    }
+}
+
+/// Rolls back the prepared transactions of this database whose gid is
+/// `floe:` + `prefix` + …, of the runs `stale` picks (the run is the gid's
+/// part after `floe:` up to the next `:`, `GROUP/MEMBER/gGEN-N`).
+async fn roll_back_prepared(
+    client: &Client,
+    prefix: &str,
+    stale: impl Fn(&str) -> bool,
+) -> Result<()> {
+    let prefix = format!("floe:{prefix}");
+    let rows = client
+        .query(
+            "SELECT gid FROM pg_prepared_xacts \
+             WHERE left(gid, length($1)) = $1 AND database = current_database()",
+            &[&prefix],
+        )
+        .await
+        .map_err(server("list the group's prepared transactions"))?;
+    for row in rows {
+        let gid: &str = row.get(0);
+        let run = gid["floe:".len()..].split(':').next().unwrap_or_default();
+        if !stale(run) {
+            continue;
+        }
+        let sql = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
+        match client.batch_execute(&sql).await {
+            Ok(()) => tracing::info!(
+                target: crate::RECOVERY_LOG_TARGET,
+                gid,
+                "rolled back a former run's prepared transaction"
+            ),
+            // Finished meanwhile, or being finished by another session
+            // (its row locks then make a claim try again).
+            Err(e)
+                if e.code() == Some(&SqlState::UNDEFINED_OBJECT)
+                    || e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {}
+            Err(e) => return Err(server(format!("ROLLBACK PREPARED '{gid}'"))(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` to its end from a thread that is not in an async runtime,
+/// bounded by `deadline`.
+fn blocking<T>(
+    deadline: Duration,
+    waiting_for: &'static str,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start a runtime: {e}")))?;
+    runtime.block_on(async {
+        match tokio::time::timeout(deadline, work).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::TimedOut {
+                after: deadline,
+                waiting_for,
+            }),
+        }
+    })
+}
+
+/// A group's marks kept in PostgreSQL, in [`OFFSETS_TABLE`] (the
+/// [`MarkStore`](crate::connectors::kafka::group::MarkStore) of a group
+/// whose positions commit with a PostgreSQL sink's rows): a member prunes
+/// its former runs by them, and rolls back its runs' prepared
+/// transactions when it stops (the table keeps what was committed; the
+/// partitions' next owner replays the rest).
+#[derive(Debug)]
+pub struct PostgresMarks {
+    connection: String,
+    group: String,
+    timeout: Duration,
+}
+
+impl PostgresMarks {
+    /// The marks of `group` in the database `connection` names, each
+    /// request bounded by 10 s.
+    pub fn new(connection: &str, group: &str) -> Self {
+        PostgresMarks {
+            connection: connection.to_string(),
+            group: group.to_string(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    async fn connect(&self, role: &str) -> Result<Client> {
+        let mut config: tokio_postgres::Config = self
+            .connection
+            .parse()
+            .map_err(server("parse the connection URL"))?;
+        config.application_name(format!("floe-marks {role}"));
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(server("connect to read the group's marks"))?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+}
+
+impl crate::connectors::kafka::group::MarkStore for PostgresMarks {
+    fn named_runs(&self) -> Result<std::collections::BTreeSet<String>> {
+        blocking(
+            self.timeout,
+            "PostgreSQL to list the group's marks",
+            async {
+                let client = self.connect("list").await?;
+                let rows = client
+                .query(
+                    &format!(
+                        "SELECT DISTINCT mark FROM {OFFSETS_TABLE} WHERE grp = $1 AND mark IS NOT NULL"
+                    ),
+                    &[&self.group],
+                )
+                .await;
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    // No member has claimed anything yet.
+                    Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Vec::new(),
+                    Err(e) => return Err(server("list the group's marks")(e)),
+                };
+                Ok(rows
+                    .iter()
+                    .filter_map(|row| OffsetMark::parse(row.get(0)).map(|m| m.run))
+                    .collect())
+            },
+        )
+    }
+
+    fn member_stopped(&self, member: &str) -> Result<()> {
+        blocking(
+            self.timeout,
+            "PostgreSQL to roll back the member's prepared transactions",
+            async {
+                let client = self.connect("stop").await?;
+                roll_back_prepared(&client, &format!("{}/{member}/", self.group), |_| true).await
+            },
+        )
     }
 }
 

@@ -28,7 +28,7 @@ mod topics;
 
 pub use member::{GroupEvent, Membership, MembershipConfig};
 pub use repartition::Repartition;
-pub use runner::{Assignment, GroupJob, GroupReport, GroupSetting, run_member};
+pub use runner::{Assignment, GroupJob, GroupReport, GroupSetting, MarkStore, run_member};
 pub use topics::{committed_marks, ensure_topic, partition_count};
 
 use super::KafkaError;

@@ -39,6 +39,28 @@ pub struct GroupSetting {
     pub max_failures: u32,
     /// How long offset requests may take.
     pub request_timeout: Duration,
+    /// Where the group's marks are kept when not in the committed offsets
+    /// of keyed topics (a sink that commits its input positions elsewhere,
+    /// such as PostgreSQL): read to prune this member's former runs, told
+    /// when the member stops.
+    pub mark_store: Option<Arc<dyn MarkStore>>,
+}
+
+/// Where a group keeps the marks ([`OffsetMark`]) that name the
+/// checkpoints its committed positions belong to, when that is not the
+/// group's committed offsets: a sink that commits its input positions with
+/// its own writes (`floe::connectors::postgres::group::PostgresMarks`).
+pub trait MarkStore: Send + Sync + std::fmt::Debug {
+    /// The runs (relative to the shared checkpoint directory) that some
+    /// committed mark of the group names now: a member deletes its former
+    /// runs that are not among them.
+    fn named_runs(&self) -> crate::Result<std::collections::BTreeSet<String>>;
+
+    /// The member `member` has stopped every run and leaves: finish what
+    /// its runs left in flight (the PostgreSQL store rolls back their
+    /// prepared transactions, which would otherwise hold their row locks
+    /// until the partitions' next claim).
+    fn member_stopped(&self, member: &str) -> crate::Result<()>;
 }
 
 impl GroupSetting {
@@ -64,7 +86,15 @@ impl GroupSetting {
             stop_deadline: Duration::from_secs(30),
             max_failures: 5,
             request_timeout: Duration::from_secs(10),
+            mark_store: None,
         }
+    }
+
+    /// Keeps the group's marks in `store` rather than in the committed
+    /// offsets of keyed topics (see [`MarkStore`]).
+    pub fn marks_in(mut self, store: Arc<dyn MarkStore>) -> Self {
+        self.mark_store = Some(store);
+        self
     }
 
     /// Deals out the partitions of `topics` (inputs and internal topics).
@@ -380,7 +410,14 @@ impl Member<'_> {
         if let Some(r) = running.take() {
             self.stop_job(r);
         }
-        // Every run has stopped: what no mark names goes, the last too.
+        // Every run has stopped: what they left in flight ends, then what
+        // no mark names goes, the last run too.
+        if let Some(store) = &self.setting.mark_store
+            && let Err(e) = store.member_stopped(&self.setting.member)
+        {
+            let warning = format!("cannot end what this member's runs left in flight: {e}");
+            (self.report)(GroupReport::Warning(&warning));
+        }
         self.prune();
         Ok(rebalances)
     }
@@ -507,32 +544,21 @@ impl Member<'_> {
     }
 
     /// Deletes the checkpoints of this member's former runs that no
-    /// committed offset of a keyed topic names: an offset's mark only ever
-    /// moves on to a newer run (an older generation is fenced), so nobody
-    /// restores from such a run again. A failure is reported, not fatal:
-    /// the run is tried again at the next start.
+    /// committed mark names (the committed offsets of the keyed topics, or
+    /// the setting's [`MarkStore`]): a mark only ever moves on to a newer
+    /// run (an older generation is fenced), so nobody restores from such a
+    /// run again. A failure is reported, not fatal: the run is tried again
+    /// at the next start.
     fn prune(&mut self) {
         let setting = self.setting;
-        if self.past_runs.is_empty() || setting.keyed_topics.is_empty() {
+        if self.past_runs.is_empty() {
             return;
         }
-        let named = (|| -> Result<std::collections::BTreeSet<String>, super::KafkaError> {
-            let mut all = Vec::new();
-            for topic in &setting.keyed_topics {
-                let n = partition_count(&setting.brokers, topic, setting.request_timeout)?;
-                all.extend((0..n).map(|p| (topic.clone(), p)));
-            }
-            let marks = committed_marks(
-                &setting.brokers,
-                &setting.name,
-                &all,
-                setting.request_timeout,
-            )?;
-            Ok(marks
-                .into_iter()
-                .filter_map(|(_, _, mark)| mark.map(|m| m.run))
-                .collect())
-        })();
+        let named = match (&setting.mark_store, setting.keyed_topics.is_empty()) {
+            (Some(store), _) => store.named_runs(),
+            (None, false) => committed_runs(setting).map_err(crate::Error::from),
+            (None, true) => return,
+        };
         let named = match named {
             Ok(named) => named,
             Err(e) => {
@@ -620,6 +646,27 @@ fn key_groups(setting: &GroupSetting) -> crate::Result<Option<u32>> {
         }
     }
     Ok(Some(first.1 as u32))
+}
+
+/// The runs that a committed offset of the setting's keyed topics names.
+fn committed_runs(
+    setting: &GroupSetting,
+) -> Result<std::collections::BTreeSet<String>, super::KafkaError> {
+    let mut all = Vec::new();
+    for topic in &setting.keyed_topics {
+        let n = partition_count(&setting.brokers, topic, setting.request_timeout)?;
+        all.extend((0..n).map(|p| (topic.clone(), p)));
+    }
+    let marks = committed_marks(
+        &setting.brokers,
+        &setting.name,
+        &all,
+        setting.request_timeout,
+    )?;
+    Ok(marks
+        .into_iter()
+        .filter_map(|(_, _, mark)| mark.map(|m| m.run))
+        .collect())
 }
 
 /// Deletes a former run's checkpoints: its directory, or its objects.
