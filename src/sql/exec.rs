@@ -189,6 +189,10 @@ pub struct Builder<'e> {
     /// The split size of `filesystem` sources (see
     /// [`sources::split_size`](super::sources::split_size)).
     pub(super) split_size: u64,
+    /// `table.exec.source.idle-timeout`: after how long without a record a
+    /// Kafka partition no longer holds its source's watermark back.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(super) idle_timeout: Option<std::time::Duration>,
 }
 
 impl<'e> Builder<'e> {
@@ -207,6 +211,7 @@ impl<'e> Builder<'e> {
             job_name: None,
             streams: HashMap::new(),
             split_size: crate::connectors::file_source::DEFAULT_SPLIT_SIZE,
+            idle_timeout: None,
         }
     }
 

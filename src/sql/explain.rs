@@ -43,7 +43,11 @@ fn node(out: &mut String, plan: &Plan, depth: usize) {
     match plan {
         Plan::Scan(t) => {
             let mut d = depth;
-            if let Some(w) = &t.watermark {
+            // A `kafka` table's watermark is made in its source (Flink
+            // pushes it down there, and shows it in the scan).
+            let in_source = matches!(t.connector, super::table::Connector::Kafka(_))
+                || t.watermark.as_ref().is_some_and(|w| w.from_source);
+            if let Some(w) = t.watermark.as_ref().filter(|_| !in_source) {
                 let emit = match w.emit {
                     super::table::WatermarkEmit::OnEvent => "on-event",
                     super::table::WatermarkEmit::OnPeriodic => "on-periodic",
@@ -75,11 +79,19 @@ fn node(out: &mut String, plan: &Plan, depth: usize) {
             line(
                 out,
                 d,
-                &format!(
-                    "TableSourceScan(table=[{}], fields=[{}])",
-                    t.name,
-                    fields.join(", ")
-                ),
+                &match t.watermark.as_ref().filter(|_| in_source) {
+                    Some(w) => format!(
+                        "TableSourceScan(table=[{}, watermark=[{}]], fields=[{}])",
+                        t.name,
+                        w.text,
+                        fields.join(", ")
+                    ),
+                    None => format!(
+                        "TableSourceScan(table=[{}], fields=[{}])",
+                        t.name,
+                        fields.join(", ")
+                    ),
+                },
             );
         }
         Plan::Calc { input, text, .. } => {

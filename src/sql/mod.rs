@@ -111,6 +111,8 @@ pub struct SqlSession {
     split_size: u64,
     /// The rows of the tables registered from DataStreams.
     streams: HashMap<String, DataStream<Row>>,
+    /// `SET 'table.exec.source.idle-timeout'`.
+    idle_timeout: Option<std::time::Duration>,
 }
 
 impl SqlSession {
@@ -123,6 +125,7 @@ impl SqlSession {
             sink_rate: None,
             split_size: crate::connectors::file_source::DEFAULT_SPLIT_SIZE,
             streams: HashMap::new(),
+            idle_timeout: None,
         }
     }
 
@@ -152,10 +155,14 @@ impl SqlSession {
         let mut inserts: Vec<(Plan, Arc<Table>)> = Vec::new();
         let mut out = SqlScript::default();
         let mut settings = Vec::new();
+        let mut idle_timeout = self.idle_timeout;
         for s in &statements {
             match s {
                 Statement::Explain(inner, at) => {
                     out.explains.push(self.explain(&catalog, inner, *at)?);
+                }
+                Statement::Set { key, value, span } if key == IDLE_TIMEOUT => {
+                    idle_timeout = parse_duration(value, *span)?;
                 }
                 Statement::Set { key, value, span } => {
                     settings.push(setting(key, value, *span)?);
@@ -171,6 +178,7 @@ impl SqlSession {
         let mut builder = exec::Builder::new(&self.env, true);
         builder.sink_rate = self.sink_rate;
         builder.split_size = self.split_size;
+        builder.idle_timeout = idle_timeout;
         // The job's name (its transactions' ids name it): the
         // environment's, else the script's last `SET 'pipeline.name'`.
         builder.job_name = self.env.config().job_name.or_else(|| {
@@ -194,6 +202,7 @@ impl SqlSession {
             apply(&self.env);
         }
         self.catalog = catalog;
+        self.idle_timeout = idle_timeout;
         out.inserts = inserts.len();
         out.sources = builder.sources;
         Ok(out)
@@ -217,8 +226,11 @@ impl SqlSession {
     /// WATERMARK FOR ts AS ts - INTERVAL '1' SECOND"`): physical columns,
     /// which each row of the stream holds in order (a `Value` of the
     /// column's type, or `NULL`; a decimal is brought to the column's scale),
-    /// computed columns and a watermark, emitted after every row that
-    /// advances it. The rows are read at the stream's parallelism when it
+    /// computed columns, a `rowtime TIMESTAMP_LTZ(3) METADATA` column (the
+    /// record's timestamp) and a watermark: `WATERMARK FOR c AS
+    /// SOURCE_WATERMARK()` keeps the stream's own watermarks (as Flink's
+    /// `fromDataStream` does with that schema), `c - INTERVAL ..` makes new
+    /// ones, emitted after every row that advances them. The rows are read at the stream's parallelism when it
     /// was fixed (a source of one subtask), so each subtask's rows keep
     /// their order. A row that does not fit fails the job, without
     /// restarts, naming the table and the column. The table cannot be
@@ -281,7 +293,7 @@ impl SqlSession {
                 "the schema of '{name}' is not a list of columns and a watermark"
             ));
         }
-        let mut table = Table::from_ddl(def).map_err(|e| one_line_up(e.into()))?;
+        let mut table = Table::from_stream_schema(def).map_err(|e| one_line_up(e.into()))?;
         if let Some(w) = &mut table.watermark {
             w.emit = table::WatermarkEmit::OnEvent;
         }
@@ -314,6 +326,7 @@ impl SqlSession {
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env, true);
         builder.split_size = self.split_size;
+        builder.idle_timeout = self.idle_timeout;
         builder.streams = self.streams.clone();
         match builder.stream(&plan, false) {
             Ok(exec::Rows::Append(stream)) => Ok(SqlStream {
@@ -359,6 +372,7 @@ impl SqlSession {
         let env = StreamExecutionEnvironment::with_config(self.env.config());
         let mut builder = exec::Builder::new(&env, false);
         builder.split_size = self.split_size;
+        builder.idle_timeout = self.idle_timeout;
         // A DataStream table shows as a source of its own.
         builder.streams = self
             .streams
@@ -381,6 +395,7 @@ impl SqlSession {
                     connector: Connector::Blackhole,
                     sink_parallelism: None,
                     primary_key: Vec::new(),
+                    rowtime_metadata: None,
                 };
                 builder.sink(&rows, &blackhole)?;
             }
@@ -706,8 +721,42 @@ fn setting(key: &str, value: &str, at: Span) -> SqlResult<Setting> {
                 Unsupported,
                 at,
                 "SET '{key}' is not supported (execution.runtime-mode, parallelism.default, \
-                 pipeline.name and table.local-time-zone are)"
+                 pipeline.name, table.exec.source.idle-timeout and table.local-time-zone are)"
             ));
         }
     })
+}
+
+/// Flink's option for the idleness of source partitions.
+const IDLE_TIMEOUT: &str = "table.exec.source.idle-timeout";
+
+/// A Flink duration (`'5 s'`, `'500ms'`, `'1 min'`; a bare number is
+/// milliseconds) as `table.exec.source.idle-timeout` takes it: zero turns
+/// idleness off (`None`).
+fn parse_duration(value: &str, at: Span) -> SqlResult<Option<std::time::Duration>> {
+    let text = value.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let unit_ms: Option<u64> = match text[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => Some(1),
+        "s" | "sec" | "secs" | "second" | "seconds" => Some(1_000),
+        "min" | "minute" | "minutes" => Some(60_000),
+        "h" | "hour" | "hours" => Some(3_600_000),
+        "d" | "day" | "days" => Some(86_400_000),
+        _ => None,
+    };
+    let ms = text[..digits]
+        .parse::<u64>()
+        .ok()
+        .zip(unit_ms)
+        .and_then(|(n, unit)| n.checked_mul(unit))
+        .ok_or_else(|| {
+            err!(
+                InvalidOption,
+                at,
+                "'{IDLE_TIMEOUT}' cannot be '{value}': write a duration such as '5 s' or '500 ms'"
+            )
+        })?;
+    Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
 }

@@ -85,6 +85,9 @@ pub enum ColumnKind {
     Physical(DataType, Span),
     /// `name AS expr`: computed from the other columns of the row.
     Computed(Box<Expr>),
+    /// `name TYPE METADATA [FROM 'key'] [VIRTUAL]`: a value the connector
+    /// gives beside the row (the key, where written, and its span).
+    Metadata(DataType, Span, Option<(String, Span)>),
 }
 
 /// `WATERMARK FOR column AS expr`.
@@ -261,16 +264,22 @@ fn create_table(p: &mut Parser) -> SqlResult<TableDef> {
                         p.parse_literal_string().map_err(syntax)?;
                         continue;
                     }
-                    if peek_word(p, "METADATA") {
-                        return Err(err!(
-                            Unsupported,
-                            p.peek_token().span,
-                            "METADATA columns are not supported"
-                        ));
-                    }
                     break;
                 }
-                ColumnKind::Physical(ty, span)
+                if peek_word(p, "METADATA") {
+                    p.next_token();
+                    let key = match p.parse_keyword(Keyword::FROM) {
+                        true => {
+                            let at = p.peek_token().span;
+                            Some((p.parse_literal_string().map_err(syntax)?, at))
+                        }
+                        false => None,
+                    };
+                    let _ = p.parse_keyword(Keyword::VIRTUAL);
+                    ColumnKind::Metadata(ty, span, key)
+                } else {
+                    ColumnKind::Physical(ty, span)
+                }
             };
             def.columns.push(ColumnDef { name, kind });
         }

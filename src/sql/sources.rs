@@ -6,7 +6,11 @@
 //! then, with a `WATERMARK`, the timestamps and watermarks operator: the
 //! watermark is the largest `event time - delay` seen (Flink SQL's,
 //! without the DataStream API's `- 1`), emitted per row (`on-event`) or
-//! every 200 ms (`on-periodic`).
+//! every 200 ms (`on-periodic`). A `kafka` table's watermark is made in
+//! its source instead, per partition, as Flink pushes a table's watermark
+//! into its `KafkaSource`: each partition's is the largest event time read
+//! from it minus the delay, the subtask's the least over its partitions
+//! that are neither idle (`table.exec.source.idle-timeout`) nor finished.
 
 use super::connector::{Connector, Format};
 use super::csv::CsvDecoder;
@@ -208,13 +212,18 @@ impl Builder<'_> {
                 .name("Calc")
                 .uid(&uid),
         );
+        if matches!(t.connector, Connector::Kafka(_)) {
+            // Its watermarks come from the source, per partition.
+            return Ok(rows);
+        }
         Ok(single(self.event_time(rows, t)))
     }
 
     /// `rows` of `t` with their event times and watermarks, if `t` has a
     /// `WATERMARK`.
     fn event_time(&mut self, rows: DataStream<Row>, t: &Table) -> DataStream<Row> {
-        let Some(w) = &t.watermark else {
+        let Some(w) = t.watermark.as_ref().filter(|w| !w.from_source) else {
+            // None, or the stream's own (`SOURCE_WATERMARK()`).
             return rows;
         };
         let (col, delay) = (w.column, w.delay_ms);
@@ -251,6 +260,28 @@ impl Builder<'_> {
         use crate::connectors::kafka::{KafkaSource, StartingOffsets};
         let decoder = RowDecoder::new(t, &k.value);
         let k = k.clone();
+        // The event time of a decoded row (its computed column evaluated
+        // here when it is one; a row without one fails in the `Calc`) and
+        // the delay: `max - (delay - 1) - 1` is the largest event time
+        // minus the delay.
+        let event_time = t.watermark.as_ref().map(|w| {
+            let col = w.column;
+            let computed = t
+                .computed
+                .iter()
+                .find(|(i, _)| *i == col)
+                .map(|(_, e)| e.clone());
+            let of: crate::connectors::kafka::event_time::TimestampOf<Option<Row>> =
+                Arc::new(move |row: &Option<Row>| {
+                    let row = row.as_ref()?;
+                    match &computed {
+                        None => row[col].as_millis(),
+                        Some(e) => e.eval(row).ok()?.as_millis(),
+                    }
+                });
+            (of, w.delay_ms - 1)
+        });
+        let idleness = self.idle_timeout;
         let source = move |decode: crate::connectors::kafka::ValueDecoder<Option<Row>>| {
             let mut s = KafkaSource::new(&k.brokers, &[k.topic.as_str()], decode)
                 .starting_offsets(match k.startup {
@@ -265,6 +296,11 @@ impl Builder<'_> {
             }
             for (key, v) in &k.properties {
                 s = s.property(key, v);
+            }
+            if let Some((of, out_of_orderness)) = &event_time {
+                s = s
+                    .timestamps(of.clone())
+                    .per_partition_watermarks(*out_of_orderness, idleness);
             }
             s
         };

@@ -8,6 +8,11 @@
 //! Each row is checked against the schema as it is read ([`StreamRowsOp`]):
 //! a row of another width, or a value of another type, fails the job with a
 //! typed error naming the table and the column, never a panic further on.
+//! A `rowtime` `METADATA` column is the record's timestamp; a row's event
+//! time is its event-time column, and with `SOURCE_WATERMARK()` the
+//! stream's own watermarks go on with the rows (as Flink's
+//! `fromDataStream` keeps them), else the table's `WATERMARK` makes new
+//! ones.
 
 use super::bind::Column;
 use super::error::SqlError;
@@ -62,6 +67,8 @@ pub(crate) struct StreamRowsOp {
     physical: Arc<[usize]>,
     computed: Arc<[(usize, Expr)]>,
     rowtime: Option<usize>,
+    /// The `rowtime` `METADATA` column (the record's timestamp).
+    metadata: Option<usize>,
 }
 
 impl StreamRowsOp {
@@ -72,6 +79,7 @@ impl StreamRowsOp {
             physical: t.physical.clone().into(),
             computed: t.computed.clone().into(),
             rowtime: t.watermark.as_ref().map(|w| w.column),
+            metadata: t.rowtime_metadata,
         }
     }
 
@@ -82,8 +90,9 @@ impl StreamRowsOp {
         )))
     }
 
-    /// `row` (the physical columns) checked, as a row of every column.
-    fn row(&self, mut row: Row) -> Result<Row> {
+    /// `row` (the physical columns) of a record stamped `timestamp`
+    /// checked, as a row of every column.
+    fn row(&self, mut row: Row, timestamp: Option<i64>) -> Result<Row> {
         if row.len() != self.physical.len() {
             return Err(self.fail(format!(
                 "a row has {} values, the table {} physical columns",
@@ -100,10 +109,16 @@ impl StreamRowsOp {
                 )));
             }
         }
-        if !self.computed.is_empty() {
+        if self.physical.len() != self.columns.len() {
             let mut full = vec![Value::Null; self.columns.len()];
             for (v, &i) in row.into_iter().zip(self.physical.iter()) {
                 full[i] = v;
+            }
+            if let (Some(i), Some(ts)) = (self.metadata, timestamp) {
+                full[i] = match self.columns[i].ty {
+                    SqlType::TimestampLtz(_) => Value::TimestampLtz(ts),
+                    _ => Value::Timestamp(ts),
+                };
             }
             for (i, e) in self.computed.iter() {
                 full[*i] = e.eval(&full).map_err(|m| self.fail(m))?;
@@ -151,10 +166,14 @@ impl Operator<Row, Row> for StreamRowsOp {
     fn process_batch(&mut self, batch: Batch<Row>, out: &mut Output<'_, Row>) -> Result<()> {
         out.records.reserve(batch.len());
         for r in batch {
-            out.records.push(Record {
-                value: self.row(r.value)?,
-                timestamp: r.timestamp,
-            });
+            let value = self.row(r.value, r.timestamp)?;
+            // The event time is the event-time column's (SQL windows take
+            // the record's timestamp).
+            let timestamp = match self.rowtime {
+                Some(i) => value[i].as_millis(),
+                None => r.timestamp,
+            };
+            out.records.push(Record { value, timestamp });
         }
         Ok(())
     }

@@ -34,6 +34,9 @@ pub struct Watermark {
     pub emit: WatermarkEmit,
     /// As written (for `EXPLAIN`).
     pub text: String,
+    /// `SOURCE_WATERMARK()`: the watermarks are the input's own (a
+    /// registered DataStream's), none are generated.
+    pub from_source: bool,
 }
 
 /// A table of the catalog.
@@ -56,14 +59,30 @@ pub struct Table {
     pub sink_parallelism: Option<usize>,
     /// `PRIMARY KEY (..)`: column positions (empty: none).
     pub primary_key: Vec<usize>,
+    /// The `METADATA` column holding each record's timestamp (`rowtime`,
+    /// of a registered DataStream), if any.
+    pub rowtime_metadata: Option<usize>,
 }
 
 impl Table {
     /// A table from its `CREATE TABLE`.
     pub fn from_ddl(def: &TableDef) -> SqlResult<Table> {
+        Table::build(def, false)
+    }
+
+    /// A registered DataStream's table from its schema, read as a `CREATE
+    /// TABLE`: besides, a `rowtime` `METADATA` column (the record's
+    /// timestamp) and `WATERMARK FOR c AS SOURCE_WATERMARK()` (the stream's
+    /// own watermarks), as Flink's `fromDataStream` schema takes them.
+    pub fn from_stream_schema(def: &TableDef) -> SqlResult<Table> {
+        Table::build(def, true)
+    }
+
+    fn build(def: &TableDef, stream: bool) -> SqlResult<Table> {
         let name = def.name.value.clone();
         let mut columns = Vec::new();
         let mut physical = Vec::new();
+        let mut rowtime_metadata = None;
         for (i, c) in def.columns.iter().enumerate() {
             if columns.iter().any(|x: &Column| x.name == c.name.value) {
                 return Err(err!(
@@ -79,6 +98,10 @@ impl Table {
                     sql_type(dt, *at)?
                 }
                 ColumnKind::Computed(_) => SqlType::Null,
+                ColumnKind::Metadata(dt, at, key) => {
+                    rowtime_metadata = Some(i);
+                    metadata(&name, &c.name, dt, *at, key.as_ref(), stream)?
+                }
             };
             columns.push(Column {
                 name: c.name.value.clone(),
@@ -86,19 +109,21 @@ impl Table {
                 rowtime: false,
             });
         }
-        // Computed columns are bound over the physical ones (a computed
-        // column does not name another).
+        // Computed columns are bound over the physical and metadata ones
+        // (a computed column does not name another).
         let mut computed = Vec::new();
         let visible: Vec<Column> = columns
             .iter()
             .enumerate()
-            .map(|(i, c)| match physical.contains(&i) {
-                true => c.clone(),
-                false => Column {
-                    name: String::new(),
-                    ..c.clone()
+            .map(
+                |(i, c)| match physical.contains(&i) || rowtime_metadata == Some(i) {
+                    true => c.clone(),
+                    false => Column {
+                        name: String::new(),
+                        ..c.clone()
+                    },
                 },
-            })
+            )
             .collect();
         let table_label = format!("table '{name}'");
         let scope = Scope {
@@ -123,7 +148,7 @@ impl Table {
         }
         let watermark = match &def.watermark {
             None => None,
-            Some(w) => Some(watermark(&columns, w, &name, &def.options)?),
+            Some(w) => Some(watermark(&columns, w, &name, &def.options, stream)?),
         };
         if let Some(w) = &watermark {
             columns[w.column].rowtime = true;
@@ -171,6 +196,7 @@ impl Table {
             connector,
             sink_parallelism,
             primary_key,
+            rowtime_metadata,
         })
     }
 
@@ -180,11 +206,60 @@ impl Table {
     }
 }
 
+/// The type of `METADATA` column `column` of `table`: only a registered
+/// DataStream's (`stream`) has one, its record's timestamp (key
+/// `rowtime`), as in Flink's `fromDataStream`.
+fn metadata(
+    table: &str,
+    column: &ast::Ident,
+    dt: &ast::DataType,
+    at: Span,
+    key: Option<&(String, Span)>,
+    stream: bool,
+) -> SqlResult<SqlType> {
+    if !stream {
+        return Err(err!(
+            Unsupported,
+            column.span,
+            "METADATA columns are supported only in the schema of a registered DataStream \
+             (column '{}' of table '{table}')",
+            column.value
+        ));
+    }
+    let (key, key_at) = key.map_or((column.value.as_str(), column.span), |(k, at)| (k, *at));
+    if key != "rowtime" {
+        return Err(err!(
+            Invalid,
+            key_at,
+            "invalid metadata key '{key}' in column '{}' of table '{table}': a DataStream \
+             table has the metadata key 'rowtime' (the record's timestamp)",
+            column.value
+        ));
+    }
+    match sql_type(dt, at)? {
+        ty @ (SqlType::TimestampLtz(3) | SqlType::Timestamp(3)) => Ok(ty),
+        ty => Err(err!(
+            TypeMismatch,
+            at,
+            "the metadata column '{}' (rowtime) must be TIMESTAMP_LTZ(3) or TIMESTAMP(3), not {ty}",
+            column.value
+        )),
+    }
+}
+
+/// Whether `e` is `SOURCE_WATERMARK()`.
+fn is_source_watermark(e: &ast::Expr) -> bool {
+    matches!(e, ast::Expr::Function(f)
+        if f.name.to_string().eq_ignore_ascii_case("SOURCE_WATERMARK")
+            && matches!(&f.args, ast::FunctionArguments::List(l) if l.args.is_empty()))
+}
+
 fn watermark(
     columns: &[Column],
     w: &super::parse::WatermarkDef,
     table: &str,
     options: &[(String, String, Span)],
+    stream: bool,
 ) -> SqlResult<Watermark> {
     let column = columns
         .iter()
@@ -208,7 +283,18 @@ fn watermark(
     }
     let is_column =
         |e: &ast::Expr| matches!(e, ast::Expr::Identifier(i) if i.value == w.column.value);
+    let from_source = is_source_watermark(&w.expr);
+    if from_source && !stream {
+        return Err(err!(
+            Unsupported,
+            w.expr.span(),
+            "SOURCE_WATERMARK() is supported only in the schema of a registered DataStream \
+             (table '{table}'): write `{c} - INTERVAL 'n' SECOND`",
+            c = w.column.value
+        ));
+    }
     let delay_ms = match &w.expr {
+        _ if from_source => 0,
         e if is_column(e) => 0,
         ast::Expr::BinaryOp {
             left,
@@ -256,5 +342,6 @@ fn watermark(
         delay_ms,
         emit,
         text: w.expr.to_string(),
+        from_source,
     })
 }

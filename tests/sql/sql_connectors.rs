@@ -3,6 +3,9 @@
 //!
 //! - Kafka (json) → `TUMBLE` window aggregate → Kafka (csv, exactly once):
 //!   the topic read back `read_committed` holds each window's row once;
+//! - a Kafka table's watermark per partition: two partitions far apart in
+//!   event time, read by one subtask, lose no row to lateness; an empty
+//!   partition holds it back until `table.exec.source.idle-timeout`;
 //! - a non-windowed `GROUP BY` (every aggregate, a decimal, a timestamp)
 //!   into `jdbc` PostgreSQL by its primary key, through the two-phase
 //!   commit: the table equals a HashMap oracle; with `HAVING`, the keys that
@@ -113,6 +116,163 @@ fn kafka_json_window_into_kafka_exactly_once() {
     ]));
     let mut got = read_all(&b, &output);
     got.sort();
+    assert_eq!(got, want);
+}
+
+/// A `kafka` table's watermark is made per partition, as Flink's
+/// `KafkaSource` makes it (the table's watermark pushed into the source):
+/// two partitions read by one subtask, each in event-time order, one an
+/// hour ahead of the other. The slow partition's rows are behind the fast
+/// one's by far more than the delay, yet none is late: the subtask's
+/// watermark is the least of its partitions'. A watermark made over the
+/// subtask's rows together would follow the fast partition and drop the
+/// slow one's rows read after it (the small fetches interleave the two).
+#[test]
+fn a_kafka_tables_watermark_is_per_partition() {
+    use floe::StreamExecutionEnvironment;
+    use floe::sql::{SqlSession, Value};
+    let Some(b) = broker() else {
+        return;
+    };
+    let topic = unique("sql-partition-watermarks");
+    create_topic(&b, &topic, 2);
+    // Line i goes to partition i % 2: even lines slow, odd lines fast.
+    let mut lines = Vec::new();
+    let mut want: HashMap<(String, i64), i64> = HashMap::new();
+    for i in 0..6000u64 {
+        let h = mix64(i ^ 0x5ca1);
+        let ts = (i / 2) as i64 * 100 + if i % 2 == 1 { 3_600_000 } else { 0 };
+        let (name, amount) = (format!("n{}", h % 3), ((h >> 8) % 100) as i64);
+        lines.push(format!("{name},{amount},{}", timestamp(ts)));
+        *want.entry((name, ts - ts % 10_000)).or_default() += amount;
+    }
+    // Written a few hundred lines at a time, each partition's records are
+    // many small batches, and the fetches of at most 2 kB a partition
+    // return the two partitions' batches in turn.
+    for chunk in lines.chunks(400) {
+        produce(&b, &topic, 2, chunk);
+    }
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    let mut session = SqlSession::new(&env);
+    session
+        .plan_sql(&format!(
+            "CREATE TABLE events (name STRING, amount INT, ts TIMESTAMP(3),\n\
+               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)\n\
+             WITH ('connector' = 'kafka', 'topic' = '{topic}',\n\
+               'properties.bootstrap.servers' = '{b}', 'scan.startup.mode' = 'earliest-offset',\n\
+               'scan.bounded.mode' = 'latest-offset', 'format' = 'csv',\n\
+               'scan.watermark.emit.strategy' = 'on-event',\n\
+               'properties.max.partition.fetch.bytes' = '2048');"
+        ))
+        .expect("the table is created");
+    let windows = session
+        .query_to_stream(
+            "SELECT name, window_start, SUM(amount) FROM TABLE(TUMBLE(TABLE events, \
+             DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, name",
+        )
+        .expect("the query plans");
+    let rows = windows.stream.collect();
+    env.execute().expect("the job runs");
+    let got: HashMap<(String, i64), i64> = rows
+        .take()
+        .into_iter()
+        .map(|r| match r.as_slice() {
+            [Value::Str(name), Value::Timestamp(start), Value::Int(sum)] => (
+                (name.to_string(), start.rem_euclid(86_400_000)),
+                i64::from(*sum),
+            ),
+            other => panic!("unexpected row {other:?}"),
+        })
+        .collect();
+    assert_eq!(got.len(), want.len(), "windows");
+    assert_eq!(got, want);
+}
+
+/// A partition without rows holds a `kafka` table's watermark back, as in
+/// Flink, until `table.exec.source.idle-timeout` makes it idle: one of two
+/// partitions gets every row, the other none, and the source reads on
+/// (unbounded). The windows of the first 100 s fire once rows past them
+/// arrive (more are written until they fire) and equal the windows of
+/// those rows computed here; without the idle timeout none would fire.
+#[test]
+fn an_empty_kafka_partition_stops_holding_the_watermark_when_idle() {
+    use floe::StreamExecutionEnvironment;
+    use floe::sql::{SqlSession, Value};
+    let Some(b) = broker() else {
+        return;
+    };
+    let topic = unique("sql-idle-partition");
+    create_topic(&b, &topic, 2);
+    let line = |i: i64| {
+        let h = mix64(i as u64 ^ 0x1d1e);
+        let amount = (h % 100) as i64;
+        (format!("n,{amount},{}", timestamp(i * 100)), amount)
+    };
+    // Rows every 100 ms from 0 s on, all into partition 0.
+    let mut want: HashMap<i64, (i64, i64)> = HashMap::new();
+    let first: Vec<String> = (0..1000)
+        .map(|i| {
+            let (text, amount) = line(i);
+            let w = want.entry(i * 100 - i * 100 % 10_000).or_default();
+            w.0 += 1;
+            w.1 += amount;
+            text
+        })
+        .collect();
+    produce(&b, &topic, 1, &first);
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(1);
+    let mut session = SqlSession::new(&env);
+    session
+        .plan_sql(&format!(
+            "SET 'table.exec.source.idle-timeout' = '100 ms';\n\
+             CREATE TABLE events (name STRING, amount INT, ts TIMESTAMP(3),\n\
+               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)\n\
+             WITH ('connector' = 'kafka', 'topic' = '{topic}',\n\
+               'properties.bootstrap.servers' = '{b}', 'scan.startup.mode' = 'earliest-offset',\n\
+               'format' = 'csv');"
+        ))
+        .expect("the table is created");
+    let windows = session
+        .query_to_stream(
+            "SELECT window_start, COUNT(*), SUM(amount) FROM TABLE(TUMBLE(TABLE events, \
+             DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end",
+        )
+        .expect("the query plans");
+    let rows = windows.stream.collect();
+    let job = env.execute_async().expect("the job starts");
+    // Rows past the first 100 s, 10 s of them at a time, until the first
+    // ten windows fired.
+    let mut next = 1000;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while rows.len() < want.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} windows fired in 60 s",
+            rows.len(),
+            want.len()
+        );
+        let more: Vec<String> = (next..next + 100).map(|i| line(i).0).collect();
+        produce(&b, &topic, 1, &more);
+        next += 100;
+        let waited = std::time::Instant::now() + Duration::from_millis(500);
+        while rows.len() < want.len() && std::time::Instant::now() < waited {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = futures::executor::block_on(job.cancel_and_wait(Duration::from_secs(30)));
+    let got: HashMap<i64, (i64, i64)> = rows
+        .take()
+        .into_iter()
+        .filter_map(|r| match r.as_slice() {
+            [Value::Timestamp(start), Value::BigInt(n), Value::Int(sum)] => {
+                let start = start.rem_euclid(86_400_000);
+                (start < 100_000).then_some((start, (*n, i64::from(*sum))))
+            }
+            other => panic!("unexpected row {other:?}"),
+        })
+        .collect();
     assert_eq!(got, want);
 }
 

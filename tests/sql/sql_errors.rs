@@ -118,7 +118,16 @@ fn unsupported_constructs_say_so_in_one_line() {
         3,
         1,
         "SET 'table.exec.mini-batch.enabled' is not supported (execution.runtime-mode, \
-         parallelism.default, pipeline.name and table.local-time-zone are)",
+         parallelism.default, pipeline.name, table.exec.source.idle-timeout and \
+         table.local-time-zone are)",
+    );
+    check(
+        "SET 'table.exec.source.idle-timeout' = '5 fortnights';",
+        SqlErrorKind::InvalidOption,
+        3,
+        1,
+        "'table.exec.source.idle-timeout' cannot be '5 fortnights': write a duration such as \
+         '5 s' or '500 ms'",
     );
     let e = error("INSERT INTO out SELECT a.name, b.n FROM clicks a JOIN clicks b ON a.n = b.n;");
     assert_eq!(e.kind, SqlErrorKind::Unsupported, "{e}");

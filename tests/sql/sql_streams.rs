@@ -1,8 +1,9 @@
 //! Tables and DataStreams mixed in one job: a `DataStream<Row>` registered
 //! as a table (`SqlSession::register_stream`), a window query over it whose
 //! rows come back as a DataStream (`SqlSession::query_to_stream`) and go on
-//! through DataStream event-time windows, and a query's stream registered
-//! again as a table.
+//! through DataStream event-time windows, a query's stream registered
+//! again as a table, and a stream whose own watermarks the table keeps
+//! (`SOURCE_WATERMARK()`).
 //!
 //! The expected rows are computed here from the generated rows by a plain
 //! simulation: the watermark after a row is the largest `ts - 2 s` seen, a
@@ -232,6 +233,106 @@ fn a_query_stream_registered_again_is_a_table_with_an_event_time() {
     assert_eq!(got, want);
 }
 
+/// A registered stream keeps its own timestamps and watermarks with
+/// `WATERMARK FOR c AS SOURCE_WATERMARK()`, as Flink's `fromDataStream`
+/// with that schema does: the event time of each row is set in Rust (a
+/// `rowtime` `METADATA` column, or a column of the row), the watermark
+/// after each row is `max - 2 s` (a punctuated strategy in Rust), and the
+/// SQL window over the table fires by it and drops the rows behind it, as
+/// [`five_second_windows`] simulates.
+#[test]
+fn a_stream_table_keeps_the_streams_watermarks_with_source_watermark() {
+    use floe::time::WatermarkStrategy;
+    let clicks = clicks(91, 3000);
+    let mut want: Vec<String> = five_second_windows(&clicks)
+        .iter()
+        .map(|((user, start), (n, sum))| {
+            let sum = sum.map(|s| s.to_string()).unwrap_or_default();
+            format!("{user},{start},{n},{sum}")
+        })
+        .collect();
+    want.sort();
+    let all: usize = five_second_windows(&clicks)
+        .values()
+        .map(|w| w.0 as usize)
+        .sum();
+    assert!(all < clicks.len(), "some rows are late");
+    let schemas = [
+        // Flink's `columnByMetadata("rowtime", "TIMESTAMP_LTZ(3)")
+        // .watermark("rowtime", "SOURCE_WATERMARK()")`: the rows hold no
+        // time, the records' timestamps are the event times.
+        (
+            "user_id STRING, amount INT, rowtime TIMESTAMP_LTZ(3) METADATA,
+             WATERMARK FOR rowtime AS SOURCE_WATERMARK()",
+            "rowtime",
+            false,
+        ),
+        // The event-time column is one of the row's.
+        (
+            "user_id STRING, amount INT, ts TIMESTAMP(3),
+             WATERMARK FOR ts AS SOURCE_WATERMARK()",
+            "ts",
+            true,
+        ),
+    ];
+    for (schema, time, with_ts) in schemas {
+        let env = StreamExecutionEnvironment::new();
+        env.set_parallelism(2);
+        let tuples: Vec<(String, Option<i32>, i64)> = clicks
+            .iter()
+            .map(|c| (c.user.clone(), c.amount, c.ts))
+            .collect();
+        let rows = env
+            .from_collection(tuples)
+            .assign_timestamps_and_watermarks(
+                WatermarkStrategy::punctuated(|c: &(String, Option<i32>, i64), _| {
+                    Some(c.2 - 2_000)
+                })
+                .with_timestamp_assigner(|c, _| c.2),
+            )
+            .set_parallelism(1)
+            .map(move |(user, amount, ts): (String, Option<i32>, i64)| {
+                let mut row = vec![
+                    Value::Str(user.as_str().into()),
+                    amount.map_or(Value::Null, Value::Int),
+                ];
+                if with_ts {
+                    row.push(Value::Timestamp(ts));
+                }
+                row
+            })
+            .set_parallelism(1);
+        let mut session = SqlSession::new(&env);
+        session
+            .register_stream("clicks", &rows, schema)
+            .expect("the stream registers");
+        let out = session
+            .query_to_stream(&format!(
+                "SELECT user_id, window_start, COUNT(*), SUM(amount)
+                 FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR({time}), INTERVAL '5' SECOND))
+                 GROUP BY window_start, window_end, user_id"
+            ))
+            .expect("the query plans");
+        let got = out
+            .stream
+            .map(|r: Vec<Value>| match r.as_slice() {
+                [Value::Str(u), Value::Timestamp(s), Value::BigInt(n), total] => {
+                    let total = match total {
+                        Value::Int(t) => t.to_string(),
+                        _ => String::new(),
+                    };
+                    format!("{u},{s},{n},{total}")
+                }
+                other => format!("unexpected row {other:?}"),
+            })
+            .collect();
+        env.execute().expect("the job runs");
+        let mut got = got.take();
+        got.sort();
+        assert_eq!(got, want, "{schema}");
+    }
+}
+
 #[test]
 fn a_row_that_does_not_fit_the_schema_fails_the_job_with_a_typed_error() {
     let env = StreamExecutionEnvironment::new();
@@ -295,6 +396,46 @@ fn registering_and_querying_refuse_what_cannot_work() {
         .query_to_stream("SELECT n FROM t; SELECT n FROM t")
         .expect_err("two queries");
     assert!(e.to_string().contains("one query"), "{e}");
+    // A metadata column other than the record's timestamp, and
+    // `SOURCE_WATERMARK()` or `METADATA` outside a registered stream's
+    // schema, are refused in one line.
+    let e = session
+        .register_stream(
+            "u",
+            &rows,
+            "n INT, t TIMESTAMP_LTZ(3) METADATA FROM 'offset'",
+        )
+        .expect_err("an unknown metadata key");
+    assert!(
+        e.to_string().contains("invalid metadata key 'offset'"),
+        "{e}"
+    );
+    let e = session
+        .register_stream("u", &rows, "n INT, t BIGINT METADATA FROM 'rowtime'")
+        .expect_err("rowtime is a timestamp");
+    assert!(e.to_string().contains("must be TIMESTAMP_LTZ(3)"), "{e}");
+    let e = session
+        .plan_sql(
+            "CREATE TABLE f (n INT, ts TIMESTAMP(3), WATERMARK FOR ts AS SOURCE_WATERMARK())
+             WITH ('connector' = 'filesystem', 'path' = '/x.csv', 'format' = 'csv');",
+        )
+        .expect_err("a file has no watermarks of its own");
+    assert!(
+        e.to_string()
+            .contains("SOURCE_WATERMARK() is supported only in the schema of a registered"),
+        "{e}"
+    );
+    let e = session
+        .plan_sql(
+            "CREATE TABLE f (n INT, ts TIMESTAMP_LTZ(3) METADATA FROM 'rowtime')
+             WITH ('connector' = 'filesystem', 'path' = '/x.csv', 'format' = 'csv');",
+        )
+        .expect_err("a file has no metadata columns");
+    assert!(
+        e.to_string()
+            .contains("METADATA columns are supported only in the schema of a registered"),
+        "{e}"
+    );
     // EXPLAIN shows the stream as a source of its own.
     let explained = session
         .plan_sql("EXPLAIN SELECT n + 1 FROM t")
