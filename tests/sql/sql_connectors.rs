@@ -166,12 +166,19 @@ fn a_kafka_tables_watermark_is_per_partition() {
                'properties.max.partition.fetch.bytes' = '2048');"
         ))
         .expect("the table is created");
-    let windows = session
-        .query_to_stream(
-            "SELECT name, window_start, SUM(amount) FROM TABLE(TUMBLE(TABLE events, \
-             DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, name",
-        )
-        .expect("the query plans");
+    let query = "SELECT name, window_start, SUM(amount) FROM TABLE(TUMBLE(TABLE events, \
+                 DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, name";
+    // The plan shows the watermark in the source, as Flink's does.
+    let explained = session
+        .plan_sql(&format!("EXPLAIN {query}"))
+        .expect("explains");
+    let plan = &explained.explains[0];
+    assert!(
+        plan.contains("TableSourceScan(table=[events, watermark=[ts - INTERVAL '1' SECOND]]")
+            && !plan.contains("WatermarkAssigner"),
+        "{plan}"
+    );
+    let windows = session.query_to_stream(query).expect("the query plans");
     let rows = windows.stream.collect();
     env.execute().expect("the job runs");
     let got: HashMap<(String, i64), i64> = rows

@@ -306,13 +306,20 @@ fn a_stream_table_keeps_the_streams_watermarks_with_source_watermark() {
         session
             .register_stream("clicks", &rows, schema)
             .expect("the stream registers");
-        let out = session
-            .query_to_stream(&format!(
-                "SELECT user_id, window_start, COUNT(*), SUM(amount)
-                 FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR({time}), INTERVAL '5' SECOND))
-                 GROUP BY window_start, window_end, user_id"
-            ))
-            .expect("the query plans");
+        let query = format!(
+            "SELECT user_id, window_start, COUNT(*), SUM(amount)
+             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR({time}), INTERVAL '5' SECOND))
+             GROUP BY window_start, window_end, user_id"
+        );
+        let explained = session
+            .plan_sql(&format!("EXPLAIN {query}"))
+            .expect("explains");
+        let plan = &explained.explains[0];
+        assert!(
+            plan.contains("watermark=[SOURCE_WATERMARK()]]") && !plan.contains("WatermarkAssigner"),
+            "{plan}"
+        );
+        let out = session.query_to_stream(&query).expect("the query plans");
         let got = out
             .stream
             .map(|r: Vec<Value>| match r.as_slice() {
