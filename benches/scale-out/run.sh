@@ -27,6 +27,7 @@ mkdir -p "$BUILD"
 FLOE="${FLOE:-$ROOT/target/release/floe}"
 WORDS="${WORDS:-4000000}" RB_WORDS="${RB_WORDS:-20000000}"
 PARTITIONS="${PARTITIONS:-6}" VOCAB="${VOCAB:-10000}" SEED="${SEED:-42}"
+STATUS_PORT="${STATUS_PORT:-19100}"
 P="${P:-1}" CHECKPOINT_MS="${CHECKPOINT_MS:-1000}" SESSION_MS="${SESSION_MS:-10000}"
 RESULTS="${RESULTS:-$BUILD/results.txt}"
 CLK_TCK="$(getconf CLK_TCK)"
@@ -120,6 +121,7 @@ start_member() {
       "$FLOE" run wordcount --input "kafka://$B/$in" --output "kafka://$B/$out" --group "$group" \
         --group-partitions "$PARTITIONS" --session-timeout "$session" --parallelism "$P" \
         --checkpoint-dir "$dir/ck" --checkpoint-interval "$CHECKPOINT_MS" \
+        ${PROFILE:+--metrics-addr "127.0.0.1:$((STATUS_PORT + i))"} \
         > /dev/null 2> >(stamp >"$dir/m$i.log") &
       ;;
     streams)
@@ -131,11 +133,44 @@ start_member() {
   PIDS+=("$!")
 }
 
+# Whether a member is still running.
+any_alive() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}
+
 # SIGTERM to every member still running, then waits for them.
 stop_members() {
   local pid
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# With PROFILE set: where each member's and the broker's threads spent the
+# run (threads.py), and, for floe, each member's /status time shares per
+# subtask (busy = 1 - idle - backpressured, since the member's current job
+# started), as PROFILE lines of $RESULTS ($1 system, $2 members, $3 dir).
+profile() {
+  local i
+  touch "$3/threads.txt.stop"
+  wait "$SAMPLER" || true
+  sed "s/^/PROFILE system=$1 members=$2 /" "$3/threads.txt" | tee -a "$RESULTS"
+  [ "$1" = floe ] || return 0
+  for i in $(seq 1 "$2"); do
+    curl -sf "http://127.0.0.1:$((STATUS_PORT + i))/status" | python3 -c '
+import json, sys
+members, member = sys.argv[1], sys.argv[2]
+s = json.load(sys.stdin)
+head = "PROFILE system=floe members=%s member=%s" % (members, member)
+for t in s.get("subtasks", []):
+    idle, bp = t["idle_share"], t["backpressured_share"]
+    print("%s subtask=%s#%d records_in=%d busy=%.2f idle=%.2f backpressured=%.2f"
+          % (head, t["name"].replace(" ", "_"), t["subtask"], t["records_in"], 1 - idle - bp, idle, bp))
+for c in s.get("checkpoints", {}).get("history", [])[-3:]:
+    print("%s checkpoint=%s" % (head, json.dumps(c, separators=(",", ":"))))
+' "$2" "$i" | tee -a "$RESULTS" || true
+  done
 }
 
 throughput() {
@@ -153,7 +188,17 @@ throughput() {
   m0=$(busy)
   t0=$(now_ms)
   for i in $(seq 1 "$n"); do start_member "$sys" "$i" "$run" "$TP_TOPIC" "$out" "$SESSION_MS" "$dir"; done
-  tools verify "$B" "$out" "$BUILD/oracle-tp.txt" 1800 >"$dir/verify.txt" || true
+  [ -z "${PROFILE:-}" ] || { python3 "$HERE/threads.py" "$dir/threads.txt" "${PIDS[@]}" ${BROKER_PID:-} & SAMPLER=$!; }
+  # The verifier waits for the output; a run whose members all ended
+  # (gave up) ends it.
+  tools verify "$B" "$out" "$BUILD/oracle-tp.txt" 1800 >"$dir/verify.txt" &
+  local verifier=$!
+  while kill -0 "$verifier" 2>/dev/null; do
+    if ! any_alive; then kill "$verifier" 2>/dev/null; break; fi
+    sleep 1
+  done
+  wait "$verifier" 2>/dev/null || true
+  [ -z "${PROFILE:-}" ] || profile "$sys" "$n" "$dir"
   local b1 m1 cpu=0 rss="" t
   b1=$(ticks "${BROKER_PID:-0}")
   m1=$(busy)

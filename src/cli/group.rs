@@ -39,6 +39,13 @@ pub struct GroupArgs {
     /// before its partitions move (ms; default 10000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=3_600_000))]
     pub session_timeout: Option<u64>,
+    /// How long a member's Kafka transaction may stay open before the
+    /// broker aborts it (ms; default 10000): a dead member's open
+    /// transaction holds the repartition topic's readers back this long,
+    /// and a checkpoint must commit within it (a longer one is aborted and
+    /// its run starts again from the last commit).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=900_000))]
+    pub transaction_timeout: Option<u64>,
 }
 
 #[cfg(not(feature = "kafka"))]

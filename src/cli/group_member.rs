@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 /// How long metadata, offset and topic requests may take.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A transaction a dead member left open is aborted by the broker after
-/// this long: what holds its partitions' readers back (read_committed).
-pub(super) const TRANSACTION_TIMEOUT_MS: &str = "10000";
+/// this long (`--transaction-timeout`): what holds its partitions' readers
+/// back (read_committed).
+const TRANSACTION_TIMEOUT_MS: u64 = 10_000;
 /// The name of the input's source: its records are the summary's.
 pub(super) const INPUT_SOURCE: &str = "Kafka Source";
 
@@ -51,6 +52,8 @@ pub(super) struct Group {
     pub repartition: String,
     /// Partitions of the repartition topic: the job's max parallelism.
     pub key_groups: i32,
+    /// The Kafka sinks' `transaction.timeout.ms`.
+    pub transaction_timeout: String,
     /// The shared checkpoint directory (read by the PostgreSQL output).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub dir: String,
@@ -236,6 +239,11 @@ pub(super) fn run<J: CliJob>(
         output: output.topic.clone(),
         repartition: repartition.clone(),
         key_groups,
+        transaction_timeout: common
+            .group
+            .transaction_timeout
+            .unwrap_or(TRANSACTION_TIMEOUT_MS)
+            .to_string(),
         dir: dir.display().to_string(),
         postgres,
     };

@@ -19,7 +19,7 @@
 
 use super::super::WindowArgs;
 use super::super::window::{Agg, Event, EventDecoder, Firing, NoLine, OnBadRecord, Watermarks};
-use super::member::{CliJob, Common, Group, INPUT_SOURCE, TRANSACTION_TIMEOUT_MS, Totals};
+use super::member::{CliJob, Common, Group, INPUT_SOURCE, Totals};
 use floe::connectors::kafka::group::{Assignment, GroupJob};
 use floe::connectors::kafka::{KafkaSource, StartingOffsets};
 use floe::connectors::kafka_sink::KafkaSink;
@@ -282,7 +282,7 @@ impl Windows {
                 Item::Bad => 0,
             }))
             .transactional_id_prefix(&held.transactional_id("repartition"))
-            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+            .property("transaction.timeout.ms", &group.transaction_timeout)
             .group_offsets(commit.clone(), &[group.input.as_str()]);
         let partitions = group.key_groups;
         env.add_source(INPUT_SOURCE, move |ctx| source.reader(ctx))
@@ -375,7 +375,7 @@ impl Windows {
         }
         let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
             .transactional_id_prefix(&held.transactional_id("output"))
-            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+            .property("transaction.timeout.ms", &group.transaction_timeout)
             .group_offsets(commit.clone(), &[group.repartition.as_str()]);
         fired
             .map(|f: Firing| f.to_string())

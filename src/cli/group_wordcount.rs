@@ -4,7 +4,7 @@
 //! writes `word,count` updates.
 
 use super::super::WordcountArgs;
-use super::member::{CliJob, Common, Group, INPUT_SOURCE, TRANSACTION_TIMEOUT_MS, Totals};
+use super::member::{CliJob, Common, Group, INPUT_SOURCE, Totals};
 use floe::connectors::kafka::group::{Assignment, GroupJob};
 use floe::connectors::kafka::{KafkaSource, StartingOffsets};
 use floe::connectors::kafka_sink::KafkaSink;
@@ -66,7 +66,7 @@ impl GroupJob for Wordcount {
                 floe_actors::keygroup::key_group(w, key_groups) as i32
             }))
             .transactional_id_prefix(&held.transactional_id("repartition"))
-            .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+            .property("transaction.timeout.ms", &group.transaction_timeout)
             .group_offsets(commit.clone(), &[group.input.as_str()]);
             env.add_source(INPUT_SOURCE, move |ctx| source.reader(ctx))
                 .uid("kafka-source")
@@ -107,7 +107,7 @@ impl GroupJob for Wordcount {
             }
             let sink = KafkaSink::<String>::lines(&group.brokers, &group.output)
                 .transactional_id_prefix(&held.transactional_id("output"))
-                .property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+                .property("transaction.timeout.ms", &group.transaction_timeout)
                 .group_offsets(commit.clone(), &[group.repartition.as_str()]);
             counts
                 .map(|(word, count): (SmolStr, u64)| format!("{word},{count}"))

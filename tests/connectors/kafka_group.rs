@@ -736,3 +736,72 @@ fn a_library_job_repartitions_by_key_across_the_members_of_a_group() {
     }
     check_changelog(&read_all(&broker, &output), &all_oracle, true);
 }
+
+/// `--transaction-timeout` is the timeout of the Kafka transactions a
+/// member opens, as the broker's transaction coordinator holds it (Kafka's
+/// `kafka-transactions describe`): the repartition stage's and the output
+/// stage's (the default is 10000 ms).
+#[test]
+fn a_members_transactions_take_the_transaction_timeout_asked_for() {
+    let Some(Topics {
+        broker,
+        input,
+        output,
+        group,
+        dir: _keep,
+    }) = Topics::new("txtimeout")
+    else {
+        return;
+    };
+    let dir = _keep.path().to_str().expect("utf-8 path").to_string();
+    let lines = corpus(17, 600, 50);
+    produce(&broker, &input, PARTITIONS, &lines);
+    let mut m = Member::start_with(
+        &broker,
+        &input,
+        &output,
+        &group,
+        &dir,
+        &["--transaction-timeout", "45000"],
+    );
+    wait_for_oracle(&broker, &output, &oracle(&lines), &mut [&mut m]);
+    // The transactional ids of the group's runs: floe-GROUP.MEMBER.gG-N-WHAT-…
+    let tool = "org.apache.kafka.tools.TransactionsCommand";
+    let prefix = format!("floe-{group}.");
+    let listed = kafka_tool(tool, &["--bootstrap-server", &broker, "list"]);
+    let ids: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().find(|c| c.starts_with(&prefix)))
+        .collect();
+    // One of each stage (each tool run starts a JVM).
+    let stages: Vec<&str> = ["-repartition-", "-output-"]
+        .iter()
+        .map(|what| {
+            *ids.iter().find(|id| id.contains(what)).unwrap_or_else(|| {
+                panic!("a transactional id of the {what} stage among:\n{listed}")
+            })
+        })
+        .collect();
+    for id in stages {
+        let described = kafka_tool(
+            tool,
+            &[
+                "--bootstrap-server",
+                &broker,
+                "describe",
+                "--transactional-id",
+                id,
+            ],
+        );
+        let mut rows = described.lines().map(|l| l.split('\t').map(str::trim));
+        let header: Vec<&str> = rows.next().expect("a header").collect();
+        let values: Vec<&str> = rows.next().expect("a row").collect();
+        let column = header
+            .iter()
+            .position(|h| *h == "TransactionTimeoutMs")
+            .unwrap_or_else(|| panic!("a TransactionTimeoutMs column:\n{described}"));
+        assert_eq!(values[column], "45000", "{id}:\n{described}");
+    }
+    let (status, seen) = m.terminate();
+    assert_eq!(status.code(), Some(143), "{}", seen.join("\n"));
+}

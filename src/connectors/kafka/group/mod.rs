@@ -220,7 +220,7 @@ impl GroupCommit {
         producer
             .send_offsets_to_transaction(&list, &self.metadata, timeout)
             .map_err(|source| KafkaError::Client {
-                action: "group offsets commit (a member of an older generation is fenced)",
+                action: "group offsets commit (fenced: a member of an older generation, or a transaction open longer than transaction.timeout.ms, which the broker aborted)",
                 source,
             })
     }
