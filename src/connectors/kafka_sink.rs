@@ -411,24 +411,8 @@ impl<T> KafkaSink<T> {
                         }
                         producer.poll(Duration::from_millis(10));
                     }
-                    // Why the producer gave up is only in the client.
                     Err((ClientError::MessageProduction(RDKafkaErrorCode::Fatal), _)) => {
-                        let (code, reason) = producer
-                            .client()
-                            .fatal_error()
-                            .unwrap_or((RDKafkaErrorCode::Fatal, "no reason given".into()));
-                        return Err(KafkaError::Undelivered {
-                            topic: topic.to_string(),
-                            reason: match code {
-                                RDKafkaErrorCode::Fenced
-                                | RDKafkaErrorCode::ProducerFenced
-                                | RDKafkaErrorCode::InvalidProducerEpoch => format!(
-                                    "the producer is fenced: {reason} (a newer producer with its transactional id, or its transaction outlived transaction.timeout.ms and the broker aborted it)"
-                                ),
-                                _ => format!("the producer failed for good: {reason} ({code:?})"),
-                            },
-                        }
-                        .into());
+                        return Err(txn::fatal(producer.client(), topic).into());
                     }
                     Err((e, _)) => return Err(KafkaError::client("send")(e).into()),
                 }

@@ -75,3 +75,26 @@ impl<'de> serde::Deserialize<'de> for KafkaTxn {
         d.deserialize_tuple(3, Visitor)
     }
 }
+
+/// Why a producer failed for good, which only its client knows, as the
+/// error of a send to `topic`.
+pub(super) fn fatal<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+) -> crate::connectors::kafka::KafkaError {
+    use rdkafka::error::RDKafkaErrorCode as Code;
+    let (code, reason) = client
+        .fatal_error()
+        .unwrap_or((Code::Fatal, "no reason given".into()));
+    let reason = match code {
+        Code::Fenced | Code::ProducerFenced | Code::InvalidProducerEpoch => format!(
+            "the producer is fenced: {reason} (a newer producer with its transactional id, \
+             or its transaction outlived transaction.timeout.ms and the broker aborted it)"
+        ),
+        _ => format!("the producer failed for good: {reason} ({code:?})"),
+    };
+    crate::connectors::kafka::KafkaError::Undelivered {
+        topic: topic.to_string(),
+        reason,
+    }
+}
