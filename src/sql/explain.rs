@@ -5,11 +5,13 @@
 
 use super::planner::{GroupItem, Plan, Window};
 use super::table::Table;
+use super::upsert::SinkUpdates;
 use crate::runtime::status::JobGraphInfo;
 use std::fmt::Write as _;
 
-/// The plan tree of a statement writing to `sink` (`None`: a query).
-pub fn plan_text(plan: &Plan, sink: Option<&Table>) -> String {
+/// The plan tree of a statement writing to `sink` (`None`: a query), as
+/// `updates` go into it.
+pub fn plan_text(plan: &Plan, sink: Option<&Table>, updates: &SinkUpdates) -> String {
     let mut out = String::from("== Physical Plan ==\n");
     let mut depth = 0;
     if let Some(t) = sink {
@@ -19,9 +21,13 @@ pub fn plan_text(plan: &Plan, sink: Option<&Table>) -> String {
             &mut out,
             0,
             &format!(
-                "Sink(table=[{}], connector=[{kind}], fields=[{}])",
+                "Sink(table=[{}], connector=[{kind}], fields=[{}]{})",
                 t.name,
-                fields.join(", ")
+                fields.join(", "),
+                match updates {
+                    SinkUpdates::Materialize(_) => ", upsertMaterialize=[true]",
+                    _ => "",
+                }
             ),
         );
         depth = 1;

@@ -68,6 +68,7 @@ pub mod sources;
 pub mod stream;
 pub mod table;
 pub mod typing;
+pub mod upsert;
 pub mod value;
 
 pub use changelog::{Change, RowKind};
@@ -189,8 +190,9 @@ impl SqlSession {
         });
         builder.streams = self.streams.clone();
         let built = inserts.iter().try_for_each(|(plan, sink)| {
-            let rows = builder.stream(plan, retracts(sink))?;
-            builder.sink(&rows, sink)
+            let updates = upsert::sink_updates(plan, sink)?;
+            let rows = builder.stream(plan, updates.retract())?;
+            builder.sink(&rows, sink, &updates)
         });
         if let Err(e) = built {
             self.env.inner.borrow_mut().nodes.truncate(before);
@@ -382,9 +384,13 @@ impl SqlSession {
                 (name.clone(), rows.name(&format!("DataStream: {name}")))
             })
             .collect();
-        let rows = builder.stream(&plan, sink.as_ref().is_none_or(retracts))?;
+        let updates = match &sink {
+            Some(t) => upsert::sink_updates(&plan, t)?,
+            None => upsert::SinkUpdates::Retract,
+        };
+        let rows = builder.stream(&plan, updates.retract())?;
         match &sink {
-            Some(t) => builder.sink(&rows, t)?,
+            Some(t) => builder.sink(&rows, t, &updates)?,
             None => {
                 let blackhole = Table {
                     name: "collect".into(),
@@ -397,13 +403,13 @@ impl SqlSession {
                     primary_key: Vec::new(),
                     rowtime_metadata: None,
                 };
-                builder.sink(&rows, &blackhole)?;
+                builder.sink(&rows, &blackhole, &updates)?;
             }
         }
         let graph = env.job_graph()?;
         Ok(format!(
             "{}\n{}",
-            explain::plan_text(&plan, sink.as_deref()),
+            explain::plan_text(&plan, sink.as_deref(), &updates),
             explain::graph_text(&graph)
         ))
     }
@@ -453,7 +459,7 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
             let sink = sink_table(catalog, table, *span)?;
             let plan = Planner::new(catalog).query(query)?;
             let plan = fit_to_sink(plan, &sink, columns, query.span())?;
-            check_updates(&plan, &sink)?;
+            upsert::sink_updates(&plan, &sink)?;
             if let Connector::FileSystem { path, .. } = &sink.connector
                 && reads(&plan, path)
             {
@@ -476,73 +482,6 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
         Statement::Explain(_, at) => Err(err!(Unsupported, *at, "a nested EXPLAIN")),
         Statement::Set { .. } => Ok(None),
     }
-}
-
-/// Whether a sink shows every change (`print`, `blackhole`): it gets each
-/// update's `-U` row too.
-fn retracts(sink: &Arc<Table>) -> bool {
-    matches!(
-        sink.connector,
-        Connector::Print { .. } | Connector::Blackhole
-    )
-}
-
-/// An updating query goes only into a sink that takes updates: an upsert
-/// sink whose primary key is the query's unique key, `print` or
-/// `blackhole`; an append-only sink refuses it with Flink's message.
-fn check_updates(plan: &Plan, sink: &Table) -> SqlResult<()> {
-    let Some(agg) = plan.updating() else {
-        return Ok(());
-    };
-    let name = &sink.name;
-    let keyed = match &sink.connector {
-        Connector::Print { .. } | Connector::Blackhole => return Ok(()),
-        Connector::UpsertKafka(_) => true,
-        Connector::Jdbc(_) if !sink.primary_key.is_empty() => true,
-        Connector::Jdbc(_) => {
-            return Err(err!(
-                Unsupported,
-                agg.at,
-                "Table sink '{name}' (jdbc) has no PRIMARY KEY: please declare primary key for \
-                 sink table when query contains update/delete record (node {})",
-                agg.text
-            ));
-        }
-        _ => false,
-    };
-    if !keyed {
-        return Err(err!(
-            Unsupported,
-            agg.at,
-            "Table sink '{name}' doesn't support consuming update changes which is produced by \
-             node {}",
-            agg.text
-        ));
-    }
-    let mut key = plan.unique_key().unwrap_or_default();
-    let mut pk = sink.primary_key.clone();
-    key.sort_unstable();
-    pk.sort_unstable();
-    if key.is_empty() || key != pk {
-        let names = |cols: &[usize]| {
-            cols.iter()
-                .map(|&i| sink.columns[i].name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        return Err(err!(
-            Unsupported,
-            agg.at,
-            "the PRIMARY KEY ({}) of table '{name}' is not the key of the query's updates ({}): \
-             write the GROUP BY columns into exactly the primary key's columns",
-            names(&pk),
-            match key.is_empty() {
-                true => agg.text.clone(),
-                false => names(&key),
-            }
-        ));
-    }
-    Ok(())
 }
 
 fn sink_table(catalog: &Catalog, name: &ObjectName, at: Span) -> SqlResult<Arc<Table>> {

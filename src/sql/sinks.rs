@@ -17,12 +17,16 @@
 //!
 //! Before an upsert sink with its own `'sink.parallelism'`, changes are
 //! repartitioned by the sink's key, so each key's changes stay in order.
+//! Where the sink's key is not the query's upsert key, a
+//! `SinkUpsertMaterializer` keyed by it comes first
+//! ([`upsert`](super::upsert)).
 
 use super::changelog::Change;
 use super::connector::{Connector, Format};
 use super::exec::{Builder, Rows};
 use super::json::{JsonFormat, JsonLine};
 use super::table::Table;
+use super::upsert::{SinkUpdates, SinkUpsertMaterializer};
 use super::value::{CsvFormat, Row, Value};
 use crate::connectors::transactional_file::TransactionalFileSink;
 use crate::operators::sink::{SinkContext, SinkFunction};
@@ -87,8 +91,9 @@ impl RowEncoder {
 }
 
 impl Builder<'_> {
-    /// Adds the sink of `table` writing `rows`.
-    pub fn sink(&mut self, rows: &Rows, table: &Table) -> Result<()> {
+    /// Adds the sink of `table` writing `rows` (through a
+    /// `SinkUpsertMaterializer` when `updates` says so).
+    pub fn sink(&mut self, rows: &Rows, table: &Table, updates: &SinkUpdates) -> Result<()> {
         let name = format!("Sink: {}", table.name);
         let uid = self.uid("sink");
         let parallelism = table.sink_parallelism;
@@ -174,12 +179,12 @@ impl Builder<'_> {
             Connector::Kafka(k) => self.kafka_sink(&append(rows)?, table, k, &name, &names)?,
             #[cfg(feature = "kafka")]
             Connector::UpsertKafka(k) => {
-                let changes = self.keyed(rows, table);
+                let changes = self.keyed(rows, table, updates);
                 self.upsert_kafka_sink(&changes, table, k, &name, &names)?
             }
             #[cfg(feature = "postgres")]
             Connector::Jdbc(j) => {
-                let changes = self.keyed(rows, table);
+                let changes = self.keyed(rows, table, updates);
                 let job = self.job_name.clone().unwrap_or_else(|| "sql".into());
                 jdbc_sink(&changes, table, j, (&name, &uid, &job), transactional)?
             }
@@ -205,19 +210,34 @@ impl Builder<'_> {
     }
 
     /// `rows` as changes, repartitioned by `table`'s primary key when the
-    /// sink has a parallelism of its own and they are updates.
+    /// sink has a parallelism of its own and they are updates, or through
+    /// a `SinkUpsertMaterializer` keyed by it (at the sink's parallelism).
     #[allow(dead_code)]
-    fn keyed(&mut self, rows: &Rows, table: &Table) -> DataStream<Change> {
+    fn keyed(&mut self, rows: &Rows, table: &Table, updates: &SinkUpdates) -> DataStream<Change> {
         let changes = rows.changes();
-        match (rows, table.sink_parallelism) {
-            (Rows::Changes(_), Some(_)) if !table.primary_key.is_empty() => {
-                let key = table.primary_key.clone();
-                changes
-                    .key_by(move |c: &Change| {
-                        key.iter().map(|&k| c.row[k].clone()).collect::<Vec<_>>()
-                    })
-                    .as_stream()
-                    .clone()
+        let key = table.primary_key.clone();
+        let by_key = move |c: &Change| key.iter().map(|&k| c.row[k].clone()).collect::<Vec<_>>();
+        match (rows, table.sink_parallelism, updates) {
+            (Rows::Changes(_), _, SinkUpdates::Materialize(upsert_key)) => {
+                let pk: Vec<&str> = table
+                    .primary_key
+                    .iter()
+                    .map(|&i| table.columns[i].name.as_str())
+                    .collect();
+                let name = format!("SinkMaterializer(pk=[{}])", pk.join(", "));
+                let uid = self.uid("sink-materializer");
+                let out = changes
+                    .key_by(by_key)
+                    .process(SinkUpsertMaterializer::new(upsert_key.clone()))
+                    .name(&name)
+                    .uid(&uid);
+                match table.sink_parallelism {
+                    Some(p) => out.set_parallelism(p),
+                    None => out,
+                }
+            }
+            (Rows::Changes(_), Some(_), _) if !table.primary_key.is_empty() => {
+                changes.key_by(by_key).as_stream().clone()
             }
             _ => changes,
         }

@@ -18,4 +18,5 @@ mod sql_queries;
 mod sql_split_source;
 mod sql_streams;
 mod sql_updates;
+mod sql_upsert_materialize;
 mod sql_windows;

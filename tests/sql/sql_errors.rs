@@ -229,7 +229,7 @@ fn connector_options_are_checked_as_flink_checks_them() {
 /// TABLE` is refused first).
 #[cfg(all(feature = "kafka", feature = "postgres"))]
 #[test]
-fn updates_go_only_into_a_sink_keyed_by_the_group_key() {
+fn updates_go_only_into_sinks_that_take_them() {
     let jdbc = "'connector' = 'jdbc', 'url' = 'jdbc:postgresql://h:5432/db', 'table-name' = 't'";
     let upsert = "'connector' = 'upsert-kafka', 'topic' = 't', 'properties.bootstrap.servers' = 'h:1', \
                   'key.format' = 'json', 'value.format' = 'json'";
@@ -253,20 +253,25 @@ fn updates_go_only_into_a_sink_keyed_by_the_group_key() {
         "Table sink 's' doesn't support consuming update changes which is produced by node \
          GroupAggregate(groupBy=[name])",
     );
-    check(
-        &format!(
-            "CREATE TABLE s (name STRING, c BIGINT, PRIMARY KEY (c) NOT ENFORCED) WITH ({upsert});\n{query}"
-        ),
-        SqlErrorKind::Unsupported,
-        4,
-        select,
-        "the PRIMARY KEY (c) of table 's' is not the key of the query's updates (name): write \
-         the GROUP BY columns into exactly the primary key's columns",
-    );
-    // The key of the sink is the group key: it plans (the servers are not
-    // asked while planning fails nowhere else).
+    // Another primary key: Flink's SinkUpsertMaterializer keyed by it.
     let dir = tempfile::tempdir().expect("temp dir");
     let env = StreamExecutionEnvironment::new();
+    let explain = format!(
+        "CREATE TABLE s (name STRING, c BIGINT, PRIMARY KEY (c) NOT ENFORCED) WITH ({upsert});\n\
+         EXPLAIN {query}"
+    );
+    let planned = SqlSession::new(&env)
+        .plan_sql(&script(dir.path(), &explain))
+        .expect("plans");
+    let text = &planned.explains[0];
+    assert!(
+        text.contains(
+            "Sink(table=[s], connector=[upsert-kafka], fields=[name, c], upsertMaterialize=[true])"
+        ) && text.contains("SinkMaterializer(pk=[c])"),
+        "{text}"
+    );
+    // The key of the sink is the group key: no materializer (the servers
+    // are not asked while planning fails nowhere else).
     let explain = format!(
         "CREATE TABLE s (name STRING, c BIGINT, PRIMARY KEY (name) NOT ENFORCED) WITH ({jdbc});\n\
          EXPLAIN {query}"
@@ -275,7 +280,8 @@ fn updates_go_only_into_a_sink_keyed_by_the_group_key() {
         .plan_sql(&script(dir.path(), &explain))
         .expect("plans");
     assert!(
-        planned.explains[0].contains("GroupAggregate(groupBy=[name], select=[name, COUNT(*)])"),
+        planned.explains[0].contains("GroupAggregate(groupBy=[name], select=[name, COUNT(*)])")
+            && !planned.explains[0].contains("SinkMaterializer"),
         "{}",
         planned.explains[0]
     );
