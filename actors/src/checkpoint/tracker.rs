@@ -207,6 +207,10 @@ pub struct Tracker {
     periodic_queued: bool,
     /// The job stops with a pending checkpoint: nothing else is triggered.
     stopping: bool,
+    /// The stop's checkpoint completed: the subtasks finish where they are
+    /// and no checkpoint follows (it would record them finished, and a
+    /// restore from it would read nothing more).
+    stopped: bool,
 }
 
 impl Tracker {
@@ -227,6 +231,7 @@ impl Tracker {
             aborted: HashSet::new(),
             periodic_queued: false,
             stopping: false,
+            stopped: false,
         }
     }
 
@@ -250,9 +255,9 @@ impl Tracker {
         self.aborted.contains(&id)
     }
 
-    /// The job is stopping with a checkpoint.
+    /// The job is stopping with a checkpoint, or stopped with one.
     pub fn is_stopping(&self) -> bool {
-        self.stopping
+        self.stopping || self.stopped
     }
 
     /// Failed checkpoints in a row so far.
@@ -298,10 +303,14 @@ impl Tracker {
     }
 
     /// Picks the id of a new checkpoint or savepoint, or `None` when no
-    /// subtask could inject its barrier (every source finished). Then
+    /// subtask could inject its barrier (every source finished) or the job
+    /// stopped with a checkpoint. Then
     /// [`Tracker::on_trigger`] starts it (a savepoint's directory is
     /// created in between).
     pub fn reserve(&mut self) -> Option<CheckpointId> {
+        if self.stopped {
+            return None;
+        }
         // No subtask could inject its barrier.
         self.sources().next()?;
         Some(CheckpointId(self.next_id.fetch_add(1, Ordering::AcqRel)))
@@ -472,6 +481,7 @@ impl Tracker {
         });
         if p.stop && self.stopping {
             self.stopping = false;
+            self.stopped = true;
             out.push(Action::StopDone(Ok(path.clone())));
         }
         if p.kind == SnapshotKind::Savepoint {

@@ -419,3 +419,34 @@ fn replacing_a_region_aborts_pending_checkpoints_without_failing() {
     assert_eq!(t.failures_in_row(), 0);
     assert_eq!(kinds(&t.on_tick(at(6)))[0], "triggered");
 }
+
+/// After a stop's checkpoint completed, its subtasks finish where they
+/// are: no checkpoint may follow, neither periodic nor the final one of a
+/// job whose subtasks all ended or finished, or it would record the
+/// stopped subtasks finished and a restore from it would read nothing
+/// more (a stop/resume loop lost the rest of its input so).
+#[test]
+fn nothing_is_triggered_after_a_stop_completed() {
+    let mut t = tracker(config());
+    // One source reached its end before the stop.
+    t.on_ended(key(SOURCE, 0), at(0));
+    let id = t.reserve().expect("a source runs");
+    t.on_trigger(id, SnapshotKind::Checkpoint, true, at(1));
+    ack_all(&mut t, id.0, &all(), 20);
+    let out = t.on_committed(id, Ok(None), at(21));
+    assert!(
+        out.iter().all(|a| !matches!(a, Action::Trigger { .. })),
+        "{out:?}"
+    );
+    assert!(t.is_stopping(), "a second stop is refused");
+    // The stopped subtasks finish; the interval passes.
+    for k in [key(SOURCE, 1), key(SINK, 0), key(SINK, 1)] {
+        let out = t.on_finished(k, at(30));
+        assert!(
+            out.iter().all(|a| !matches!(a, Action::Trigger { .. })),
+            "{out:?}"
+        );
+    }
+    assert!(t.on_tick(at(5_000)).is_empty());
+    assert_eq!(t.reserve(), None, "no savepoint either");
+}
