@@ -18,17 +18,6 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A window aggregate's input row: its grouping key, and the arguments of
-/// its calls (the key a field, so the exchange and the window operator
-/// read it in place, with no copy per row).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GroupRow {
-    /// The grouping columns' values.
-    pub key: Row,
-    /// Each call's argument (a `COUNT(*)` has none).
-    pub args: Row,
-}
-
 /// One call's accumulator.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Acc {
@@ -52,14 +41,57 @@ pub enum Acc {
 
 /// A call as the aggregate runs it.
 #[derive(Clone, Debug)]
-struct Spec {
-    kind: AggKind,
+pub(super) struct Spec {
+    pub(super) kind: AggKind,
     /// The argument's column in the input row (`None`: `COUNT(*)`).
-    arg: Option<usize>,
-    distinct: bool,
-    ty: SqlType,
+    pub(super) arg: Option<usize>,
+    pub(super) distinct: bool,
+    pub(super) ty: SqlType,
+    /// The argument's type.
+    pub(super) arg_ty: SqlType,
     /// The argument's decimal scale, for sums and averages of decimals.
-    arg_scale: u8,
+    pub(super) arg_scale: u8,
+}
+
+/// The calls' specs, their arguments the input columns `args` (`None`:
+/// `COUNT(*)`) of types `arg_types`.
+pub(super) fn specs(
+    calls: &[AggCall],
+    args: &[Option<usize>],
+    arg_types: &[SqlType],
+) -> Arc<[Spec]> {
+    calls
+        .iter()
+        .zip(args)
+        .zip(arg_types)
+        .map(|((c, a), t)| Spec {
+            kind: c.kind,
+            arg: *a,
+            distinct: c.distinct,
+            ty: c.ty,
+            arg_ty: *t,
+            arg_scale: match t {
+                SqlType::Decimal(_, s) => *s,
+                _ => 0,
+            },
+        })
+        .collect()
+}
+
+/// A new accumulator of `spec` (`distinct_outside`: a `COUNT(DISTINCT ..)`
+/// is a count its caller keeps).
+pub(super) fn create(spec: &Spec, distinct_outside: bool) -> Acc {
+    match (spec.kind, spec.distinct) {
+        (AggKind::Count, true) if distinct_outside => Acc::Count(0),
+        (AggKind::Count, true) => Acc::Distinct(HashMap::new()),
+        (AggKind::Count, false) => Acc::Count(0),
+        (AggKind::Sum | AggKind::Avg, _) => Acc::Sum {
+            int: 0,
+            float: 0.0,
+            n: 0,
+        },
+        (AggKind::Min | AggKind::Max, _) => Acc::Extreme(Value::Null),
+    }
 }
 
 /// The calls of one aggregate.
@@ -75,23 +107,8 @@ impl RowAggregate {
     /// The aggregate of `calls`, whose arguments are the input columns
     /// `args` (`None`: `COUNT(*)`), of types `arg_types`.
     pub fn new(calls: &[AggCall], args: &[Option<usize>], arg_types: &[SqlType]) -> Self {
-        let specs = calls
-            .iter()
-            .zip(args)
-            .zip(arg_types)
-            .map(|((c, a), t)| Spec {
-                kind: c.kind,
-                arg: *a,
-                distinct: c.distinct,
-                ty: c.ty,
-                arg_scale: match t {
-                    SqlType::Decimal(_, s) => *s,
-                    _ => 0,
-                },
-            })
-            .collect();
         RowAggregate {
-            specs,
+            specs: specs(calls, args, arg_types),
             distinct_outside: false,
         }
     }
@@ -130,7 +147,7 @@ impl RowAggregate {
     }
 }
 
-fn add(spec: &Spec, acc: &mut Acc, v: Option<&Value>) {
+pub(super) fn add(spec: &Spec, acc: &mut Acc, v: Option<&Value>) {
     match (acc, v) {
         (Acc::Count(n), None) => *n += 1,
         (_, Some(Value::Null)) => {}
@@ -162,7 +179,7 @@ fn add(spec: &Spec, acc: &mut Acc, v: Option<&Value>) {
     }
 }
 
-fn merge(spec: &Spec, a: Acc, b: Acc) -> Acc {
+pub(super) fn merge(spec: &Spec, a: Acc, b: Acc) -> Acc {
     match (a, b) {
         (Acc::Count(x), Acc::Count(y)) => Acc::Count(x + y),
         (
@@ -196,7 +213,7 @@ fn merge(spec: &Spec, a: Acc, b: Acc) -> Acc {
     }
 }
 
-fn result(spec: &Spec, acc: &Acc) -> Value {
+pub(super) fn result(spec: &Spec, acc: &Acc) -> Value {
     match acc {
         Acc::Count(n) => Value::BigInt(*n),
         Acc::Distinct(seen) => Value::BigInt(seen.len() as i64),
@@ -236,17 +253,7 @@ impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
     fn create_accumulator(&self) -> Vec<Acc> {
         self.specs
             .iter()
-            .map(|s| match (s.kind, s.distinct) {
-                (AggKind::Count, true) if self.distinct_outside => Acc::Count(0),
-                (AggKind::Count, true) => Acc::Distinct(HashMap::new()),
-                (AggKind::Count, false) => Acc::Count(0),
-                (AggKind::Sum | AggKind::Avg, _) => Acc::Sum {
-                    int: 0,
-                    float: 0.0,
-                    n: 0,
-                },
-                (AggKind::Min | AggKind::Max, _) => Acc::Extreme(Value::Null),
-            })
+            .map(|s| create(s, self.distinct_outside))
             .collect()
     }
 
@@ -268,28 +275,5 @@ impl AggregateFunction<Row, Vec<Acc>, Row> for RowAggregate {
             .zip(a.into_iter().zip(b))
             .map(|(s, (x, y))| merge(s, x, y))
             .collect()
-    }
-}
-
-/// A [`RowAggregate`] over rows split into key and arguments (its
-/// arguments' columns count in `args`).
-#[derive(Clone, Debug)]
-pub struct GroupRowAggregate(pub RowAggregate);
-
-impl AggregateFunction<GroupRow, Vec<Acc>, Row> for GroupRowAggregate {
-    fn create_accumulator(&self) -> Vec<Acc> {
-        self.0.create_accumulator()
-    }
-
-    fn add(&self, row: &GroupRow, acc: &mut Vec<Acc>) {
-        self.0.add_values(&row.args, acc);
-    }
-
-    fn get_result(&self, acc: &Vec<Acc>) -> Row {
-        self.0.get_result(acc)
-    }
-
-    fn merge(&self, a: Vec<Acc>, b: Vec<Acc>) -> Vec<Acc> {
-        self.0.merge(a, b)
     }
 }

@@ -8,25 +8,27 @@
 //!   against the table's columns, then the same watermarks.
 //! - `Calc`: one operator per filter and projection, chained, a batch at a
 //!   time; over updates, the same on each change, its kind kept.
-//! - `WindowAgg`: a `Calc` splitting each row into its key and
-//!   `[arguments..]` (a [`GroupRow`]: the exchange and the window operator
-//!   read the key in place), a hash exchange on the key, floe's window operator (tumbling or sliding, panes,
-//!   late rows dropped when their window's end - 1 is at or below the
-//!   watermark), emitting `[grouped columns.., aggregates..]` with the
-//!   window's last millisecond as event time.
+//! - `WindowAgg`: a `Calc` splitting each row into its key and its calls'
+//!   arguments (a [`GroupRow`]: the exchange and the window operator read
+//!   the key in place), a hash exchange on the key, floe's window operator
+//!   (tumbling or sliding, panes, late rows dropped when their window's
+//!   end - 1 is at or below the watermark) running a [`WindowAggregate`],
+//!   emitting `[grouped columns.., aggregates..]` with the window's last
+//!   millisecond as event time.
 //! - `GroupAgg`: a `Calc` computing `[key.., arguments..]`, a hash exchange
 //!   on the key, the keyed [`GroupAggregate`](super::changelog) emitting
 //!   changes.
 //! - Sinks ([`sinks`](super::sinks)): one per connector.
 
-use super::aggregate::{GroupRow, GroupRowAggregate, RowAggregate};
+use super::aggregate::RowAggregate;
 use super::changelog::{Change, ChangeCalcOp, GroupAggregate, RowKind};
 use super::expr::Expr;
 use super::planner::{GroupAgg, GroupItem, Plan, Window, WindowAgg};
 use super::stream::fixed_parallelism;
 use super::value::{Row, SqlType, Value};
+use super::window_aggregate::{GroupKey, GroupRow, Results, SmallRow, WindowAggregate};
 use crate::operators::{Operator, Output};
-use crate::window::WindowAssigner;
+use crate::window::{TimeWindow, WindowAssigner};
 use crate::{DataStream, Error, Record, Result, StreamExecutionEnvironment};
 use floe_actors::element::Batch;
 use std::collections::HashMap;
@@ -89,6 +91,17 @@ fn project_in_place(
     Ok(())
 }
 
+/// The columns `project` picks, if it only picks columns.
+pub(super) fn columns_of(project: &[Expr]) -> Option<Vec<usize>> {
+    project
+        .iter()
+        .map(|e| match e {
+            Expr::Column(c) => Some(*c),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The columns `project` picks, if it only picks columns, each at most
 /// once.
 fn picked_columns(project: &[Expr]) -> Option<Arc<[usize]>> {
@@ -144,7 +157,8 @@ impl Operator<Row, Row> for CalcOp {
 }
 
 /// A window aggregate's input: each row split into its grouping key and
-/// its calls' arguments (evaluated into the row's own vector).
+/// its calls' arguments, the key's columns moved out of the row (no copy),
+/// a single argument beside it, several in the row's own vector.
 #[derive(Clone)]
 struct GroupCalcOp {
     keys: Arc<[usize]>,
@@ -152,16 +166,52 @@ struct GroupCalcOp {
     scratch: Vec<Value>,
 }
 
+impl GroupCalcOp {
+    fn split(&mut self, mut row: Row) -> std::result::Result<GroupRow, String> {
+        let args = match &*self.args {
+            [] => SmallRow::Many(Vec::new()),
+            [one] => SmallRow::One(one.eval(&row)?),
+            many => {
+                self.scratch.clear();
+                for e in many {
+                    self.scratch.push(e.eval(&row)?);
+                }
+                SmallRow::Many(Vec::new())
+            }
+        };
+        // The arguments are evaluated: the key's columns can be moved out
+        // of the row (a column grouped twice is copied).
+        let take = |row: &mut Row, k: usize| match row.get_mut(k) {
+            Some(v) => std::mem::replace(v, Value::Null),
+            None => Value::Null,
+        };
+        let key = GroupKey::new(match &*self.keys {
+            [k] => SmallRow::One(take(&mut row, *k)),
+            keys => SmallRow::Many(
+                keys.iter()
+                    .map(|&k| row.get(k).cloned().unwrap_or(Value::Null))
+                    .collect(),
+            ),
+        });
+        let args = match self.args.len() {
+            0 | 1 => args,
+            _ => {
+                row.clear();
+                row.append(&mut self.scratch);
+                SmallRow::Many(row)
+            }
+        };
+        Ok(GroupRow { key, args })
+    }
+}
+
 impl Operator<Row, GroupRow> for GroupCalcOp {
     fn process_batch(&mut self, batch: Batch<Row>, out: &mut Output<'_, GroupRow>) -> Result<()> {
         out.records.reserve(batch.len());
         for r in batch {
-            let mut row = r.value;
-            let key = self.keys.iter().map(|&k| row[k].clone()).collect();
-            project_in_place(&self.args, &mut row, &mut self.scratch)
-                .map_err(|m| eval_error("Calc", m))?;
+            let value = self.split(r.value).map_err(|m| eval_error("Calc", m))?;
             out.records.push(Record {
-                value: GroupRow { key, args: row },
+                value,
                 timestamp: r.timestamp,
             });
         }
@@ -261,6 +311,21 @@ impl<'e> Builder<'e> {
     pub fn stream(&mut self, plan: &Plan, retract: bool) -> Result<Rows> {
         Ok(match plan {
             Plan::Scan(t) => Rows::Append(self.scan(t)?),
+            // Columns of a window aggregate's rows, picked: the window
+            // makes its rows in the projection's order, which the Calc
+            // then passes as they are.
+            Plan::Calc {
+                input,
+                filter: None,
+                project,
+                ..
+            } if let Plan::WindowAgg(w) = &**input
+                && let Some(columns) = columns_of(project) =>
+            {
+                let rows = self.window(w, Some(columns))?;
+                let identity = (0..project.len()).map(Expr::Column).collect();
+                Rows::Append(self.calc(&rows, None, identity))
+            }
             Plan::Calc {
                 input,
                 filter,
@@ -284,7 +349,7 @@ impl<'e> Builder<'e> {
                     )
                 }
             },
-            Plan::WindowAgg(w) => Rows::Append(self.window(w)?),
+            Plan::WindowAgg(w) => Rows::Append(self.window(w, None)?),
             Plan::GroupAgg(g) => Rows::Changes(self.group(g, retract)?),
             Plan::Union(inputs) => {
                 let streams = inputs
@@ -357,7 +422,13 @@ impl<'e> Builder<'e> {
             .uid(&uid))
     }
 
-    fn window(&mut self, w: &WindowAgg) -> Result<DataStream<Row>> {
+    /// The window aggregate `w`, its results made into records by `f`
+    /// (called with the key, the window and the calls' results).
+    pub(super) fn window_with<OUT, F>(&mut self, w: &WindowAgg, f: F) -> Result<DataStream<OUT>>
+    where
+        OUT: Clone + Send + 'static,
+        F: Fn(&GroupKey, &TimeWindow, Results, &mut Vec<OUT>) + Send + Sync + 'static,
+    {
         let Rows::Append(input) = self.stream(&w.input, false)? else {
             return Err(Error::Internal("a window over updates".into()));
         };
@@ -392,35 +463,60 @@ impl<'e> Builder<'e> {
             Some(p) => calc.set_parallelism(p),
             None => calc,
         };
-        let agg = GroupRowAggregate(RowAggregate::new(&w.calls, &args, &arg_types));
+        let agg = WindowAggregate::new(&w.calls, &args, &arg_types);
         let assigner = match w.window {
             Window::Tumble { size } => WindowAssigner::tumbling(size),
             Window::Hop { size, slide } => WindowAssigner::sliding(size, slide),
             Window::Session { gap } => WindowAssigner::session(gap),
             Window::Cumulate { step, size } => WindowAssigner::cumulative(step, size),
         };
-        let group = w.group.clone();
-        let ltz = matches!(w.time_ty, SqlType::TimestampLtz(_));
         let uid = self.uid("window");
-        let out = pre
+        Ok(pre
             .key_by_field(|r: &GroupRow| &r.key)
             .window(assigner)
-            .aggregate_with(agg, move |key: &Vec<Value>, window, aggs: Row, out| {
-                let mut row = Vec::with_capacity(group.len() + aggs.len());
-                for g in &group {
-                    row.push(match g {
-                        GroupItem::Start => Value::Timestamp(window.start),
-                        GroupItem::End => Value::Timestamp(window.end),
-                        GroupItem::Time if ltz => Value::TimestampLtz(window.end - 1),
-                        GroupItem::Time => Value::Timestamp(window.end - 1),
-                        GroupItem::Key(k) => key.get(*k).cloned().unwrap_or(Value::Null),
-                    });
-                }
-                row.extend(aggs);
-                out.push(row);
-            })
+            .aggregate_with(agg, f)
             .name("WindowAggregate")
-            .uid(&uid);
-        Ok(out)
+            .uid(&uid))
+    }
+
+    /// The rows of `w`: `[grouped columns.., aggregates..]`, or those
+    /// columns picked by `columns`.
+    fn window(&mut self, w: &WindowAgg, columns: Option<Vec<usize>>) -> Result<DataStream<Row>> {
+        let group = w.group.clone();
+        // The columns picked, and whether each at most once (then moved).
+        let picked = columns.map(|c| {
+            let once = c.iter().enumerate().all(|(i, x)| !c[..i].contains(x));
+            (c, once)
+        });
+        let ltz = matches!(w.time_ty, SqlType::TimestampLtz(_));
+        self.window_with(
+            w,
+            move |key: &GroupKey, window: &TimeWindow, mut aggs: Results, out: &mut Vec<Row>| {
+                let key = key.as_slice();
+                let grouped = |g: &GroupItem| match g {
+                    GroupItem::Start => Value::Timestamp(window.start),
+                    GroupItem::End => Value::Timestamp(window.end),
+                    GroupItem::Time if ltz => Value::TimestampLtz(window.end - 1),
+                    GroupItem::Time => Value::Timestamp(window.end - 1),
+                    GroupItem::Key(k) => key.get(*k).cloned().unwrap_or(Value::Null),
+                };
+                let row = match &picked {
+                    None => {
+                        let mut row = Vec::with_capacity(group.len() + aggs.len());
+                        row.extend(group.iter().map(grouped));
+                        aggs.append_to(&mut row);
+                        row
+                    }
+                    Some((columns, once)) => columns
+                        .iter()
+                        .map(|&c| match group.get(c) {
+                            Some(g) => grouped(g),
+                            None => aggs.value(c - group.len(), *once),
+                        })
+                        .collect(),
+                };
+                out.push(row);
+            },
+        )
     }
 }

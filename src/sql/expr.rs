@@ -109,7 +109,20 @@ pub type EvalResult = Result<Value, String>;
 
 impl Expr {
     /// The expression's value on `row`.
+    #[inline]
     pub fn eval(&self, row: &[Value]) -> EvalResult {
+        // A column or a constant without the call of the general case
+        // (whose frame is large).
+        match self {
+            Expr::Column(i) => Ok(row.get(*i).cloned().unwrap_or(Value::Null)),
+            Expr::Literal(v) => Ok(v.clone()),
+            Expr::Call(Func::ToTimestampLtz, args) => to_timestamp_ltz(args, row),
+            _ => self.eval_general(row),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_general(&self, row: &[Value]) -> EvalResult {
         Ok(match self {
             Expr::Column(i) => row.get(*i).cloned().unwrap_or(Value::Null),
             Expr::Literal(v) => v.clone(),
@@ -449,6 +462,49 @@ fn str_arg(v: &Value) -> Option<&str> {
     }
 }
 
+/// `TO_TIMESTAMP_LTZ(epoch[, precision])` (a computed event-time column,
+/// evaluated per row), as [`call`] computes it, without its argument array.
+fn to_timestamp_ltz(args: &[Expr], row: &[Value]) -> EvalResult {
+    // Columns and constants read in place, others evaluated.
+    let (epoch, precision) = match args {
+        [e] => match in_place(e, row) {
+            Some(e) => return Ok(ltz(e, None)),
+            None => (e.eval(row)?, None),
+        },
+        [e, p] => match (in_place(e, row), in_place(p, row)) {
+            (Some(e), Some(p)) => return Ok(ltz(e, Some(p))),
+            _ => (e.eval(row)?, Some(p.eval(row)?)),
+        },
+        _ => return call(Func::ToTimestampLtz, args, row),
+    };
+    Ok(ltz(&epoch, precision.as_ref()))
+}
+
+/// The value of a column or a constant, in place.
+#[inline]
+fn in_place<'a>(e: &'a Expr, row: &'a [Value]) -> Option<&'a Value> {
+    match e {
+        Expr::Column(i) => Some(row.get(*i).unwrap_or(&Value::Null)),
+        Expr::Literal(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// `TO_TIMESTAMP_LTZ(epoch, precision)` of the arguments' values.
+#[inline]
+fn ltz(epoch: &Value, precision: Option<&Value>) -> Value {
+    if epoch.is_null() || precision.is_some_and(Value::is_null) {
+        return Value::Null;
+    }
+    let epoch = epoch.as_i64().unwrap_or(0);
+    let precision = precision.and_then(Value::as_i64).unwrap_or(3);
+    Value::TimestampLtz(if precision == 0 {
+        epoch.saturating_mul(1000)
+    } else {
+        epoch
+    })
+}
+
 fn call(f: Func, args: &[Expr], row: &[Value]) -> EvalResult {
     // The arguments' values on the stack (no allocation per row) for up to
     // four arguments.
@@ -571,6 +627,34 @@ fn like(s: &str, pattern: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_timestamp_ltz_reads_as_the_general_call() {
+        let values = [
+            Value::Null,
+            Value::Int(-5),
+            Value::BigInt(1_700_000_000_123),
+            Value::BigInt(i64::MAX),
+            Value::Int(0),
+            Value::Int(3),
+        ];
+        for a in &values {
+            for p in &values {
+                let row = [a.clone(), p.clone()];
+                for args in [
+                    vec![Expr::Column(0)],
+                    vec![Expr::Column(0), Expr::Column(1)],
+                    vec![Expr::Column(0), Expr::Literal(Value::Int(0))],
+                    vec![Expr::Coalesce(vec![Expr::Column(0)]), Expr::Column(1)],
+                    vec![Expr::Coalesce(vec![Expr::Column(0)])],
+                ] {
+                    let e = Expr::Call(Func::ToTimestampLtz, args.clone());
+                    let general = call(Func::ToTimestampLtz, &args, &row);
+                    assert_eq!(e.eval(&row), general, "{row:?} {args:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn int_arithmetic_wraps_as_javas_int_and_bigint_as_long() {

@@ -70,6 +70,8 @@ pub mod table;
 pub mod typing;
 pub mod upsert;
 pub mod value;
+pub mod window_aggregate;
+mod window_csv;
 
 pub use changelog::{Change, RowKind};
 pub use dialect::FlinkDialect;
@@ -191,8 +193,7 @@ impl SqlSession {
         builder.streams = self.streams.clone();
         let built = inserts.iter().try_for_each(|(plan, sink)| {
             let updates = upsert::sink_updates(plan, sink)?;
-            let rows = builder.stream(plan, updates.retract())?;
-            builder.sink(&rows, sink, &updates)
+            builder.insert(plan, sink, &updates)
         });
         if let Err(e) = built {
             self.env.inner.borrow_mut().nodes.truncate(before);
@@ -388,10 +389,10 @@ impl SqlSession {
             Some(t) => upsert::sink_updates(&plan, t)?,
             None => upsert::SinkUpdates::Retract,
         };
-        let rows = builder.stream(&plan, updates.retract())?;
         match &sink {
-            Some(t) => builder.sink(&rows, t, &updates)?,
+            Some(t) => builder.insert(&plan, t, &updates)?,
             None => {
+                let rows = builder.stream(&plan, updates.retract())?;
                 let blackhole = Table {
                     name: "collect".into(),
                     columns: plan.columns().to_vec(),

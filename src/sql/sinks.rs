@@ -25,15 +25,18 @@ use super::changelog::Change;
 use super::connector::{Connector, Format};
 use super::exec::{Builder, Rows};
 use super::json::{JsonFormat, JsonLine};
+use super::planner::Plan;
 use super::table::Table;
 use super::upsert::{SinkUpdates, SinkUpsertMaterializer};
 use super::value::{CsvFormat, Row, Value};
 use crate::connectors::transactional_file::TransactionalFileSink;
 use crate::operators::sink::{SinkContext, SinkFunction};
-use crate::{DataStream, DataStreamSink, Error, Result};
+use crate::operators::{Operator, Output};
+use crate::{DataStream, DataStreamSink, Error, Record, Result};
 use floe_actors::element::Batch;
 use std::fmt::{self, Write as _};
 use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 
 /// A row format's encoder (of Kafka records).
@@ -90,7 +93,150 @@ impl RowEncoder {
     }
 }
 
+/// Rows as lines of Flink's CSV format, for a file: a batch's lines as one
+/// record, joined by line feeds (the sink ends each record with one), so
+/// the lines go to the sink subtask without a string or a record each.
+#[derive(Clone)]
+struct CsvLines {
+    format: Arc<CsvFormat>,
+    /// A record per line.
+    per_row: bool,
+    stamps: Stamps,
+    /// The last block's length: the next one's capacity.
+    capacity: usize,
+}
+
+impl CsvLines {
+    fn write_row(&mut self, row: &[Value], out: &mut String) {
+        let f = &*self.format;
+        for (i, v) in row.iter().enumerate() {
+            if i > 0 {
+                out.push(char::from(f.delimiter));
+            }
+            match v {
+                Value::Timestamp(ms) | Value::TimestampLtz(ms) => {
+                    let ltz = matches!(v, Value::TimestampLtz(_));
+                    self.stamps.write(*ms, ltz, out, |text| {
+                        // Writing into a String cannot fail.
+                        let _ = v.write_csv(text, f);
+                    })
+                }
+                _ => {
+                    let _ = v.write_csv(out, f);
+                }
+            }
+        }
+    }
+}
+
+impl Operator<Row, String> for CsvLines {
+    fn process_batch(&mut self, batch: Batch<Row>, out: &mut Output<'_, String>) -> Result<()> {
+        if self.per_row {
+            out.records.reserve(batch.len());
+            for r in batch {
+                let mut line = String::with_capacity(64);
+                self.write_row(&r.value, &mut line);
+                out.records.push(Record {
+                    value: line,
+                    timestamp: r.timestamp,
+                });
+            }
+            return Ok(());
+        }
+        let Some(timestamp) = batch.last().map(|r| r.timestamp) else {
+            return Ok(());
+        };
+        let mut block = String::with_capacity(self.capacity.max(64));
+        for (i, r) in batch.iter().enumerate() {
+            if i > 0 {
+                block.push('\n');
+            }
+            self.write_row(&r.value, &mut block);
+        }
+        self.capacity = block.len() + block.len() / 8;
+        out.records.push(Record {
+            value: block,
+            timestamp,
+        });
+        Ok(())
+    }
+}
+
+/// The text of the two timestamps written last: a window's rows share
+/// their `window_start` and `window_end`, formatted once per window.
+#[derive(Clone, Default)]
+struct Stamps {
+    /// `(milliseconds, TIMESTAMP_LTZ, text)`; an empty text is no entry.
+    last: [(i64, bool, String); 2],
+    /// The entry replaced next.
+    next: usize,
+}
+
+impl Stamps {
+    /// Appends the text of `ms` to `out`, written by `write` unless it is
+    /// one of the last two.
+    #[inline]
+    fn write(&mut self, ms: i64, ltz: bool, out: &mut String, write: impl FnOnce(&mut String)) {
+        if let Some((_, _, text)) = self
+            .last
+            .iter()
+            .find(|(m, l, text)| *m == ms && *l == ltz && !text.is_empty())
+        {
+            out.push_str(text);
+            return;
+        }
+        let entry = &mut self.last[self.next];
+        self.next ^= 1;
+        entry.2.clear();
+        write(&mut entry.2);
+        (entry.0, entry.1) = (ms, ltz);
+        out.push_str(&entry.2);
+    }
+}
+
+/// The sink of a file of lines (`T`'s text): one sink subtask, through the
+/// two-phase-commit file sink when `transactional`.
+fn file_lines<T: fmt::Display + Clone + Send + 'static>(
+    lines: &DataStream<T>,
+    path: &Path,
+    name: &str,
+    transactional: bool,
+) -> Result<DataStreamSink> {
+    let sink = match transactional {
+        true => lines.sink_exactly_once(name, TransactionalFileSink::new(path)?),
+        false => lines.write_as_text(path),
+    };
+    Ok(sink.set_parallelism(1))
+}
+
 impl Builder<'_> {
+    /// Adds the rows of `plan` and the sink of `table` writing them: a
+    /// window aggregate into a `csv` file writes its lines itself
+    /// ([`window_csv`](super::window_csv)), any other plan's rows go to
+    /// [`sink`](Self::sink).
+    pub fn insert(&mut self, plan: &Plan, table: &Table, updates: &SinkUpdates) -> Result<()> {
+        let Some(blocks) = self.window_csv(plan, table)? else {
+            let rows = self.stream(plan, updates.retract())?;
+            return self.sink(&rows, table, updates);
+        };
+        let name = format!("Sink: {}", table.name);
+        let uid = self.uid("sink");
+        let Connector::FileSystem { path, .. } = &table.connector else {
+            return Err(Error::Internal(format!("'{}' is not a file", table.name)));
+        };
+        file_lines(&blocks, path, &name, self.transactional())?
+            .name(&name)
+            .uid(&uid);
+        Ok(())
+    }
+
+    /// Whether sinks commit with checkpoints (checkpointing is on, or the
+    /// job restores one).
+    fn transactional(&self) -> bool {
+        let config = self.env.config();
+        config.checkpoint.interval.is_some() || config.restore_from.is_some()
+    }
+
     /// Adds the sink of `table` writing `rows` (through a
     /// `SinkUpsertMaterializer` when `updates` says so).
     pub fn sink(&mut self, rows: &Rows, table: &Table, updates: &SinkUpdates) -> Result<()> {
@@ -98,8 +244,7 @@ impl Builder<'_> {
         let uid = self.uid("sink");
         let parallelism = table.sink_parallelism;
         let names: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
-        let config = self.env.config();
-        let transactional = config.checkpoint.interval.is_some() || config.restore_from.is_some();
+        let transactional = self.transactional();
         let append = |rows: &Rows| match rows {
             Rows::Append(r) => Ok(r.clone()),
             Rows::Changes(_) => Err(Error::Internal(format!(
@@ -110,54 +255,41 @@ impl Builder<'_> {
         let sink: DataStreamSink = match &table.connector {
             Connector::FileSystem { path, format } => {
                 let rows = append(rows)?;
-                let sink =
-                    match format {
-                        Format::Json(_) => {
-                            let f = Arc::new(JsonFormat::new(&names));
-                            // Each line formatted before the one sink
-                            // subtask, at the rows' parallelism.
-                            let lines = rows
-                                .map(move |row| JsonLine(row, f.clone()).to_string())
-                                .name("Json");
-                            match transactional {
-                                true => lines
-                                    .sink_exactly_once(&name, TransactionalFileSink::new(path)?),
-                                false => lines.write_as_text(path),
-                            }
-                        }
-                        _ => {
-                            let Format::Csv(csv) = format else {
-                                return Err(Error::Internal("a raw file".into()));
-                            };
-                            let f = Arc::new(CsvFormat {
-                                delimiter: csv.delimiter,
-                                quote: csv.quote,
-                                null: csv.null_literal.clone(),
-                            });
-                            let lines = rows
-                                .map(move |row| {
-                                    // Formatted before the one sink
-                                    // subtask, at the rows' parallelism.
-                                    let mut line = String::with_capacity(64);
-                                    for (i, v) in row.iter().enumerate() {
-                                        if i > 0 {
-                                            line.push(char::from(f.delimiter));
-                                        }
-                                        // Writing into a String cannot fail.
-                                        let _ = v.write_csv(&mut line, &f);
-                                    }
-                                    line
-                                })
-                                .name("CsvFormat");
-                            match transactional {
-                                true => lines
-                                    .sink_exactly_once(&name, TransactionalFileSink::new(path)?),
-                                false => lines.write_as_text(path),
-                            }
-                        }
-                    };
-                // One file: one sink subtask.
-                sink.set_parallelism(1)
+                match format {
+                    Format::Json(_) => {
+                        let f = Arc::new(JsonFormat::new(&names));
+                        // Each line formatted before the one sink
+                        // subtask, at the rows' parallelism.
+                        let lines = rows
+                            .map(move |row| JsonLine(row, f.clone()).to_string())
+                            .name("Json");
+                        file_lines(&lines, path, &name, transactional)?
+                    }
+                    _ => {
+                        let Format::Csv(csv) = format else {
+                            return Err(Error::Internal("a raw file".into()));
+                        };
+                        let f = Arc::new(CsvFormat {
+                            delimiter: csv.delimiter,
+                            quote: csv.quote,
+                            null: csv.null_literal.clone(),
+                        });
+                        // Formatted before the one sink subtask, at the
+                        // rows' parallelism: a block of lines per batch,
+                        // or a line per row when the sink's input rate
+                        // (in records) is set.
+                        let op = CsvLines {
+                            format: f,
+                            per_row: self.sink_rate.is_some(),
+                            stamps: Default::default(),
+                            capacity: 0,
+                        };
+                        let lines = rows
+                            .transform("CsvFormat", move |_| op.clone())
+                            .name("CsvFormat");
+                        file_lines(&lines, path, &name, transactional)?
+                    }
+                }
             }
             Connector::Print { identifier, stderr } => {
                 let print = PrintRows {

@@ -417,6 +417,26 @@ fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeSty
     out.write_str(&text[date_len + 1..])
 }
 
+/// An integer in decimal, as `{v}` formats it (digits put in place, no
+/// `fmt` machinery: a sink writes one or two per row).
+fn write_int(out: &mut impl fmt::Write, v: i64) -> fmt::Result {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = v.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        out.write_char('-')?;
+    }
+    out.write_str(std::str::from_utf8(&digits[at..]).map_err(|_| fmt::Error)?)
+}
+
 /// Java's `Double.toString`: plain between 10^-3 and 10^7, else
 /// `d.dddE±n`, always with a fractional digit; shortest round-trip digits.
 fn write_double(out: &mut impl fmt::Write, v: f64) -> fmt::Result {
@@ -514,7 +534,11 @@ impl Value {
                     return out.write_str(s);
                 };
                 let safe = u32::from(format.delimiter.max(b'"').max(b'\n').max(q as u8)) + 1;
-                let quote = s.encode_utf16().count() > 24 || s.chars().any(|c| (c as u32) < safe);
+                let quote = if s.is_ascii() {
+                    s.len() > 24 || s.bytes().any(|b| u32::from(b) < safe)
+                } else {
+                    s.encode_utf16().count() > 24 || s.chars().any(|c| (c as u32) < safe)
+                };
                 if !quote {
                     return out.write_str(s);
                 }
@@ -566,8 +590,8 @@ impl Value {
     fn write_plain(&self, out: &mut impl fmt::Write) -> fmt::Result {
         match self {
             Value::Bool(b) => write!(out, "{b}"),
-            Value::Int(v) => write!(out, "{v}"),
-            Value::BigInt(v) => write!(out, "{v}"),
+            Value::Int(v) => write_int(out, i64::from(*v)),
+            Value::BigInt(v) => write_int(out, *v),
             Value::Double(v) => write_double(out, *v),
             Value::Decimal(u, s) => write_decimal(out, *u, *s),
             other => other.write_print(out),
@@ -721,6 +745,12 @@ mod tests {
             Value::TimestampLtz(0).to_sql_string(),
             "1970-01-01 00:00:00.000"
         );
+        for v in [0, 7, -7, 10, -10, 99, 1234567890, i64::MAX, i64::MIN] {
+            assert_eq!(csv(Value::BigInt(v)), format!("{v}"));
+        }
+        for v in [0, 42, -42, i32::MAX, i32::MIN] {
+            assert_eq!(csv(Value::Int(v)), format!("{v}"));
+        }
         assert_eq!(rescale(125, 2, 1), Some(13));
         assert_eq!(rescale(-125, 2, 1), Some(-13));
     }

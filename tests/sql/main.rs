@@ -19,4 +19,5 @@ mod sql_split_source;
 mod sql_streams;
 mod sql_updates;
 mod sql_upsert_materialize;
+mod sql_window_aggregates;
 mod sql_windows;
