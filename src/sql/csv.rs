@@ -119,25 +119,22 @@ impl CsvDecoder {
     #[inline]
     fn plain(&self, line: &[u8]) -> Option<Row> {
         let delim = self.options.delimiter;
-        if let Some(q) = self.options.quote
-            && memchr::memchr(q, line).is_some()
-        {
-            return None;
-        }
+        // Without a quote character, the delimiter stands in for it.
+        let quote = self.options.quote.unwrap_or(delim);
         let mut row = Vec::with_capacity(self.width);
         let mut rest = line;
         let last = self.types.len().checked_sub(1)?;
         for (k, ty) in self.types.iter().enumerate() {
-            let raw = match k == last {
-                // No more fields after the last.
-                true if rest.contains(&delim) => return None,
-                true => rest,
-                false => {
-                    let at = rest.iter().position(|&b| b == delim)?;
+            let at = rest.iter().position(|&b| b == delim || b == quote);
+            let raw = match (k == last, at) {
+                (true, None) => rest,
+                // No quote, no more fields after the last.
+                (_, Some(at)) if rest[at] == delim && k < last => {
                     let raw = &rest[..at];
                     rest = &rest[at + 1..];
                     raw
                 }
+                _ => return None,
             };
             let text = || std::str::from_utf8(raw).ok();
             row.push(match ty {

@@ -170,6 +170,11 @@ impl GroupCalcOp {
     fn split(&mut self, mut row: Row) -> std::result::Result<GroupRow, String> {
         let args = match &*self.args {
             [] => SmallRow::Many(Vec::new()),
+            // A column no key takes: moved out of the row.
+            [Expr::Column(c)] if !self.keys.contains(c) => SmallRow::One(match row.get_mut(*c) {
+                Some(v) => std::mem::replace(v, Value::Null),
+                None => Value::Null,
+            }),
             [one] => SmallRow::One(one.eval(&row)?),
             many => {
                 self.scratch.clear();

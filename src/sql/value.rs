@@ -434,7 +434,9 @@ fn write_int(out: &mut impl fmt::Write, v: i64) -> fmt::Result {
     if v < 0 {
         out.write_char('-')?;
     }
-    out.write_str(std::str::from_utf8(&digits[at..]).map_err(|_| fmt::Error)?)
+    digits[at..]
+        .iter()
+        .try_for_each(|&d| out.write_char(char::from(d)))
 }
 
 /// Java's `Double.toString`: plain between 10^-3 and 10^7, else
