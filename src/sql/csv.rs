@@ -17,6 +17,7 @@ use super::expr::{fits, parse_decimal};
 use super::table::CsvOptions;
 use super::value::{Row, SqlType, Value, parse_timestamp};
 use crate::connectors::file_source::LineDecoder;
+use smol_str::SmolStr;
 use std::sync::Arc;
 
 /// Decodes lines of a table's file into rows (`None`: a line skipped).
@@ -138,7 +139,7 @@ impl CsvDecoder {
             };
             let text = || std::str::from_utf8(raw).ok();
             row.push(match ty {
-                SqlType::String => Value::Str(text()?.into()),
+                SqlType::String => Value::Str(small_str(text()?)),
                 SqlType::BigInt => Value::BigInt(plain_int(raw)?),
                 SqlType::Int => Value::Int(i32::try_from(plain_int(raw)?).ok()?),
                 SqlType::Double => Value::Double(text()?.trim().parse().ok()?),
@@ -196,7 +197,7 @@ impl CsvDecoder {
             return Ok(Value::Null);
         }
         if ty == SqlType::String {
-            return Ok(Value::Str(text.into()));
+            return Ok(Value::Str(small_str(text)));
         }
         let bad = || format!("'{text}' is not a valid {ty}");
         let t = text.trim();
@@ -232,6 +233,19 @@ impl CsvDecoder {
             }
             SqlType::Null => Value::Null,
         })
+    }
+}
+
+/// Bytes a string holds inline (`SmolStr`'s inline capacity).
+const INLINE: usize = 23;
+
+/// `text` as a string value: inline up to [`INLINE`] bytes, copied byte
+/// by byte (a field is short: no `memcpy` call), else on the heap.
+#[inline]
+fn small_str(text: &str) -> SmolStr {
+    match text.len() <= INLINE {
+        true => SmolStr::new_inline(text),
+        false => SmolStr::new(text),
     }
 }
 
@@ -451,6 +465,20 @@ mod tests {
                     String::from_utf8_lossy(line)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn strings_up_to_and_past_the_inline_capacity() {
+        let mut d = decoder(vec![SqlType::String, SqlType::Int], false);
+        for n in [0, 1, INLINE - 1, INLINE, INLINE + 1, 100] {
+            let text = "x".repeat(n);
+            let line = format!("{text},1");
+            assert_eq!(
+                d.decode(line.as_bytes()),
+                Ok(Some(vec![Value::Str(text.as_str().into()), Value::Int(1)]))
+            );
+            assert_eq!(small_str(&text), text.as_str());
         }
     }
 }
