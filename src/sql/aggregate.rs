@@ -1,7 +1,10 @@
 //! The aggregates of a window or group aggregate (`COUNT`, `SUM`, `MIN`, `MAX`,
-//! `AVG`, `COUNT(DISTINCT ..)`) as one floe [`AggregateFunction`] over rows,
-//! so a SQL window runs on floe's own window operators (panes, state in
-//! checkpoints) and a `GROUP BY` on keyed state ([`changelog`](super::changelog)).
+//! `AVG`, `COUNT(DISTINCT ..)`): each call's [`Acc`], and the calls as one
+//! floe [`AggregateFunction`] over rows, so a `GROUP BY` runs on keyed
+//! state ([`changelog`](super::changelog)). A window aggregate runs on
+//! floe's own window operators (panes, state in checkpoints) with the
+//! accumulators of [`window_aggregate`](super::window_aggregate), which
+//! keeps the usual calls as plain integers and others as these.
 //!
 //! The input row is `[key.., argument of each call..]` (a `Calc` computed
 //! it). `NULL` arguments are skipped; a `SUM`, `MIN`, `MAX` or `AVG` of no

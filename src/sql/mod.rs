@@ -71,7 +71,7 @@ pub mod typing;
 pub mod upsert;
 pub mod value;
 pub mod window_aggregate;
-mod window_csv;
+pub mod window_csv;
 
 pub use changelog::{Change, RowKind};
 pub use dialect::FlinkDialect;

@@ -2,7 +2,9 @@
 //!
 //! - `filesystem`: one file (`csv` or `json` lines) from one sink subtask,
 //!   through the two-phase-commit file sink when checkpointing is on;
-//!   append-only.
+//!   append-only. Lines are formatted at the rows' parallelism, a `csv`
+//!   batch's lines as one record (a window aggregate's lines by the window
+//!   itself, see [`window_csv`](super::window_csv)).
 //! - `kafka`: floe's Kafka sink, at least once, or exactly once through its
 //!   transactions (`'sink.delivery-guarantee' = 'exactly-once'`); a record
 //!   per row, keyed by `'key.fields'` when given; append-only.
