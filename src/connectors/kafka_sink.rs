@@ -595,30 +595,6 @@ impl<T> KafkaTransactionalSink<T> {
     }
 }
 
-/// A transaction step's error, named as the broker's missing support when
-/// that is what it is. A broker that refuses every transactional id
-/// (some Kafka-protocol brokers answer `InitProducerId` so on purpose; on
-/// Apache Kafka it is a missing ACL, which the reason names) cannot run
-/// the sink either.
-fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
-    let text = e.to_string();
-    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
-        || text.contains("Transactional Id authorization failed")
-        || text.contains("not supported")
-        || text.contains("Unsupported")
-        || text.contains("UNSUPPORTED")
-        || text.contains("does not support")
-    {
-        KafkaError::NoTransactions {
-            brokers: brokers.to_string(),
-            reason: text,
-        }
-        .into()
-    } else {
-        KafkaError::client("transaction")(e).into()
-    }
-}
-
 /// The transaction steps; each finishes before it returns (librdkafka's
 /// calls block), so the sink runs on the inline runner.
 impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
@@ -645,6 +621,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             .iter()
             .map(|(_, t)| (t.transactional_id.clone(), t.producer))
             .collect();
+        tracing::debug!(?restored, "Kafka sink: recover");
         let plan = txn_recovery::plan(
             &self.sink.prefix,
             ctx.subtask.0 as usize,
@@ -689,11 +666,22 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
 
     async fn begin(&mut self) -> Result<KafkaTxn> {
         let id = self.id(self.sink.subtask, self.sink.next_txn);
+        if self.sink.open.contains_key(&id) {
+            // Its transaction awaits its checkpoint: initialising the id
+            // would abort it, and its commit would then commit this one.
+            return Err(KafkaError::IdsInUse {
+                subtask: self.sink.subtask,
+                ids: ID_POOL,
+                failed: ID_POOL - 1,
+            }
+            .into());
+        }
         self.sink.next_txn += 1;
         let (producer, deliveries) = self.init(&id)?;
         producer
             .begin_transaction()
             .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        tracing::debug!(id, "Kafka sink: began a transaction");
         self.sink.open.insert(id.clone(), (producer, deliveries));
         Ok(KafkaTxn {
             transactional_id: id,
@@ -730,6 +718,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             self.sink.flush_deliveries(producer, deliveries)?;
             txn.producer =
                 Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
+            tracing::debug!(id = %txn.transactional_id, producer = ?txn.producer, checkpoint = ?_checkpoint, "Kafka sink: pre-committed");
         }
         Ok(())
     }
@@ -739,6 +728,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     }
 
     async fn abort(&mut self, txn: KafkaTxn) -> Result<()> {
+        tracing::debug!(id = %txn.transactional_id, "Kafka sink: abort");
         if let Some((producer, _)) = self.sink.open.remove(&txn.transactional_id) {
             producer
                 .abort_transaction(self.sink.timeout)
@@ -752,6 +742,7 @@ impl<T: Send + 'static> KafkaTransactionalSink<T> {
     /// Commits `txn`: its open producer's transaction, or a restored one
     /// through its coordinator.
     fn commit_now(&mut self, txn: KafkaTxn, checkpoint: CheckpointId) -> Result<()> {
+        tracing::debug!(id = %txn.transactional_id, producer = ?txn.producer, ?checkpoint, open = self.sink.open.contains_key(&txn.transactional_id), "Kafka sink: commit");
         match self.sink.open.remove(&txn.transactional_id) {
             Some((producer, _)) => {
                 if let Some((group, topics)) = &self.sink.group {
@@ -781,6 +772,7 @@ impl<T: Send + 'static> KafkaTransactionalSink<T> {
 
 mod txn;
 pub use txn::KafkaTxn;
+use txn::no_transactions;
 
 #[cfg(test)]
 mod tests;

@@ -166,6 +166,77 @@ fn a_restart_fences_the_previous_attempts_transactions() {
     );
 }
 
+/// Checkpoints that fail in a row (tolerated) leave their pre-committed
+/// transactions pending, each on a transactional id of the subtask's pool.
+/// Once every id holds one, the next transaction cannot begin: its id's
+/// initialisation would abort the pending transaction on it (and that
+/// transaction's commit would then commit the new one). The sink fails
+/// instead, and every pending transaction still commits.
+#[test]
+fn transactions_awaiting_their_checkpoints_never_share_an_id() {
+    use floe::CheckpointId;
+    use floe::connectors::two_phase::TwoPhaseCommitSink;
+    use futures::executor::block_on;
+    let Some(b) = broker() else { return };
+    let topic = unique("sink-pool");
+    create_topic(&b, &topic, 1);
+    let mut sink = KafkaSink::<String>::lines(&b, &topic)
+        .transactional_id_prefix(&unique("pool"))
+        .request_timeout(Duration::from_secs(10))
+        .exactly_once();
+    let batch = |n: u64| -> Vec<Record<String>> {
+        (0..20)
+            .map(|i| Record::new(format!("t{n}-{i},{i}")))
+            .collect()
+    };
+    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
+    let mut pending = Vec::new();
+    let mut n = 0;
+    let refused = loop {
+        let mut txn = match block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)) {
+            Ok(txn) => txn,
+            Err(e) => break e,
+        };
+        assert!(n < 64, "begins without end while transactions are pending");
+        block_on(TwoPhaseCommitSink::<String>::write(
+            &mut sink,
+            &mut txn,
+            batch(n),
+        ))
+        .expect("writes");
+        block_on(TwoPhaseCommitSink::<String>::pre_commit(
+            &mut sink,
+            &mut txn,
+            Some(CheckpointId(n + 1)),
+        ))
+        .expect("pre-commits");
+        pending.push((n, txn));
+        n += 1;
+    };
+    assert!(
+        refused
+            .to_string()
+            .contains("transactional ids hold transactions"),
+        "{refused}"
+    );
+    assert!(refused.is_retriable(), "a restart mends it: {refused}");
+    // The checkpoint of the last one completes: every pending transaction
+    // commits, in order.
+    for (n, txn) in pending {
+        block_on(TwoPhaseCommitSink::<String>::commit(
+            &mut sink,
+            txn,
+            CheckpointId(n + 1),
+        ))
+        .expect("commits");
+    }
+    let mut got = read_all(&b, &topic);
+    got.sort();
+    let mut expected: Vec<String> = (0..n).flat_map(batch).map(|r| r.value).collect();
+    expected.sort();
+    assert_eq!(got, expected, "every pending transaction's records, once");
+}
+
 /// A job writing `r0..rN` through the transactional sink; the sink's
 /// checkpoint 3 fails in its asynchronous part, after the synchronous part
 /// pre-committed (flushed) the transaction: the checkpoint never completes,

@@ -143,6 +143,21 @@ pub enum KafkaError {
         /// How long the sink waited.
         timeout: std::time::Duration,
     },
+    /// Every transactional id of a sink subtask holds a pre-committed
+    /// transaction whose checkpoint has not completed (checkpoints failed
+    /// in a row, tolerated): a new transaction on one of them would abort
+    /// it. The job restarts from its last completed checkpoint instead.
+    #[error(
+        "Kafka sink subtask {subtask}: all {ids} of its transactional ids hold transactions          awaiting their checkpoints ({failed} checkpoints in a row did not complete);          restarting from the last completed checkpoint"
+    )]
+    IdsInUse {
+        /// The sink subtask.
+        subtask: usize,
+        /// How many transactional ids a subtask has.
+        ids: u64,
+        /// How many checkpoints in a row did not complete.
+        failed: u64,
+    },
     /// The client failed.
     #[error("Kafka {action}: {source}")]
     Client {

@@ -98,3 +98,28 @@ pub(super) fn fatal<C: rdkafka::ClientContext>(
         reason,
     }
 }
+
+/// A transaction step's error, named as the broker's missing support when
+/// that is what it is. A broker that refuses every transactional id
+/// (some Kafka-protocol brokers answer `InitProducerId` so on purpose; on
+/// Apache Kafka it is a missing ACL, which the reason names) cannot run
+/// the sink either.
+pub(super) fn no_transactions(brokers: &str, e: rdkafka::error::KafkaError) -> crate::Error {
+    let text = e.to_string();
+    if e.rdkafka_error_code()
+        == Some(rdkafka::error::RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
+        || text.contains("Transactional Id authorization failed")
+        || text.contains("not supported")
+        || text.contains("Unsupported")
+        || text.contains("UNSUPPORTED")
+        || text.contains("does not support")
+    {
+        crate::connectors::kafka::KafkaError::NoTransactions {
+            brokers: brokers.to_string(),
+            reason: text,
+        }
+        .into()
+    } else {
+        crate::connectors::kafka::KafkaError::client("transaction")(e).into()
+    }
+}
