@@ -19,4 +19,6 @@ mod sql_split_source;
 mod sql_streams;
 mod sql_updates;
 mod sql_upsert_materialize;
+mod sql_upsert_modes;
 mod sql_windows;
+mod upsert_oracle;
