@@ -18,6 +18,8 @@ mod sql_queries;
 mod sql_split_source;
 mod sql_streams;
 mod sql_updates;
+mod sql_upsert_kafka;
+mod sql_upsert_kill;
 mod sql_upsert_materialize;
 mod sql_upsert_modes;
 mod sql_windows;
