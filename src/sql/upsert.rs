@@ -13,7 +13,7 @@
 //!   the `-U` rows go to the sink too and delete the old sink key;
 //! - otherwise (a primary key that is a subset of the group key, another
 //!   column, or no upsert key): several groups meet in one sink key, so
-//!   a [`SinkUpsertMaterializer`] keyed by the primary key keeps each sink
+//!   a `SinkUpsertMaterializer` keyed by the primary key keeps each sink
 //!   key's rows alive in the changelog (keyed state: in checkpoints,
 //!   restored, redistributed by key group) and writes the newest of them,
 //!   or deletes the sink key when none is left.
@@ -43,7 +43,7 @@ use std::sync::Arc;
 /// Flink's option `table.exec.sink.upsert-materialize`.
 pub const UPSERT_MATERIALIZE: &str = "table.exec.sink.upsert-materialize";
 
-/// `table.exec.sink.upsert-materialize`: when a [`SinkUpsertMaterializer`]
+/// `table.exec.sink.upsert-materialize`: when a `SinkUpsertMaterializer`
 /// goes before a sink with a primary key that is written updates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpsertMaterialize {
@@ -90,12 +90,12 @@ pub struct SinkUpdates {
     /// `upsertMaterialize=[true]`); under `FORCE` set for an insert-only
     /// query too, which then has no materializer (as in Flink).
     pub upsert_materialize: bool,
-    /// The [`SinkUpsertMaterializer`] before the sink: an updating query
+    /// The `SinkUpsertMaterializer` before the sink: an updating query
     /// with `upsert_materialize`.
     pub materializer: Option<Materializer>,
 }
 
-/// A [`SinkUpsertMaterializer`] keyed by the sink's primary key.
+/// A `SinkUpsertMaterializer` keyed by the sink's primary key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Materializer {
     /// The columns that tell rows apart: the query's upsert key (`None`:
