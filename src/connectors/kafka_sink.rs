@@ -38,13 +38,12 @@ use crate::Result;
 use crate::operators::sink::{SinkContext, SinkFunction};
 use floe_actors::element::Batch;
 use floe_actors::ids::CheckpointId;
-use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 /// Writes a record's key and value into the two buffers (cleared before;
@@ -60,81 +59,6 @@ type GroupOffsets = (Arc<GroupCommit>, Vec<String>);
 /// Whether a record is a tombstone (its key, no value: an upsert's delete).
 pub type TombstoneTest<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
 
-/// Collects the first failed delivery of a producer, and its latest
-/// transactional state from the statistics.
-#[derive(Clone, Default)]
-struct Deliveries {
-    failed: Arc<AtomicBool>,
-    first: Arc<Mutex<Option<String>>>,
-    eos: Arc<Mutex<Option<Eos>>>,
-}
-
-/// The `eos` object of librdkafka's statistics (STATISTICS.md): the
-/// transactional state and the producer id and epoch.
-#[derive(Clone, Debug, serde::Deserialize)]
-struct Eos {
-    txn_state: String,
-    producer_id: i64,
-    producer_epoch: i64,
-}
-
-/// The part of the statistics the sink reads.
-#[derive(serde::Deserialize)]
-struct Stats {
-    eos: Option<Eos>,
-}
-
-/// How often a transactional producer emits its statistics: pre-commit
-/// waits for one taken inside the transaction, to read its producer id
-/// and epoch.
-const STATS_INTERVAL_MS: &str = "100";
-
-impl Deliveries {
-    /// The first failure since the last call, if any.
-    fn take(&self) -> Option<String> {
-        if !self.failed.swap(false, Ordering::AcqRel) {
-            return None;
-        }
-        self.first.lock().ok().and_then(|mut f| f.take())
-    }
-}
-
-impl ClientContext for Deliveries {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
-        super::kafka::log_to_tracing(level, facility, message);
-    }
-
-    fn error(&self, error: ClientError, reason: &str) {
-        tracing::warn!(%error, "librdkafka: {reason}");
-    }
-
-    fn stats_raw(&self, statistics: &[u8]) {
-        // Only the `eos` object is read; the rest is skipped unparsed.
-        match serde_json::from_slice::<Stats>(statistics) {
-            Ok(Stats { eos: Some(eos) }) => {
-                if let Ok(mut slot) = self.eos.lock() {
-                    *slot = Some(eos);
-                }
-            }
-            Ok(Stats { eos: None }) => {}
-            Err(e) => tracing::warn!("librdkafka statistics not understood: {e}"),
-        }
-    }
-}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            if let Ok(mut first) = self.first.lock() {
-                first.get_or_insert_with(|| e.to_string());
-            }
-            self.failed.store(true, Ordering::Release);
-        }
-    }
-}
-
 type Client = BaseProducer<Deliveries>;
 
 /// A Kafka sink; one instance per subtask is cloned from it.
@@ -148,6 +72,8 @@ pub struct KafkaSink<T> {
     properties: Vec<(String, String)>,
     prefix: String,
     timeout: Duration,
+    /// Exactly-once: the topic's partition count, read in `open`.
+    partitions: usize,
     /// At-least-once: the producer, made in `open`.
     producer: Option<(Client, Deliveries)>,
     /// Exactly-once: the open transactions' producers, by transactional id.
@@ -170,6 +96,7 @@ impl<T> Clone for KafkaSink<T> {
             properties: self.properties.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
+            partitions: self.partitions,
             producer: None,
             open: HashMap::new(),
             subtask: 0,
@@ -213,6 +140,7 @@ impl<T> KafkaSink<T> {
             properties: Vec::new(),
             prefix: format!("floe-{topic}"),
             timeout: Duration::from_secs(30),
+            partitions: 0,
             producer: None,
             open: HashMap::new(),
             subtask: 0,
@@ -344,7 +272,18 @@ impl<T> KafkaSink<T> {
         for (k, v) in &self.properties {
             config.set(k, v);
         }
-        let deliveries = Deliveries::default();
+        let deliveries = Deliveries {
+            offsets: Arc::new(
+                (0..if transactional_id.is_some() {
+                    self.partitions
+                } else {
+                    0
+                })
+                    .map(|_| AtomicI64::new(i64::MAX))
+                    .collect(),
+            ),
+            ..Deliveries::default()
+        };
         let producer = config
             .create_with_context(deliveries.clone())
             .map_err(KafkaError::client("producer"))?;
@@ -595,30 +534,6 @@ impl<T> KafkaTransactionalSink<T> {
     }
 }
 
-/// A transaction step's error, named as the broker's missing support when
-/// that is what it is. A broker that refuses every transactional id
-/// (some Kafka-protocol brokers answer `InitProducerId` so on purpose; on
-/// Apache Kafka it is a missing ACL, which the reason names) cannot run
-/// the sink either.
-fn no_transactions(brokers: &str, e: ClientError) -> crate::Error {
-    let text = e.to_string();
-    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
-        || text.contains("Transactional Id authorization failed")
-        || text.contains("not supported")
-        || text.contains("Unsupported")
-        || text.contains("UNSUPPORTED")
-        || text.contains("does not support")
-    {
-        KafkaError::NoTransactions {
-            brokers: brokers.to_string(),
-            reason: text,
-        }
-        .into()
-    } else {
-        KafkaError::client("transaction")(e).into()
-    }
-}
-
 /// The transaction steps; each finishes before it returns (librdkafka's
 /// calls block), so the sink runs on the inline runner.
 impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
@@ -645,6 +560,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
             .iter()
             .map(|(_, t)| (t.transactional_id.clone(), t.producer))
             .collect();
+        tracing::debug!(?restored, "Kafka sink: recover");
         let plan = txn_recovery::plan(
             &self.sink.prefix,
             ctx.subtask.0 as usize,
@@ -674,6 +590,10 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
 
     async fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.sink.subtask = ctx.subtask.0 as usize;
+        let (probe, _) = self.sink.producer(None)?;
+        self.sink.partitions =
+            txn::leaders(probe.client(), &self.sink.topic, self.sink.timeout)?.len();
+        close_in_background("Kafka sink's metadata client", probe, CLOSE_DEADLINE);
         // Fence the previous attempt of this subtask: its open transactions
         // are aborted, its producers can no longer write.
         for n in 0..ID_POOL {
@@ -689,11 +609,22 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
 
     async fn begin(&mut self) -> Result<KafkaTxn> {
         let id = self.id(self.sink.subtask, self.sink.next_txn);
+        if self.sink.open.contains_key(&id) {
+            // Its transaction awaits its checkpoint: initialising the id
+            // would abort it, and its commit would then commit this one.
+            return Err(KafkaError::IdsInUse {
+                subtask: self.sink.subtask,
+                ids: ID_POOL,
+                failed: ID_POOL - 1,
+            }
+            .into());
+        }
         self.sink.next_txn += 1;
         let (producer, deliveries) = self.init(&id)?;
         producer
             .begin_transaction()
             .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+        tracing::debug!(id, "Kafka sink: began a transaction");
         self.sink.open.insert(id.clone(), (producer, deliveries));
         Ok(KafkaTxn {
             transactional_id: id,
@@ -728,8 +659,17 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     ) -> Result<()> {
         if let Some((producer, deliveries)) = self.sink.open.get(&txn.transactional_id) {
             self.sink.flush_deliveries(producer, deliveries)?;
-            txn.producer =
-                Some(self.producer_identity(&txn.transactional_id, producer, deliveries)?);
+            let identity = self.producer_identity(&txn.transactional_id, producer, deliveries)?;
+            txn::check_own_records(
+                producer.client(),
+                &self.sink.topic,
+                &txn.transactional_id,
+                identity.producer_id,
+                &deliveries.offsets,
+                self.sink.timeout,
+            )?;
+            txn.producer = Some(identity);
+            tracing::debug!(id = %txn.transactional_id, producer = ?txn.producer, checkpoint = ?_checkpoint, "Kafka sink: pre-committed");
         }
         Ok(())
     }
@@ -739,6 +679,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for KafkaTransactionalSink<T> {
     }
 
     async fn abort(&mut self, txn: KafkaTxn) -> Result<()> {
+        tracing::debug!(id = %txn.transactional_id, "Kafka sink: abort");
         if let Some((producer, _)) = self.sink.open.remove(&txn.transactional_id) {
             producer
                 .abort_transaction(self.sink.timeout)
@@ -752,6 +693,7 @@ impl<T: Send + 'static> KafkaTransactionalSink<T> {
     /// Commits `txn`: its open producer's transaction, or a restored one
     /// through its coordinator.
     fn commit_now(&mut self, txn: KafkaTxn, checkpoint: CheckpointId) -> Result<()> {
+        tracing::debug!(id = %txn.transactional_id, producer = ?txn.producer, ?checkpoint, open = self.sink.open.contains_key(&txn.transactional_id), "Kafka sink: commit");
         match self.sink.open.remove(&txn.transactional_id) {
             Some((producer, _)) => {
                 if let Some((group, topics)) = &self.sink.group {
@@ -779,8 +721,11 @@ impl<T: Send + 'static> KafkaTransactionalSink<T> {
     }
 }
 
+mod deliveries;
 mod txn;
+use deliveries::{Deliveries, STATS_INTERVAL_MS};
 pub use txn::KafkaTxn;
+use txn::no_transactions;
 
 #[cfg(test)]
 mod tests;

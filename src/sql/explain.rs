@@ -24,9 +24,9 @@ pub fn plan_text(plan: &Plan, sink: Option<&Table>, updates: &SinkUpdates) -> St
                 "Sink(table=[{}], connector=[{kind}], fields=[{}]{})",
                 t.name,
                 fields.join(", "),
-                match updates {
-                    SinkUpdates::Materialize(_) => ", upsertMaterialize=[true]",
-                    _ => "",
+                match updates.upsert_materialize {
+                    true => ", upsertMaterialize=[true]",
+                    false => "",
                 }
             ),
         );

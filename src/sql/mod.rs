@@ -90,6 +90,7 @@ use sqlparser::tokenizer::Span;
 use std::collections::HashMap;
 use std::sync::Arc;
 use table::{Connector, Table};
+use upsert::{SinkUpdates, UpsertMaterialize};
 
 /// What a script planned: how many `INSERT INTO` statements it added to
 /// the job, and the text of each `EXPLAIN`.
@@ -116,6 +117,8 @@ pub struct SqlSession {
     streams: HashMap<String, DataStream<Row>>,
     /// `SET 'table.exec.source.idle-timeout'`.
     idle_timeout: Option<std::time::Duration>,
+    /// `SET 'table.exec.sink.upsert-materialize'`.
+    upsert_materialize: UpsertMaterialize,
 }
 
 impl SqlSession {
@@ -129,6 +132,7 @@ impl SqlSession {
             split_size: crate::connectors::file_source::DEFAULT_SPLIT_SIZE,
             streams: HashMap::new(),
             idle_timeout: None,
+            upsert_materialize: UpsertMaterialize::Auto,
         }
     }
 
@@ -155,23 +159,29 @@ impl SqlSession {
     pub fn plan_sql(&mut self, script: &str) -> Result<SqlScript> {
         let statements = parse::parse_script(script)?;
         let mut catalog = self.catalog.clone();
-        let mut inserts: Vec<(Plan, Arc<Table>)> = Vec::new();
+        let mut inserts: Vec<(Plan, Arc<Table>, SinkUpdates)> = Vec::new();
         let mut out = SqlScript::default();
         let mut settings = Vec::new();
         let mut idle_timeout = self.idle_timeout;
+        // As in Flink, a statement is planned under the `SET`s before it.
+        let mut materialize = self.upsert_materialize;
         for s in &statements {
             match s {
                 Statement::Explain(inner, at) => {
-                    out.explains.push(self.explain(&catalog, inner, *at)?);
+                    out.explains
+                        .push(self.explain(&catalog, inner, *at, materialize)?);
                 }
                 Statement::Set { key, value, span } if key == IDLE_TIMEOUT => {
                     idle_timeout = parse_duration(value, *span)?;
+                }
+                Statement::Set { key, value, span } if key == upsert::UPSERT_MATERIALIZE => {
+                    materialize = UpsertMaterialize::parse(value, *span)?;
                 }
                 Statement::Set { key, value, span } => {
                     settings.push(setting(key, value, *span)?);
                 }
                 other => {
-                    if let Some(insert) = plan_statement(&mut catalog, other)? {
+                    if let Some(insert) = plan_statement(&mut catalog, other, materialize)? {
                         inserts.push(insert);
                     }
                 }
@@ -191,10 +201,9 @@ impl SqlSession {
             })
         });
         builder.streams = self.streams.clone();
-        let built = inserts.iter().try_for_each(|(plan, sink)| {
-            let updates = upsert::sink_updates(plan, sink)?;
-            builder.insert(plan, sink, &updates)
-        });
+        let built = inserts
+            .iter()
+            .try_for_each(|(plan, sink, updates)| builder.insert(plan, sink, updates));
         if let Err(e) = built {
             self.env.inner.borrow_mut().nodes.truncate(before);
             return Err(e);
@@ -206,6 +215,7 @@ impl SqlSession {
         }
         self.catalog = catalog;
         self.idle_timeout = idle_timeout;
+        self.upsert_materialize = materialize;
         out.inserts = inserts.len();
         out.sources = builder.sources;
         Ok(out)
@@ -355,14 +365,28 @@ impl SqlSession {
 
     /// The text of `EXPLAIN statement`: the plan, and the job graph built in
     /// an environment of its own with this one's configuration.
-    fn explain(&self, catalog: &Catalog, s: &Statement, at: Span) -> Result<String> {
+    fn explain(
+        &self,
+        catalog: &Catalog,
+        s: &Statement,
+        at: Span,
+        materialize: UpsertMaterialize,
+    ) -> Result<String> {
         let mut scratch = catalog.clone();
-        let (plan, sink) = match s {
-            Statement::Insert { .. } => match plan_statement(&mut scratch, s)? {
-                Some((plan, sink)) => (plan, Some(sink)),
+        let (plan, sink, updates) = match s {
+            Statement::Insert { .. } => match plan_statement(&mut scratch, s, materialize)? {
+                Some((plan, sink, updates)) => (plan, Some(sink), updates),
                 None => return Err(err!(Unsupported, at, "nothing to explain").into()),
             },
-            Statement::Query(q, _) => (Planner::new(catalog).query(q)?, None),
+            Statement::Query(q, _) => {
+                let plan = Planner::new(catalog).query(q)?;
+                let updates = SinkUpdates {
+                    retract: true,
+                    upsert_materialize: false,
+                    materializer: None,
+                };
+                (plan, None, updates)
+            }
             _ => {
                 return Err(err!(
                     Unsupported,
@@ -385,14 +409,10 @@ impl SqlSession {
                 (name.clone(), rows.name(&format!("DataStream: {name}")))
             })
             .collect();
-        let updates = match &sink {
-            Some(t) => upsert::sink_updates(&plan, t)?,
-            None => upsert::SinkUpdates::Retract,
-        };
         match &sink {
             Some(t) => builder.insert(&plan, t, &updates)?,
             None => {
-                let rows = builder.stream(&plan, updates.retract())?;
+                let rows = builder.stream(&plan, updates.retract)?;
                 let blackhole = Table {
                     name: "collect".into(),
                     columns: plan.columns().to_vec(),
@@ -416,8 +436,13 @@ impl SqlSession {
     }
 }
 
-/// Applies a DDL statement to `catalog`, or plans an `INSERT INTO`.
-fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Plan, Arc<Table>)>> {
+/// Applies a DDL statement to `catalog`, or plans an `INSERT INTO` (its
+/// updates into the sink under `materialize`).
+fn plan_statement(
+    catalog: &mut Catalog,
+    s: &Statement,
+    materialize: UpsertMaterialize,
+) -> SqlResult<Option<(Plan, Arc<Table>, SinkUpdates)>> {
     match s {
         Statement::CreateTable(def) => {
             let name = def.name.value.clone();
@@ -460,7 +485,7 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
             let sink = sink_table(catalog, table, *span)?;
             let plan = Planner::new(catalog).query(query)?;
             let plan = fit_to_sink(plan, &sink, columns, query.span())?;
-            upsert::sink_updates(&plan, &sink)?;
+            let updates = upsert::sink_updates(&plan, &sink, materialize)?;
             if let Connector::FileSystem { path, .. } = &sink.connector
                 && reads(&plan, path)
             {
@@ -472,7 +497,7 @@ fn plan_statement(catalog: &mut Catalog, s: &Statement) -> SqlResult<Option<(Pla
                     path.display()
                 ));
             }
-            Ok(Some((plan, sink)))
+            Ok(Some((plan, sink, updates)))
         }
         Statement::Query(_, at) => Err(err!(
             Unsupported,
@@ -661,7 +686,8 @@ fn setting(key: &str, value: &str, at: Span) -> SqlResult<Setting> {
                 Unsupported,
                 at,
                 "SET '{key}' is not supported (execution.runtime-mode, parallelism.default, \
-                 pipeline.name, table.exec.source.idle-timeout and table.local-time-zone are)"
+                 pipeline.name, {}, {IDLE_TIMEOUT} and table.local-time-zone are)",
+                upsert::UPSERT_MATERIALIZE
             ));
         }
     })

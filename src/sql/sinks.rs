@@ -19,7 +19,8 @@
 //!
 //! Before an upsert sink with its own `'sink.parallelism'`, changes are
 //! repartitioned by the sink's key, so each key's changes stay in order.
-//! Where the sink's key is not the query's upsert key, a
+//! Where `table.exec.sink.upsert-materialize` asks for it (by default:
+//! where the sink's key does not hold the query's upsert key), a
 //! `SinkUpsertMaterializer` keyed by it comes first
 //! ([`upsert`](super::upsert)).
 
@@ -218,7 +219,7 @@ impl Builder<'_> {
     /// [`sink`](Self::sink).
     pub fn insert(&mut self, plan: &Plan, table: &Table, updates: &SinkUpdates) -> Result<()> {
         let Some(blocks) = self.window_csv(plan, table)? else {
-            let rows = self.stream(plan, updates.retract())?;
+            let rows = self.stream(plan, updates.retract)?;
             return self.sink(&rows, table, updates);
         };
         let name = format!("Sink: {}", table.name);
@@ -302,12 +303,12 @@ impl Builder<'_> {
                 };
                 match rows {
                     Rows::Append(r) => r.sink(&name, print),
-                    Rows::Changes(c) => c.sink(&name, print),
+                    Rows::Changes(_) => self.keyed(rows, table, updates).sink(&name, print),
                 }
             }
             Connector::Blackhole => match rows {
                 Rows::Append(r) => r.sink(&name, Blackhole),
-                Rows::Changes(c) => c.sink(&name, Blackhole),
+                Rows::Changes(_) => self.keyed(rows, table, updates).sink(&name, Blackhole),
             },
             #[cfg(feature = "kafka")]
             Connector::Kafka(k) => self.kafka_sink(&append(rows)?, table, k, &name, &names)?,
@@ -346,13 +347,12 @@ impl Builder<'_> {
     /// `rows` as changes, repartitioned by `table`'s primary key when the
     /// sink has a parallelism of its own and they are updates, or through
     /// a `SinkUpsertMaterializer` keyed by it (at the sink's parallelism).
-    #[allow(dead_code)]
     fn keyed(&mut self, rows: &Rows, table: &Table, updates: &SinkUpdates) -> DataStream<Change> {
         let changes = rows.changes();
         let key = table.primary_key.clone();
         let by_key = move |c: &Change| key.iter().map(|&k| c.row[k].clone()).collect::<Vec<_>>();
-        match (rows, table.sink_parallelism, updates) {
-            (Rows::Changes(_), _, SinkUpdates::Materialize(upsert_key)) => {
+        match (rows, table.sink_parallelism, &updates.materializer) {
+            (Rows::Changes(_), _, Some(m)) => {
                 let pk: Vec<&str> = table
                     .primary_key
                     .iter()
@@ -362,7 +362,7 @@ impl Builder<'_> {
                 let uid = self.uid("sink-materializer");
                 let out = changes
                     .key_by(by_key)
-                    .process(SinkUpsertMaterializer::new(upsert_key.clone()))
+                    .process(SinkUpsertMaterializer::new(m.upsert_key.clone()))
                     .name(&name)
                     .uid(&uid);
                 match table.sink_parallelism {

@@ -166,6 +166,152 @@ fn a_restart_fences_the_previous_attempts_transactions() {
     );
 }
 
+/// Checkpoints that fail in a row (tolerated) leave their pre-committed
+/// transactions pending, each on a transactional id of the subtask's pool.
+/// Once every id holds one, the next transaction cannot begin: its id's
+/// initialisation would abort the pending transaction on it (and that
+/// transaction's commit would then commit the new one). The sink fails
+/// instead, and every pending transaction still commits.
+#[test]
+fn transactions_awaiting_their_checkpoints_never_share_an_id() {
+    use floe::CheckpointId;
+    use floe::connectors::two_phase::TwoPhaseCommitSink;
+    use futures::executor::block_on;
+    let Some(b) = broker() else { return };
+    let topic = unique("sink-pool");
+    create_topic(&b, &topic, 1);
+    let mut sink = KafkaSink::<String>::lines(&b, &topic)
+        .transactional_id_prefix(&unique("pool"))
+        .request_timeout(Duration::from_secs(10))
+        .exactly_once();
+    let batch = |n: u64| -> Vec<Record<String>> {
+        (0..20)
+            .map(|i| Record::new(format!("t{n}-{i},{i}")))
+            .collect()
+    };
+    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
+    let mut pending = Vec::new();
+    let mut n = 0;
+    let refused = loop {
+        let mut txn = match block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)) {
+            Ok(txn) => txn,
+            Err(e) => break e,
+        };
+        assert!(n < 64, "begins without end while transactions are pending");
+        block_on(TwoPhaseCommitSink::<String>::write(
+            &mut sink,
+            &mut txn,
+            batch(n),
+        ))
+        .expect("writes");
+        block_on(TwoPhaseCommitSink::<String>::pre_commit(
+            &mut sink,
+            &mut txn,
+            Some(CheckpointId(n + 1)),
+        ))
+        .expect("pre-commits");
+        pending.push((n, txn));
+        n += 1;
+    };
+    assert!(
+        refused
+            .to_string()
+            .contains("transactional ids hold transactions"),
+        "{refused}"
+    );
+    assert!(refused.is_retriable(), "a restart mends it: {refused}");
+    // The checkpoint of the last one completes: every pending transaction
+    // commits, in order.
+    for (n, txn) in pending {
+        block_on(TwoPhaseCommitSink::<String>::commit(
+            &mut sink,
+            txn,
+            CheckpointId(n + 1),
+        ))
+        .expect("commits");
+    }
+    let mut got = read_all(&b, &topic);
+    got.sort();
+    let mut expected: Vec<String> = (0..n).flat_map(batch).map(|r| r.value).collect();
+    expected.sort();
+    assert_eq!(got, expected, "every pending transaction's records, once");
+}
+
+/// The pre-commit checks that its transaction holds only its own records:
+/// it asks each partition's leader for the open transactions
+/// (`DescribeProducers`). Against the broker: the answer names the sink's
+/// producer, its open transaction starting at its first record (offset 0
+/// of a new topic), which passes; had its first record been later, the
+/// records before it would be another attempt's, which the check finds.
+#[test]
+fn the_brokers_view_of_an_open_transaction_starts_at_its_first_record() {
+    use floe::CheckpointId;
+    use floe::connectors::kafka::producers::{describe, stale};
+    use floe::connectors::two_phase::TwoPhaseCommitSink;
+    use futures::executor::block_on;
+    use std::collections::HashMap;
+    let Some(b) = broker() else { return };
+    let topic = unique("sink-describe");
+    create_topic(&b, &topic, 2);
+    let mut sink = KafkaSink::<String>::lines(&b, &topic)
+        .transactional_id_prefix(&unique("describe"))
+        .request_timeout(Duration::from_secs(10))
+        .exactly_once();
+    let records: Vec<Record<String>> = (0..40).map(|i| Record::new(format!("k{i},{i}"))).collect();
+    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
+    let mut txn = block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)).expect("begins");
+    block_on(TwoPhaseCommitSink::<String>::write(
+        &mut sink,
+        &mut txn,
+        records.clone(),
+    ))
+    .expect("writes");
+    block_on(TwoPhaseCommitSink::<String>::pre_commit(
+        &mut sink,
+        &mut txn,
+        Some(CheckpointId(1)),
+    ))
+    .expect("pre-commits: the check passes");
+    let producer_id = txn
+        .producer
+        .expect("pre-commit reads its producer")
+        .producer_id;
+    let answer = describe(&b, &topic, &[0, 1], Duration::from_secs(10))
+        .expect("the broker answers")
+        .expect("the broker serves DescribeProducers");
+    let starts: HashMap<i32, i64> = answer
+        .iter()
+        .flat_map(|p| {
+            p.producers
+                .iter()
+                .filter(|a| a.producer_id == producer_id)
+                .map(move |a| (p.partition, a.current_txn_start_offset))
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        HashMap::from([(0, 0), (1, 0)]),
+        "the open transaction starts at the first offset of each partition: {answer:?}"
+    );
+    let first = HashMap::from([(0, 0), (1, 0)]);
+    assert!(stale(&answer, producer_id, &first).is_empty());
+    let later = HashMap::from([(0, 0), (1, 3)]);
+    let found = stale(&answer, producer_id, &later);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].partition, found[0].start), (1, 0));
+    block_on(TwoPhaseCommitSink::<String>::commit(
+        &mut sink,
+        txn,
+        CheckpointId(1),
+    ))
+    .expect("commits");
+    let mut got = read_all(&b, &topic);
+    got.sort();
+    let mut expected: Vec<String> = records.into_iter().map(|r| r.value).collect();
+    expected.sort();
+    assert_eq!(got, expected);
+}
+
 /// A job writing `r0..rN` through the transactional sink; the sink's
 /// checkpoint 3 fails in its asynchronous part, after the synchronous part
 /// pre-committed (flushed) the transaction: the checkpoint never completes,

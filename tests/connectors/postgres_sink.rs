@@ -15,6 +15,12 @@
 //!   committed, the second rolled back, and the table holds every record
 //!   exactly once, with no prepared transaction left.
 //!
+//! - a delete of a key the previous checkpoint's transaction inserted,
+//!   written while that transaction is prepared and not yet committed,
+//!   waits for it and deletes the row (a plain `DELETE` saw no row, and the
+//!   row appeared at the commit: a materialized SQL job's table kept sink
+//!   keys no group held).
+//!
 //! Without the server the tests fail with a pointer to the script, unless
 //! `FLOE_SKIP_SERVICES=1` (then they say they were skipped).
 #![cfg(feature = "postgres")]
@@ -519,6 +525,121 @@ fn a_process_killed_between_pre_commit_and_commit_is_recovered() {
         .map(|i| ((format!("r{i}"), i), 1))
         .collect();
     assert_rows(&rows(&url, &table), &oracle);
+    assert!(
+        prepared(&url, &job).is_empty(),
+        "no prepared transaction left"
+    );
+}
+
+/// A `(key, value)` row that may delete its key.
+struct Change {
+    key: String,
+    value: i64,
+    delete: bool,
+}
+
+impl floe::connectors::postgres::PostgresRow for Change {
+    fn types() -> Vec<floe::connectors::postgres::ColumnType> {
+        use floe::connectors::postgres::ColumnType;
+        vec![ColumnType::Text, ColumnType::Int8]
+    }
+    fn push(&self, columns: &mut [floe::connectors::postgres::Column]) {
+        use floe::connectors::postgres::Column;
+        if let [Column::Text(k), Column::Int8(v)] = columns {
+            k.push(Some(self.key.clone()));
+            v.push(Some(self.value));
+        }
+    }
+    fn is_delete(&self) -> bool {
+        self.delete
+    }
+}
+
+/// Whether the session named `session` waits on a lock now.
+async fn waits_on_a_lock(client: &tokio_postgres::Client, session: &str) -> bool {
+    client
+        .query(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = $1 \
+             AND wait_event_type = 'Lock'",
+            &[&session],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .len()
+        == 1
+}
+
+#[test]
+fn a_delete_waits_for_the_prepared_insert_of_its_key() {
+    let Some(url) = postgres_url() else { return };
+    let (table, job) = (unique("pg_delete_prepared"), unique("delete_prepared"));
+    reset(&url, &table, &job);
+    let config =
+        PostgresSinkConfig::new(&url, &table, &["key", "value"], WriteMode::Upsert).job(&job);
+    let session = config.writer_session(0);
+    let mut writer = PostgresSink::<Change>::new(config).expect("config");
+    let mut committer = writer.clone();
+    let put = |key: &str, value, delete| {
+        vec![floe::Record::new(Change {
+            key: key.into(),
+            value,
+            delete,
+        })]
+    };
+    actix::System::new().block_on(async {
+        let ctx = SinkContext {
+            subtask: floe::SubtaskIndex(0),
+            parallelism: 1,
+        };
+        writer
+            .recover(&ctx, Recovery::fresh())
+            .await
+            .expect("recover");
+        TwoPhaseCommitSink::open(&mut writer, &ctx)
+            .await
+            .expect("open");
+        // Checkpoint 1 inserts k (and k2, which stays); prepared only.
+        let mut first = writer.begin().await.expect("begin");
+        let mut rows = put("k", 1, false);
+        rows.extend(put("k2", 2, false));
+        TwoPhaseCommitSink::write(&mut writer, &mut first, rows)
+            .await
+            .expect("write");
+        let one = floe::CheckpointId(1);
+        writer
+            .pre_commit(&mut first, Some(one))
+            .await
+            .expect("prepare");
+        // Checkpoint 2 deletes k while checkpoint 1 is not committed; the
+        // commit comes once the delete waits on it (or has returned).
+        let mut second = writer.begin().await.expect("begin");
+        let (watcher, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        actix::spawn(connection);
+        let written = std::cell::Cell::new(false);
+        let delete = async {
+            TwoPhaseCommitSink::write(&mut writer, &mut second, put("k", 1, true))
+                .await
+                .expect("write the delete");
+            written.set(true);
+        };
+        let commit = async {
+            while !written.get() && !waits_on_a_lock(&watcher, &session).await {
+                actix_rt::time::sleep(Duration::from_millis(2)).await;
+            }
+            committer.commit(first, one).await.expect("commit 1");
+        };
+        futures::join!(delete, commit);
+        let two = floe::CheckpointId(2);
+        writer
+            .pre_commit(&mut second, Some(two))
+            .await
+            .expect("prepare");
+        committer.commit(second, two).await.expect("commit 2");
+    });
+    let want: BTreeMap<(String, i64), usize> = [(("k2".to_string(), 2), 1)].into();
+    assert_rows(&rows(&url, &table), &want);
     assert!(
         prepared(&url, &job).is_empty(),
         "no prepared transaction left"

@@ -118,8 +118,24 @@ fn unsupported_constructs_say_so_in_one_line() {
         3,
         1,
         "SET 'table.exec.mini-batch.enabled' is not supported (execution.runtime-mode, \
-         parallelism.default, pipeline.name, table.exec.source.idle-timeout and \
-         table.local-time-zone are)",
+         parallelism.default, pipeline.name, table.exec.sink.upsert-materialize, \
+         table.exec.source.idle-timeout and table.local-time-zone are)",
+    );
+    check(
+        "SET 'table.exec.sink.upsert-materialize' = 'ALWAYS';",
+        SqlErrorKind::InvalidOption,
+        3,
+        1,
+        "'table.exec.sink.upsert-materialize' cannot be 'ALWAYS': write NONE, AUTO or FORCE",
+    );
+    // Flink reads the value in any case, and only the value.
+    check(
+        "INSERT INTO out SELECT name, n FROM clicks;
+  SET 'table.exec.sink.upsert-materialize' = ' none';",
+        SqlErrorKind::InvalidOption,
+        4,
+        3,
+        "'table.exec.sink.upsert-materialize' cannot be ' none': write NONE, AUTO or FORCE",
     );
     check(
         "SET 'table.exec.source.idle-timeout' = '5 fortnights';",

@@ -53,6 +53,7 @@ mod assign;
 pub(crate) mod close;
 pub mod event_time;
 pub mod group;
+pub mod producers;
 mod source;
 pub mod txn_recovery;
 mod url;
@@ -142,6 +143,40 @@ pub enum KafkaError {
         transactional_id: String,
         /// How long the sink waited.
         timeout: std::time::Duration,
+    },
+    /// Every transactional id of a sink subtask holds a pre-committed
+    /// transaction whose checkpoint has not completed (checkpoints failed
+    /// in a row, tolerated): a new transaction on one of them would abort
+    /// it. The job restarts from its last completed checkpoint instead.
+    #[error(
+        "Kafka sink subtask {subtask}: all {ids} of its transactional ids hold transactions          awaiting their checkpoints ({failed} checkpoints in a row did not complete);          restarting from the last completed checkpoint"
+    )]
+    IdsInUse {
+        /// The sink subtask.
+        subtask: usize,
+        /// How many transactional ids a subtask has.
+        ids: u64,
+        /// How many checkpoints in a row did not complete.
+        failed: u64,
+    },
+    /// A transaction about to be pre-committed would also commit records
+    /// of a fenced attempt left open in a partition (their abort marker
+    /// lost by the broker; see [`producers`]). The job restarts, and its
+    /// fencing aborts them with the transaction.
+    #[error(
+        "Kafka transaction '{transactional_id}': partition {partition} holds records of its \
+         producer from before its fencing, still open from offset {start} (its first record \
+         is at {first}; the broker lost their abort marker); restarting, which aborts them"
+    )]
+    StaleRecords {
+        /// The transactional id.
+        transactional_id: String,
+        /// The partition.
+        partition: i32,
+        /// Where the open transaction starts.
+        start: i64,
+        /// The transaction's first offset in the partition.
+        first: i64,
     },
     /// The client failed.
     #[error("Kafka {action}: {source}")]

@@ -217,15 +217,15 @@ pub enum Ended {
 }
 
 /// A connection to one broker, its API versions known.
-struct Connection {
-    addr: String,
+pub(super) struct Connection {
+    pub(super) addr: String,
     stream: TcpStream,
     versions: wire::ApiVersions,
     correlation: i32,
 }
 
 impl Connection {
-    fn open(addr: &str, deadline: Instant) -> std::io::Result<Connection> {
+    pub(super) fn open(addr: &str, deadline: Instant) -> std::io::Result<Connection> {
         let left = remaining(deadline)?;
         let sockaddr = addr
             .to_socket_addrs()?
@@ -268,7 +268,7 @@ impl Connection {
     }
 
     /// Sends one request and reads its answer's body.
-    fn call(
+    pub(super) fn call(
         &mut self,
         api: i16,
         version: i16,
@@ -298,7 +298,7 @@ impl Connection {
         Ok(body.to_vec())
     }
 
-    fn version(&self, api: i16) -> Result<i16, RecoveryError> {
+    pub(super) fn version(&self, api: i16) -> Result<i16, RecoveryError> {
         self.versions.pick(api).ok_or_else(|| {
             let (_, min, max) = wire::SUPPORTED
                 .iter()

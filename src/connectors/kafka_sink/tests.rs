@@ -3,6 +3,7 @@
 
 use super::*;
 use floe_actors::element::Record;
+use rdkafka::ClientContext;
 
 /// With no broker to deliver to and a queue of one record, the second
 /// record finds the queue full: the send retries, then fails after its

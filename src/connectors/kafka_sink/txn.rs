@@ -98,3 +98,103 @@ pub(super) fn fatal<C: rdkafka::ClientContext>(
         reason,
     }
 }
+
+/// A transaction step's error, named as the broker's missing support when
+/// that is what it is. A broker that refuses every transactional id
+/// (some Kafka-protocol brokers answer `InitProducerId` so on purpose; on
+/// Apache Kafka it is a missing ACL, which the reason names) cannot run
+/// the sink either.
+pub(super) fn no_transactions(brokers: &str, e: rdkafka::error::KafkaError) -> crate::Error {
+    let text = e.to_string();
+    if e.rdkafka_error_code()
+        == Some(rdkafka::error::RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
+        || text.contains("Transactional Id authorization failed")
+        || text.contains("not supported")
+        || text.contains("Unsupported")
+        || text.contains("UNSUPPORTED")
+        || text.contains("does not support")
+    {
+        crate::connectors::kafka::KafkaError::NoTransactions {
+            brokers: brokers.to_string(),
+            reason: text,
+        }
+        .into()
+    } else {
+        crate::connectors::kafka::KafkaError::client("transaction")(e).into()
+    }
+}
+
+/// Each partition of `topic` with its leader's `HOST:PORT`, from the
+/// client's metadata.
+pub(super) fn leaders<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    timeout: std::time::Duration,
+) -> crate::Result<Vec<(i32, Option<String>)>> {
+    use crate::connectors::kafka::KafkaError;
+    let metadata = client
+        .fetch_metadata(Some(topic), timeout.min(std::time::Duration::from_secs(10)))
+        .map_err(KafkaError::client("metadata"))?;
+    let brokers: std::collections::HashMap<i32, String> = metadata
+        .brokers()
+        .iter()
+        .map(|b| (b.id(), format!("{}:{}", b.host(), b.port())))
+        .collect();
+    let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(Vec::new());
+    };
+    Ok(t.partitions()
+        .iter()
+        .map(|p| (p.id(), brokers.get(&p.leader()).cloned()))
+        .collect())
+}
+
+/// Fails when a partition this transaction wrote to holds an open
+/// transaction of its producer that began before its first record there
+/// (see [`producers`](crate::connectors::kafka::producers)).
+pub(super) fn check_own_records<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    transactional_id: &str,
+    producer_id: i64,
+    offsets: &[std::sync::atomic::AtomicI64],
+    timeout: std::time::Duration,
+) -> crate::Result<()> {
+    use crate::connectors::kafka::{KafkaError, producers};
+    let first: std::collections::HashMap<i32, i64> = offsets
+        .iter()
+        .enumerate()
+        .map(|(p, o)| (p as i32, o.load(std::sync::atomic::Ordering::Relaxed)))
+        .filter(|(_, o)| *o != i64::MAX)
+        .collect();
+    if first.is_empty() {
+        return Ok(());
+    }
+    let mut by_leader: std::collections::HashMap<String, Vec<i32>> = Default::default();
+    for (p, leader) in leaders(client, topic, timeout)? {
+        if let (true, Some(leader)) = (first.contains_key(&p), leader) {
+            by_leader.entry(leader).or_default().push(p);
+        }
+    }
+    for (leader, partitions) in by_leader {
+        let answer = producers::describe(&leader, topic, &partitions, timeout).map_err(|e| {
+            KafkaError::Unreachable {
+                brokers: leader.clone(),
+                reason: format!("DescribeProducers: {e}"),
+            }
+        })?;
+        let Some(answer) = answer else {
+            return Ok(());
+        };
+        if let Some(s) = producers::stale(&answer, producer_id, &first).first() {
+            return Err(KafkaError::StaleRecords {
+                transactional_id: transactional_id.to_string(),
+                partition: s.partition,
+                start: s.start,
+                first: s.first,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}

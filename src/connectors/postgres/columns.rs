@@ -153,7 +153,9 @@ pub trait PostgresRow: Send + 'static {
     /// Appends the record's values, one per column.
     fn push(&self, columns: &mut [Column]);
     /// Whether the record deletes its key's row (upsert mode) instead of
-    /// writing it.
+    /// writing it. Its values are inserted where the key has no row (and
+    /// deleted with it), so that the delete waits for a transaction that
+    /// inserted the key and has not committed: they must fit the table.
     fn is_delete(&self) -> bool {
         false
     }

@@ -27,8 +27,12 @@
 //! `ON CONFLICT (key) DO UPDATE` (the key: the first column, or the
 //! columns [`PostgresSinkConfig::key`] names), keeping the last row of
 //! each key in a batch; a record that [deletes](PostgresRow::is_delete)
-//! its key is a `DELETE … USING unnest(…)` in the same transaction. Two
-//! jobs writing one table need different job names.
+//! its key is a `DELETE … USING unnest(…)` in the same transaction, after
+//! an `INSERT … ON CONFLICT (key) DO NOTHING` of the same rows: a delete
+//! does not wait for a row the previous checkpoint's transaction inserted
+//! (prepared, not yet committed) and would miss it; the insert waits for
+//! that transaction to end. Two jobs writing one table need different job
+//! names.
 //!
 //! From a URL (the CLI's `--output postgres://USER:PASS@HOST:PORT/DB?table=T`):
 //!
@@ -260,8 +264,10 @@ struct Connected {
     data_pid: i32,
     control: Client,
     insert: Statement,
-    /// Upsert mode: deletes the rows of keys.
-    delete: Option<Statement>,
+    /// Upsert mode: inserts the rows about to be deleted where their keys
+    /// are free (waiting for a transaction that inserted one to end), then
+    /// deletes the rows of their keys (see [`statements::Sql::claim`]).
+    delete: Option<(Statement, Statement)>,
     columns: Vec<Column>,
     /// Per record of the batch: whether it deletes its key.
     deletes: Vec<bool>,
@@ -410,6 +416,7 @@ impl<R: PostgresRow> PostgresSink<R> {
                 insert: insert_sql,
                 create,
                 delete,
+                claim,
             } = self.sql()?;
             let (name, control) = self.session_names();
             let data = self.connect(&name).await?;
@@ -435,11 +442,13 @@ impl<R: PostgresRow> PostgresSink<R> {
                 "prepare the insert into {}",
                 self.config.table
             )))?;
-            let delete = match delete {
-                Some(sql) => Some(data.prepare(&sql).await.map_err(server(format!(
-                    "prepare the delete from {}",
-                    self.config.table
-                )))?),
+            let delete = match delete.zip(claim) {
+                Some((delete, claim)) => {
+                    let what = |s| server(format!("prepare the {s} {}", self.config.table));
+                    let claim = data.prepare(&claim).await.map_err(what("claim of"))?;
+                    let delete = data.prepare(&delete).await.map_err(what("delete from"))?;
+                    Some((claim, delete))
+                }
                 None => None,
             };
             let columns = self.types.iter().map(|t| t.empty()).collect();
@@ -481,16 +490,23 @@ impl<R: PostgresRow> PostgresSink<R> {
                     .zip(&last)
                     .map(|(d, l)| *d && *l)
                     .collect();
-                let keys: Vec<Column> = key
+                let rows: Vec<Column> = conn
+                    .columns
                     .iter()
-                    .map(|&k| {
-                        let mut c = conn.columns[k].clone();
+                    .map(|c| {
+                        let mut c = c.clone();
                         c.retain(&deleted);
                         c
                     })
                     .collect();
-                let params: Vec<&(dyn ToSql + Sync)> = keys.iter().map(Column::param).collect();
-                if let Some(delete) = &conn.delete {
+                if let Some((claim, delete)) = &conn.delete {
+                    let params: Vec<&(dyn ToSql + Sync)> = rows.iter().map(Column::param).collect();
+                    conn.data
+                        .execute(claim, &params)
+                        .await
+                        .map_err(server(format!("claim the deleted keys of {table}")))?;
+                    let params: Vec<&(dyn ToSql + Sync)> =
+                        key.iter().map(|&k| rows[k].param()).collect();
                     conn.data
                         .execute(delete, &params)
                         .await

@@ -1,6 +1,7 @@
 //! The sink's SQL: the insert (an upsert by the key in upsert mode), the
-//! delete of keys, and the table's creation, each over one array
-//! parameter per column (`unnest`), and the quoting of names.
+//! delete of keys and the insert that comes before it, and the table's
+//! creation, each over one array parameter per column (`unnest`), and the
+//! quoting of names.
 
 use super::{ColumnType, PostgresError, PostgresSinkConfig, WriteMode};
 use crate::Result;
@@ -10,6 +11,15 @@ pub(super) struct Sql {
     pub(super) insert: String,
     pub(super) create: Option<String>,
     pub(super) delete: Option<String>,
+    /// Upsert mode: `INSERT … ON CONFLICT (key) DO NOTHING` of the rows
+    /// about to be deleted, run before the delete. A `DELETE` neither sees
+    /// nor waits for a row another transaction inserted and has not
+    /// committed yet (the previous checkpoint's, prepared and not yet
+    /// committed), so it would miss that row, which then appears when that
+    /// transaction commits; an insert of the same key waits for it to end,
+    /// and the delete that follows sees its row (and the rows this one
+    /// added, where there was none).
+    pub(super) claim: Option<String>,
 }
 
 /// The statements of a sink writing `types` into `c`'s table, keyed (in
@@ -50,6 +60,8 @@ pub(super) fn statements(
         unnest(&all)
     );
     let key_cols: Vec<&str> = key.iter().map(|&k| cols[k].as_str()).collect();
+    let claim =
+        upsert.then(|| format!("{insert} ON CONFLICT ({}) DO NOTHING", key_cols.join(", ")));
     if upsert {
         let set: Vec<String> = (0..cols.len())
             .filter(|i| !key.contains(i))
@@ -95,6 +107,7 @@ pub(super) fn statements(
         insert,
         create,
         delete,
+        claim,
     })
 }
 
