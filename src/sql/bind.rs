@@ -6,6 +6,7 @@
 //! aggregate call becomes a column of the aggregated row: the row after a
 //! grouping is `[grouped columns.., aggregate results..]`.
 
+use super::date_format::{self, Patterns};
 use super::error::{SqlResult, err};
 use super::expr::{Arith, Cmp, Expr, Func};
 use super::typing::{arith_type, castable, comparable, literal};
@@ -655,6 +656,33 @@ impl<'a> Binder<'a> {
                 Ok((
                     Expr::Call(Func::ToTimestamp, vec![x]),
                     SqlType::Timestamp(3),
+                ))
+            }
+            "DATE_FORMAT" => {
+                arity(2..=2)?;
+                let (x, t) = self.bind(args[0])?;
+                let patterns = match t {
+                    SqlType::Timestamp(_) | SqlType::TimestampLtz(_) | SqlType::Null => {
+                        Patterns::DateTime
+                    }
+                    SqlType::String => Patterns::Simple,
+                    other => {
+                        return Err(err!(
+                            TypeMismatch,
+                            args[0].span(),
+                            "DATE_FORMAT needs a TIMESTAMP or a STRING, not {other}"
+                        ));
+                    }
+                };
+                let pattern = self.string_arg(args[1])?;
+                // A constant pattern is checked now, others per row.
+                if let Expr::Literal(Value::Str(p)) = &pattern {
+                    date_format::check(p, patterns)
+                        .map_err(|why| err!(Invalid, args[1].span(), "{why}"))?;
+                }
+                Ok((
+                    Expr::Call(Func::DateFormat(patterns), vec![x, pattern]),
+                    SqlType::String,
                 ))
             }
             _ => Err(err!(

@@ -9,6 +9,7 @@
 //! outgrows its precision is `NULL`. A `CAST` that cannot convert fails the
 //! job, a `TRY_CAST` gives `NULL`.
 
+use super::date_format::{self, Patterns};
 use super::value::{Row, SqlType, Value, parse_timestamp, rescale};
 use smol_str::SmolStr;
 use std::cmp::Ordering;
@@ -66,6 +67,9 @@ pub enum Func {
     ToTimestampLtz,
     /// `TO_TIMESTAMP(s)`
     ToTimestamp,
+    /// `DATE_FORMAT(t, pattern)`, the pattern in Java's language for the
+    /// type of `t`.
+    DateFormat(Patterns),
 }
 
 /// A typed expression over a row.
@@ -597,6 +601,21 @@ fn call(f: Func, args: &[Expr], row: &[Value]) -> EvalResult {
             Some(t) => Value::Timestamp(t),
             None => Value::Null,
         },
+        Func::DateFormat(patterns) => {
+            let ms = match &vals[0] {
+                Value::Timestamp(ms) | Value::TimestampLtz(ms) => Some(*ms),
+                Value::Str(s) => date_format::parse_default(s),
+                _ => None,
+            };
+            match (ms, vals.get(1).and_then(str_arg)) {
+                (Some(ms), Some(pattern)) => {
+                    let mut text = String::with_capacity(pattern.len() + 8);
+                    date_format::format(ms, pattern, patterns, &mut text)?;
+                    Value::Str(text.into())
+                }
+                _ => Value::Null,
+            }
+        }
     })
 }
 

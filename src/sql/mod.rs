@@ -53,6 +53,7 @@ pub mod bind;
 pub mod changelog;
 pub mod connector;
 pub mod csv;
+pub mod date_format;
 pub mod dialect;
 pub mod error;
 pub mod exec;

@@ -439,3 +439,28 @@ fn a_sink_may_not_write_the_file_its_query_reads() {
     );
     assert_eq!(std::fs::read_to_string(&input).expect("read"), "a,1\n");
 }
+
+#[test]
+fn a_date_format_pattern_is_checked_where_it_is_written() {
+    check(
+        "INSERT INTO out SELECT DATE_FORMAT(ts, 'yyyy-MM-ddTHH'), n FROM clicks;",
+        SqlErrorKind::Invalid,
+        3,
+        40,
+        "DATE_FORMAT pattern 'yyyy-MM-ddTHH': unknown pattern letter: T",
+    );
+    check(
+        "INSERT INTO out SELECT DATE_FORMAT(name, 'YYYY'), n FROM clicks;",
+        SqlErrorKind::Invalid,
+        3,
+        42,
+        "DATE_FORMAT pattern 'YYYY': pattern letter 'Y' (locale or week based) is not supported",
+    );
+    check(
+        "INSERT INTO out SELECT DATE_FORMAT(n, 'yyyy'), n FROM clicks;",
+        SqlErrorKind::TypeMismatch,
+        3,
+        36,
+        "DATE_FORMAT needs a TIMESTAMP or a STRING, not INT",
+    );
+}
