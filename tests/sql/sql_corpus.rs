@@ -7,6 +7,12 @@
 //! `scripts/sql_corpus_input.py`) have out-of-order and late rows, and every
 //! source emits its watermark per row (`'on-event'`), so which rows are late
 //! does not depend on timing, in Flink or in floe.
+//!
+//! `tests/sql_corpus/postgres/NAME.sql` insert updating aggregates into a
+//! `jdbc` table of the PostgreSQL `scripts/services.sh` starts: their
+//! expected rows are the rows Flink's JDBC connector left in the table, and
+//! floe's run must leave the same rows (each column as PostgreSQL's `::text`
+//! gives it).
 
 use floe::StreamExecutionEnvironment;
 use floe::sql::SqlSession;
@@ -114,4 +120,110 @@ fn every_expected_file_has_its_statement() {
             assert!(names.iter().any(|n| n == name), "{file} has no {name}.sql");
         }
     }
+}
+
+/// The updating statements, `postgres/NAME`.
+#[cfg(feature = "postgres")]
+fn postgres_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(corpus().join("postgres"))
+        .expect("the corpus's postgres directory")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .into_string()
+                .expect("UTF-8")
+        })
+        .filter_map(|f| f.strip_suffix(".sql").map(|n| format!("postgres/{n}")))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The rows floe's run of `postgres/NAME` at `parallelism` leaves in a
+/// fresh PostgreSQL table (with checkpoints: the sink's two-phase commit),
+/// sorted, each `col::text,..` (NULL empty), or the error.
+#[cfg(feature = "postgres")]
+fn run_into_postgres(pg: &str, name: &str, parallelism: usize) -> Result<Vec<String>, floe::Error> {
+    use crate::kafka_support::query;
+    use crate::upsert_oracle::host_port_db;
+    let text = std::fs::read_to_string(corpus().join(format!("{name}.sql"))).expect("the script");
+    let create = text
+        .lines()
+        .find_map(|l| l.strip_prefix("-- postgres: "))
+        .unwrap_or_else(|| panic!("{name}.sql: no '-- postgres:' line"));
+    let table = format!(
+        "corpus_{}_{parallelism}_{}",
+        name.trim_start_matches("postgres/"),
+        std::process::id()
+    );
+    let (host_port, db) = host_port_db(pg);
+    query(pg, &format!("DROP TABLE IF EXISTS {table}"));
+    query(pg, &create.replace("${TABLE}", &table));
+    let script = text
+        .replace("${INPUT}", &corpus().join("input").display().to_string())
+        .replace(
+            "${JDBC_URL}",
+            &format!("jdbc:postgresql://{host_port}/{db}"),
+        )
+        .replace("${TABLE}", &table);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = StreamExecutionEnvironment::new();
+    env.set_parallelism(parallelism);
+    if parallelism > 1 {
+        env.enable_checkpointing(std::time::Duration::from_millis(20));
+        let mut config = env.config().checkpoint;
+        config.dir = Some(dir.path().join("ckpt"));
+        env.set_checkpoint_config(config);
+    }
+    let ran = SqlSession::new(&env).execute_sql(&script);
+    let columns: Vec<String> = query(
+        pg,
+        &format!(
+            "SELECT column_name::text FROM information_schema.columns \
+             WHERE table_name = '{table}' ORDER BY ordinal_position"
+        ),
+    )
+    .iter()
+    .map(|r| r.get::<_, String>(0))
+    .collect();
+    let select: Vec<String> = columns.iter().map(|c| format!("{c}::text")).collect();
+    let mut rows: Vec<String> = query(pg, &format!("SELECT {} FROM {table}", select.join(", ")))
+        .iter()
+        .map(|r| {
+            (0..columns.len())
+                .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    rows.sort();
+    query(pg, &format!("DROP TABLE {table}"));
+    ran?;
+    Ok(rows)
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn every_updating_statement_leaves_the_table_apache_flink_left() {
+    let Some(pg) = crate::kafka_support::postgres_url() else {
+        return;
+    };
+    let names = postgres_names();
+    assert!(names.len() >= 2, "the corpus has its updating statements");
+    let mut failures = Vec::new();
+    for name in &names {
+        let want = expected(name);
+        assert!(!want.is_empty(), "{name}: Flink left rows");
+        for parallelism in [1, 2] {
+            match run_into_postgres(&pg, name, parallelism) {
+                Ok(got) if got == want => {}
+                Ok(got) => failures.push(format!(
+                    "{name}.sql at parallelism {parallelism}: {}",
+                    first_difference(&got, &want)
+                )),
+                Err(e) => failures.push(format!("{name}.sql at parallelism {parallelism}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
