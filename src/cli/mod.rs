@@ -189,6 +189,14 @@ pub struct SqlArgs {
     /// Seed of injected failures.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Bytes per split of a `filesystem` source's files, shared out over
+    /// the source's subtasks (a table whose watermark is emitted per row
+    /// reads each file as one split).
+    #[arg(long, default_value_t = floe::connectors::file_source::DEFAULT_SPLIT_SIZE, value_parser = clap::value_parser!(u64).range(1..))]
+    pub split_size: u64,
+    /// Where keyed state goes.
+    #[command(flatten)]
+    pub state: state_args::StateArgs,
     /// Checkpoints, savepoints, restore, failover.
     #[command(flatten)]
     pub checkpoints: checkpointing::CheckpointArgs,

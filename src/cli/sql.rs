@@ -1,6 +1,6 @@
 //! `floe sql -f job.sql` / `floe sql -e "…"`: a Flink SQL script run as a
 //! floe job, with the flags of every `run` job (parallelism, checkpoints,
-//! savepoints, `--from-checkpoint`, metrics and dashboard).
+//! savepoints, `--from-checkpoint`, `--state`, metrics and dashboard).
 //!
 //! The whole script is parsed and planned before anything runs; an error
 //! is one line on stderr (`error: line 3, column 12: …`) and exit code 1.
@@ -35,6 +35,10 @@ pub fn run(args: &SqlArgs) -> floe::Result<()> {
     }
     let mut session = SqlSession::new(&env);
     session.set_sink_rate(args.checkpoints.sink_rate);
+    session.set_file_split_size(args.split_size);
+    if let Some(kind) = args.state.backend()? {
+        session.set_state_backend(kind);
+    }
     let planned = session.plan_sql(&script)?;
     for text in &planned.explains {
         println!("{text}");

@@ -248,6 +248,8 @@ pub struct Builder<'e> {
     /// Kafka partition no longer holds its source's watermark back.
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(super) idle_timeout: Option<std::time::Duration>,
+    /// Where keyed state goes (`None`: the operators' own maps).
+    pub(super) state_backend: Option<crate::state::StateBackendKind>,
 }
 
 impl<'e> Builder<'e> {
@@ -267,6 +269,7 @@ impl<'e> Builder<'e> {
             streams: HashMap::new(),
             split_size: crate::connectors::file_source::DEFAULT_SPLIT_SIZE,
             idle_timeout: None,
+            state_backend: None,
         }
     }
 
@@ -422,7 +425,7 @@ impl<'e> Builder<'e> {
         let uid = self.uid("group-aggregate");
         Ok(pre
             .key_by(move |r: &Row| r[..nk].to_vec())
-            .process(function)
+            .process_with_backend(function, self.state_backend.clone().unwrap_or_default())
             .name("GroupAggregate")
             .uid(&uid))
     }
@@ -476,9 +479,12 @@ impl<'e> Builder<'e> {
             Window::Cumulate { step, size } => WindowAssigner::cumulative(step, size),
         };
         let uid = self.uid("window");
-        Ok(pre
-            .key_by_field(|r: &GroupRow| &r.key)
-            .window(assigner)
+        let windows = pre.key_by_field(|r: &GroupRow| &r.key).window(assigner);
+        let windows = match &self.state_backend {
+            Some(kind) => windows.state_backend(kind.clone()),
+            None => windows,
+        };
+        Ok(windows
             .aggregate_with(agg, f)
             .name("WindowAggregate")
             .uid(&uid))

@@ -120,6 +120,8 @@ pub struct SqlSession {
     idle_timeout: Option<std::time::Duration>,
     /// `SET 'table.exec.sink.upsert-materialize'`.
     upsert_materialize: UpsertMaterialize,
+    /// Where keyed state goes (`None`: the operators' own maps).
+    state_backend: Option<crate::state::StateBackendKind>,
 }
 
 impl SqlSession {
@@ -134,7 +136,17 @@ impl SqlSession {
             streams: HashMap::new(),
             idle_timeout: None,
             upsert_materialize: UpsertMaterialize::Auto,
+            state_backend: None,
         }
+    }
+
+    /// Keeps the keyed state of the operators the next scripts add (window
+    /// aggregates' windows, `GROUP BY` accumulators, sink materializers) in
+    /// `kind`: [`StateBackendKind::Redb`](crate::state::StateBackendKind::Redb)
+    /// for state larger than memory. By default a window aggregate keeps
+    /// its windows in its own maps, the others in the heap backend.
+    pub fn set_state_backend(&mut self, kind: crate::state::StateBackendKind) {
+        self.state_backend = Some(kind);
     }
 
     /// Limits every sink the next scripts add to `records_per_second`
@@ -192,6 +204,7 @@ impl SqlSession {
         let mut builder = exec::Builder::new(&self.env, true);
         builder.sink_rate = self.sink_rate;
         builder.split_size = self.split_size;
+        builder.state_backend = self.state_backend.clone();
         builder.idle_timeout = idle_timeout;
         // The job's name (its transactions' ids name it): the
         // environment's, else the script's last `SET 'pipeline.name'`.
@@ -340,6 +353,7 @@ impl SqlSession {
         let before = self.env.inner.borrow().nodes.len();
         let mut builder = exec::Builder::new(&self.env, true);
         builder.split_size = self.split_size;
+        builder.state_backend = self.state_backend.clone();
         builder.idle_timeout = self.idle_timeout;
         builder.streams = self.streams.clone();
         match builder.stream(&plan, false) {
@@ -400,6 +414,7 @@ impl SqlSession {
         let env = StreamExecutionEnvironment::with_config(self.env.config());
         let mut builder = exec::Builder::new(&env, false);
         builder.split_size = self.split_size;
+        builder.state_backend = self.state_backend.clone();
         builder.idle_timeout = self.idle_timeout;
         // A DataStream table shows as a source of its own.
         builder.streams = self

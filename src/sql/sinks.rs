@@ -362,7 +362,10 @@ impl Builder<'_> {
                 let uid = self.uid("sink-materializer");
                 let out = changes
                     .key_by(by_key)
-                    .process(SinkUpsertMaterializer::new(m.upsert_key.clone()))
+                    .process_with_backend(
+                        SinkUpsertMaterializer::new(m.upsert_key.clone()),
+                        self.state_backend.clone().unwrap_or_default(),
+                    )
                     .name(&name)
                     .uid(&uid);
                 match table.sink_parallelism {

@@ -144,6 +144,113 @@ fn sql_takes_the_checkpoint_flags_of_run_jobs() {
 }
 
 #[test]
+fn sql_keeps_keyed_state_in_redb_with_the_state_flag() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("clicks.csv");
+    let output = dir.path().join("per_minute.csv");
+    let want = data(&input);
+    // The totals per user, from the input itself.
+    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+    for line in std::fs::read_to_string(&input).expect("the input").lines() {
+        let mut fields = line.split(',');
+        let (key, value) = (fields.next().expect("key"), fields.next().expect("value"));
+        *totals.entry(key.to_string()).or_default() += value.parse::<i64>().expect("a value");
+    }
+    let state = dir.path().join("state");
+    let script = format!(
+        "{}CREATE TABLE totals (user_name STRING, total INT, PRIMARY KEY (user_name) NOT ENFORCED)\n\
+         WITH ('connector' = 'print');\n\
+         INSERT INTO totals SELECT user_name, SUM(amount) FROM clicks GROUP BY user_name;\n",
+        script(&input, &output)
+    );
+    // Throttled sinks keep the job running while the state files are
+    // looked for (each is deleted when its subtask ends).
+    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "sql",
+            "-e",
+            &script,
+            "--parallelism",
+            "2",
+            "--split-size",
+            "4096",
+            "--state",
+            "redb",
+            "--state-dir",
+            state.to_str().expect("utf-8"),
+            "--checkpoint-interval",
+            "20",
+            "--checkpoint-dir",
+            dir.path().join("checkpoints").to_str().expect("utf-8"),
+            "--sink-rate",
+            "400",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("floe runs");
+    // The window aggregate's and the group aggregate's databases, looked
+    // for until both are there or the job has written its output.
+    let files = loop {
+        let files: Vec<String> = std::fs::read_dir(&state)
+            .map(|d| {
+                d.map(|e| {
+                    e.expect("an entry")
+                        .file_name()
+                        .into_string()
+                        .expect("utf-8")
+                })
+                .filter(|f| f.ends_with(".redb"))
+                .collect()
+            })
+            .unwrap_or_default();
+        let window = files.iter().any(|f| f.starts_with("Window"));
+        let group = files.iter().any(|f| f.starts_with("Keyed_Process"));
+        if (window && group) || std::fs::metadata(&output).is_ok() {
+            break files;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().expect("floe ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(sorted_lines(&output), want);
+    // The last change printed per user is its total.
+    let mut printed: BTreeMap<String, i64> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let row = line.split_once("> ").map_or(line, |(_, r)| r);
+        let (kind, rest) = row.split_at(2);
+        let fields = rest.trim_start_matches('[').trim_end_matches(']');
+        let (key, value) = fields.split_once(", ").expect("two fields");
+        match kind {
+            "+I" | "+U" => {
+                printed.insert(key.to_string(), value.parse().expect("a total"));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(printed, totals);
+    // Both aggregates kept their state there while the job ran.
+    assert!(files.iter().any(|f| f.starts_with("Window")), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.starts_with("Keyed_Process")),
+        "{files:?}"
+    );
+    let refused = floe(&[
+        "sql",
+        "-e",
+        &script,
+        "--state-dir",
+        state.to_str().expect("utf-8"),
+    ]);
+    assert!(!refused.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim_end(),
+        "error: invalid configuration: --state-dir needs --state redb"
+    );
+}
+
+#[test]
 fn explain_prints_the_plan_and_the_job_graph() {
     let dir = tempfile::tempdir().expect("temp dir");
     let input = dir.path().join("clicks.csv");
