@@ -14,7 +14,7 @@
 //! fields, time zones of a `DateTimeFormatter`) is refused, as is one Java
 //! refuses.
 
-use super::value::{civil_from_days, days_from_civil};
+use super::value::{civil_from_days, days_from_civil, write_int_padded};
 
 /// Which of Java's two pattern languages a pattern is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,24 +142,8 @@ pub fn format(ms: i64, pattern: &str, patterns: Patterns, out: &mut String) -> R
 
 /// `v` in decimal, zero-padded to `width` digits (a sign before them).
 fn number(out: &mut String, v: i64, width: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = v.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if v < 0 {
-        out.push('-');
-    }
-    for _ in digits.len() - at..width {
-        out.push('0');
-    }
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+    // Writing into a String cannot fail.
+    let _ = write_int_padded(out, v, width);
 }
 
 /// How many decimal digits `v` has.

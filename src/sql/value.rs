@@ -420,6 +420,12 @@ fn write_timestamp(out: &mut impl fmt::Write, ms: i64, sep: char, style: TimeSty
 /// An integer in decimal, as `{v}` formats it (digits put in place, no
 /// `fmt` machinery: a sink writes one or two per row).
 fn write_int(out: &mut impl fmt::Write, v: i64) -> fmt::Result {
+    write_int_padded(out, v, 1)
+}
+
+/// An integer in decimal, its digits zero-padded to `width` (a sign before
+/// them).
+pub(super) fn write_int_padded(out: &mut impl fmt::Write, v: i64, width: usize) -> fmt::Result {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut n = v.unsigned_abs();
@@ -433,6 +439,9 @@ fn write_int(out: &mut impl fmt::Write, v: i64) -> fmt::Result {
     }
     if v < 0 {
         out.write_char('-')?;
+    }
+    for _ in digits.len() - at..width {
+        out.write_char('0')?;
     }
     digits[at..]
         .iter()

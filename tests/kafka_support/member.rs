@@ -123,6 +123,18 @@ impl Member {
         self.wait_line(what, |l| l.starts_with("rebalance generation="));
     }
 
+    /// The generation of the last `rebalance generation=…` line so far.
+    pub fn generation(&mut self) -> Option<u32> {
+        self.drain();
+        self.seen.iter().rev().find_map(|l| {
+            l.strip_prefix("rebalance generation=")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+    }
+
     /// The `rebalance` lines printed so far.
     pub fn rebalances(&mut self) -> usize {
         self.drain();
@@ -165,5 +177,23 @@ impl Member {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Waits, within the watchdog, until every member's last rebalance is of
+/// one generation: they hold the group's partitions between them, and each
+/// reads from its own run what is produced next.
+pub fn wait_one_generation(members: &mut [&mut Member]) {
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        let generations: Vec<Option<u32>> = members.iter_mut().map(|m| m.generation()).collect();
+        if generations[0].is_some() && generations.iter().all(|g| *g == generations[0]) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the members' last rebalances are of generations {generations:?} after {WATCHDOG:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -15,7 +15,7 @@ pub use services::{query, try_query};
 
 mod member;
 #[allow(unused_imports)]
-pub use member::{Member, WINDOW_ARGS};
+pub use member::{Member, WINDOW_ARGS, wait_one_generation};
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

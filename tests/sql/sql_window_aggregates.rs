@@ -10,6 +10,7 @@
 //! (what Flink's sums give), `NULL`s are skipped, and a call over no
 //! values is `NULL` (an empty field), `COUNT` 0.
 
+use crate::sql_windows::timestamp;
 use floe::StreamExecutionEnvironment;
 use floe::sql::SqlSession;
 use floe::text::mix64;
@@ -54,24 +55,6 @@ fn events(seed: u64, n: u64) -> Vec<Event> {
             }
         })
         .collect()
-}
-
-/// A time as a `TIMESTAMP(3)` value in Flink's csv format: quoted, the
-/// fraction without trailing zeros.
-fn timestamp(ms: i64) -> String {
-    let (s, frac) = (ms / 1000, ms % 1000);
-    let mut out = format!(
-        "2024-01-01 {:02}:{:02}:{:02}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    );
-    if frac != 0 {
-        let f = format!("{frac:03}");
-        out.push('.');
-        out.push_str(f.trim_end_matches('0'));
-    }
-    format!("\"{out}\"")
 }
 
 /// A double as Java's `Double.toString` writes these (quarters below 10^7).

@@ -45,7 +45,7 @@ fn events(seed: u64, n: u64) -> Vec<Event> {
 /// `"2024-01-01 HH:MM:SS[.fff]"` as Flink's CSV format writes it: the
 /// fraction without trailing zeros, quoted (a timestamp is written as a
 /// string, and its space makes the CSV writer quote it).
-fn timestamp(ms: i64) -> String {
+pub(crate) fn timestamp(ms: i64) -> String {
     let (s, frac) = (ms / 1000, ms % 1000);
     let mut out = format!(
         "2024-01-01 {:02}:{:02}:{:02}",
