@@ -505,8 +505,28 @@ impl<T> KafkaTransactionalSink<T> {
         }
     }
 
-    /// Commits a transaction of an earlier attempt through its coordinator.
+    /// Commits a transaction of an earlier attempt through its coordinator,
+    /// then makes sure no partition of the topic holds it open (its commit
+    /// markers lost by a broker that restarted: see
+    /// [`producers`](crate::connectors::kafka::producers)). Also when the
+    /// coordinator says it ended before: the checkpoint says it is
+    /// committed, so records of it still open are committed.
     fn end_restored(&self, id: &str, producer: ProducerIdentity) -> Result<()> {
+        self.commit_restored(id, producer)?;
+        let (probe, _) = self.sink.producer(None)?;
+        let finished = txn::finish_commit(
+            probe.client(),
+            &self.sink.topic,
+            id,
+            producer,
+            None,
+            self.sink.timeout,
+        );
+        close_in_background("Kafka sink's metadata client", probe, CLOSE_DEADLINE);
+        finished
+    }
+
+    fn commit_restored(&self, id: &str, producer: ProducerIdentity) -> Result<()> {
         let client = CoordinatorClient::new(&self.sink.brokers, self.sink.timeout);
         match client.commit(id, producer) {
             Ok(Ended::Committed) => {
@@ -695,13 +715,30 @@ impl<T: Send + 'static> KafkaTransactionalSink<T> {
     fn commit_now(&mut self, txn: KafkaTxn, checkpoint: CheckpointId) -> Result<()> {
         tracing::debug!(id = %txn.transactional_id, producer = ?txn.producer, ?checkpoint, open = self.sink.open.contains_key(&txn.transactional_id), "Kafka sink: commit");
         match self.sink.open.remove(&txn.transactional_id) {
-            Some((producer, _)) => {
+            Some((producer, deliveries)) => {
                 if let Some((group, topics)) = &self.sink.group {
                     group.send_offsets(&producer, topics, checkpoint, self.sink.timeout)?;
                 }
                 producer
                     .commit_transaction(self.sink.timeout)
-                    .map_err(|e| no_transactions(&self.sink.brokers, e))
+                    .map_err(|e| no_transactions(&self.sink.brokers, e))?;
+                let Some(identity) = txn.producer else {
+                    return Ok(());
+                };
+                // The partitions it wrote to hold its commit marker.
+                let written: Vec<i32> = (0..)
+                    .zip(deliveries.offsets.iter())
+                    .filter(|(_, o)| o.load(std::sync::atomic::Ordering::Relaxed) != i64::MAX)
+                    .map(|(p, _)| p)
+                    .collect();
+                txn::finish_commit(
+                    producer.client(),
+                    &self.sink.topic,
+                    &txn.transactional_id,
+                    identity,
+                    Some(&written),
+                    self.sink.timeout,
+                )
             }
             None => match txn.producer {
                 // Another process's transaction (see the module docs): its

@@ -312,6 +312,91 @@ fn the_brokers_view_of_an_open_transaction_starts_at_its_first_record() {
     assert_eq!(got, expected);
 }
 
+/// A committed transaction whose commit marker a partition never got (a
+/// broker restarted under load lost it; the coordinator reports the
+/// transaction committed) blocks `read_committed` readers at its first
+/// record, and the producer id's next initialisation would abort it. The
+/// sink's commit writes the missing markers itself. Here the partitions
+/// are left in that state on purpose: a transaction is written and
+/// flushed, and its coordinator is never asked to commit it; no
+/// `read_committed` reader sees a record. `finish_commit` writes the
+/// commit markers into both partitions after its grace, and every record
+/// is then read once; asked again, it finds nothing open.
+#[test]
+fn a_commit_marker_the_broker_lost_is_written_by_the_sink() {
+    use floe::CheckpointId;
+    use floe::connectors::kafka::producers::{self, Leaders, describe, finish_commit};
+    use floe::connectors::two_phase::TwoPhaseCommitSink;
+    use futures::executor::block_on;
+    let Some(b) = broker() else { return };
+    let topic = unique("sink-lost-marker");
+    create_topic(&b, &topic, 2);
+    let id = unique("lost-marker");
+    let mut sink = KafkaSink::<String>::lines(&b, &topic)
+        .transactional_id_prefix(&id)
+        .request_timeout(Duration::from_secs(20))
+        .exactly_once();
+    let records: Vec<Record<String>> = (0..60).map(|i| Record::new(format!("k{i},{i}"))).collect();
+    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
+    let mut txn = block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)).expect("begins");
+    block_on(TwoPhaseCommitSink::<String>::write(
+        &mut sink,
+        &mut txn,
+        records.clone(),
+    ))
+    .expect("writes");
+    block_on(TwoPhaseCommitSink::<String>::pre_commit(
+        &mut sink,
+        &mut txn,
+        Some(CheckpointId(1)),
+    ))
+    .expect("pre-commits");
+    let producer = txn.producer.expect("pre-commit reads its producer");
+    for p in 0..2 {
+        let (stable, end) = stable_and_end(&b, &topic, p);
+        assert!(
+            stable == 0 && end > 0,
+            "partition {p}: the open transaction holds readers at its first record \
+             (stable {stable}, end {end})"
+        );
+    }
+    let mut leaders =
+        || -> Result<Leaders, String> { Ok(Leaders::from([(b.clone(), vec![0, 1])])) };
+    let mut written = finish_commit(
+        &mut leaders,
+        &topic,
+        &txn.transactional_id,
+        producer,
+        Duration::from_millis(200),
+        Duration::from_secs(20),
+    )
+    .expect("the markers are written");
+    written.sort();
+    assert_eq!(written, [0, 1], "a commit marker in each partition");
+    let mut got = read_all(&b, &topic);
+    got.sort();
+    let mut expected: Vec<String> = records.into_iter().map(|r| r.value).collect();
+    expected.sort();
+    assert_eq!(got, expected, "every record of the transaction, once");
+    let answer = describe(&b, &topic, &[0, 1], Duration::from_secs(10))
+        .expect("the broker answers")
+        .expect("the broker serves DescribeProducers");
+    assert!(
+        producers::still_open(&answer, producer).is_empty(),
+        "{answer:?}"
+    );
+    let again = finish_commit(
+        &mut leaders,
+        &topic,
+        &txn.transactional_id,
+        producer,
+        Duration::ZERO,
+        Duration::from_secs(20),
+    )
+    .expect("nothing is open");
+    assert!(again.is_empty(), "no marker written twice: {again:?}");
+}
+
 /// A job writing `r0..rN` through the transactional sink; the sink's
 /// checkpoint 3 fails in its asynchronous part, after the synchronous part
 /// pre-committed (flushed) the transaction: the checkpoint never completes,

@@ -178,6 +178,22 @@ pub enum KafkaError {
         /// The transaction's first offset in the partition.
         first: i64,
     },
+    /// A committed transaction stayed open in some partitions: the broker
+    /// lost its commit markers and writing them failed too (see
+    /// [`producers::finish_commit`]). The job restarts and commits it
+    /// again from its checkpoint.
+    #[error(
+        "Kafka transaction '{transactional_id}' is committed, but topic {topic} holds it \
+         {source}; restarting, which commits it again"
+    )]
+    CommitUnfinished {
+        /// The transactional id.
+        transactional_id: String,
+        /// The topic.
+        topic: String,
+        /// Where it stayed open, and why.
+        source: producers::Unfinished,
+    },
     /// The client failed.
     #[error("Kafka {action}: {source}")]
     Client {

@@ -1,7 +1,8 @@
-//! The few Kafka protocol messages the exactly-once sink's recovery sends
-//! itself — `ApiVersions`, `FindCoordinator` (transaction key) and
-//! `EndTxn` — encoded and decoded by hand, because librdkafka cannot
-//! commit a transaction another producer began.
+//! The few Kafka protocol messages the exactly-once sink sends itself —
+//! `ApiVersions`, `FindCoordinator` (transaction key), `EndTxn`,
+//! `DescribeProducers` and `WriteTxnMarkers` — encoded and decoded by
+//! hand, because librdkafka cannot commit a transaction another producer
+//! began, nor ask a partition for its open transactions.
 //!
 //! Framing: a request is `INT32 size` + header + body; request header v1
 //! is `api_key INT16, api_version INT16, correlation_id INT32, client_id
@@ -21,6 +22,9 @@ pub const END_TXN: i16 = 26;
 /// `DescribeProducers` (KIP-664): a partition's active producers.
 pub const DESCRIBE_PRODUCERS: i16 = 61;
 
+/// `WriteTxnMarkers`: commit or abort markers written into partitions.
+pub const WRITE_TXN_MARKERS: i16 = 27;
+
 /// `FindCoordinator` key type of a transactional id.
 pub const KEY_TYPE_TRANSACTION: i8 = 1;
 
@@ -28,11 +32,12 @@ pub const KEY_TYPE_TRANSACTION: i8 = 1;
 /// (v0 has no key type), `EndTxn` up to 4 (v5 belongs to transactions
 /// version 2, whose epoch bumps at every commit change what a resumed
 /// transaction means).
-pub const SUPPORTED: [(i16, i16, i16); 4] = [
+pub const SUPPORTED: [(i16, i16, i16); 5] = [
     (API_VERSIONS, 0, 3),
     (FIND_COORDINATOR, 1, 4),
     (END_TXN, 0, 4),
     (DESCRIBE_PRODUCERS, 0, 0),
+    (WRITE_TXN_MARKERS, 1, 1),
 ];
 
 /// A response could not be decoded.
@@ -51,6 +56,7 @@ pub fn flexible(api: i16, version: i16) -> bool {
     match api {
         API_VERSIONS | FIND_COORDINATOR | END_TXN => version >= 3,
         DESCRIBE_PRODUCERS => true,
+        WRITE_TXN_MARKERS => version >= 1,
         _ => false,
     }
 }
@@ -141,86 +147,8 @@ pub fn end_txn_request(
     out
 }
 
-/// The body of a `DescribeProducers` request (version 0) for
-/// `partitions` of `topic`.
-pub fn describe_producers_request(topic: &str, partitions: &[i32]) -> Vec<u8> {
-    let mut out = Vec::new();
-    put_uvarint(&mut out, 2); // one topic
-    put_string(&mut out, topic, true);
-    put_uvarint(&mut out, partitions.len() as u64 + 1);
-    for p in partitions {
-        out.extend_from_slice(&p.to_be_bytes());
-    }
-    put_uvarint(&mut out, 0); // the topic's tags
-    put_uvarint(&mut out, 0); // the request's tags
-    out
-}
-
-/// One active producer of a partition, as `DescribeProducers` tells it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ActiveProducer {
-    /// Its producer id.
-    pub producer_id: i64,
-    /// The epoch of its last batch.
-    pub producer_epoch: i32,
-    /// The first offset of its open transaction in the partition; -1 when
-    /// none is open.
-    pub current_txn_start_offset: i64,
-}
-
-/// One partition of a `DescribeProducers` answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionProducers {
-    /// The partition.
-    pub partition: i32,
-    /// Its error code (0: none).
-    pub error_code: i16,
-    /// Its active producers.
-    pub producers: Vec<ActiveProducer>,
-}
-
-/// Decodes a `DescribeProducers` response body (version 0): every
-/// partition of every topic in it.
-pub fn decode_describe_producers(body: &[u8]) -> Result<Vec<PartitionProducers>, DecodeError> {
-    let mut r = Reader {
-        api: "DescribeProducers",
-        bytes: body,
-    };
-    r.i32()?; // throttle_time_ms
-    let mut out = Vec::new();
-    for _ in 0..r.array_len(true)? {
-        r.string(true)?; // the topic
-        for _ in 0..r.array_len(true)? {
-            let partition = r.i32()?;
-            let error_code = r.i16()?;
-            r.string(true)?; // the error message
-            let mut producers = Vec::new();
-            for _ in 0..r.array_len(true)? {
-                let producer_id = r.i64()?;
-                let producer_epoch = r.i32()?;
-                r.i32()?; // last_sequence
-                r.i64()?; // last_timestamp
-                r.i32()?; // coordinator_epoch
-                let current_txn_start_offset = r.i64()?;
-                r.skip_tags()?;
-                producers.push(ActiveProducer {
-                    producer_id,
-                    producer_epoch,
-                    current_txn_start_offset,
-                });
-            }
-            r.skip_tags()?;
-            out.push(PartitionProducers {
-                partition,
-                error_code,
-                producers,
-            });
-        }
-        r.skip_tags()?;
-    }
-    r.skip_tags()?;
-    Ok(out)
-}
+mod producers;
+pub use producers::*;
 
 /// Reads a response's fields in order.
 struct Reader<'a> {
@@ -336,6 +264,7 @@ pub fn api_name(api: i16) -> &'static str {
         FIND_COORDINATOR => "FindCoordinator",
         END_TXN => "EndTxn",
         DESCRIBE_PRODUCERS => "DescribeProducers",
+        WRITE_TXN_MARKERS => "WriteTxnMarkers",
         _ => "unknown API",
     }
 }
@@ -692,42 +621,5 @@ mod tests {
         let body = end_txn_request(3, &id, 0, 0, true);
         assert_eq!(&body[..2], &[0xc9, 0x01]);
         assert_eq!(body.len(), 2 + 200 + 8 + 2 + 1 + 1);
-    }
-
-    #[test]
-    fn describe_producers_request_and_response() {
-        // Topics: compact array of one; name "t"; partition indexes [0, 2];
-        // the topic's tags; the request's tags.
-        assert_eq!(
-            describe_producers_request("t", &[0, 2]),
-            [2, 2, b't', 3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0]
-        );
-        let mut body = vec![0, 0, 0, 0]; // throttle_time_ms
-        body.extend([2, 2, b't']); // one topic, "t"
-        body.push(2); // one partition
-        body.extend(1i32.to_be_bytes()); // partition_index
-        body.extend(0i16.to_be_bytes()); // error_code
-        body.push(0); // error_message: null
-        body.push(2); // one active producer
-        body.extend(7i64.to_be_bytes()); // producer_id
-        body.extend(3i32.to_be_bytes()); // producer_epoch
-        body.extend(41i32.to_be_bytes()); // last_sequence
-        body.extend(1_000i64.to_be_bytes()); // last_timestamp
-        body.extend(2i32.to_be_bytes()); // coordinator_epoch
-        body.extend(4_683i64.to_be_bytes()); // current_txn_start_offset
-        body.extend([0, 0, 0, 0]); // tags: producer, partition, topic, body
-        assert_eq!(
-            decode_describe_producers(&body),
-            Ok(vec![PartitionProducers {
-                partition: 1,
-                error_code: 0,
-                producers: vec![ActiveProducer {
-                    producer_id: 7,
-                    producer_epoch: 3,
-                    current_txn_start_offset: 4_683,
-                }],
-            }])
-        );
-        assert!(decode_describe_producers(&body[..body.len() - 1]).is_err());
     }
 }

@@ -198,3 +198,51 @@ pub(super) fn check_own_records<C: rdkafka::ClientContext>(
     }
     Ok(())
 }
+
+/// Ends the commit of `producer`'s transaction `transactional_id` in
+/// `topic` (in `only` of its partitions, or in every one): writes the
+/// commit markers the broker lost, if any (see
+/// [`producers::finish_commit`](crate::connectors::kafka::producers::finish_commit)).
+pub(super) fn finish_commit<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    transactional_id: &str,
+    producer: crate::connectors::kafka::txn_recovery::ProducerIdentity,
+    only: Option<&[i32]>,
+    timeout: std::time::Duration,
+) -> crate::Result<()> {
+    use crate::connectors::kafka::{KafkaError, producers};
+    if only.is_some_and(|o| o.is_empty()) {
+        return Ok(());
+    }
+    let mut by_leader = || -> Result<producers::Leaders, String> {
+        let mut out = producers::Leaders::new();
+        for (p, leader) in leaders(client, topic, timeout).map_err(|e| e.to_string())? {
+            if only.is_some_and(|o| !o.contains(&p)) {
+                continue;
+            }
+            match leader {
+                Some(leader) => out.entry(leader).or_default().push(p),
+                None => return Err(format!("partition {p} has no leader")),
+            }
+        }
+        Ok(out)
+    };
+    producers::finish_commit(
+        &mut by_leader,
+        topic,
+        transactional_id,
+        producer,
+        producers::MARKER_GRACE,
+        timeout,
+    )
+    .map(|_| ())
+    .map_err(|source| {
+        KafkaError::CommitUnfinished {
+            transactional_id: transactional_id.to_string(),
+            topic: topic.to_string(),
+            source,
+        }
+        .into()
+    })
+}
