@@ -220,6 +220,7 @@ pub fn finish_commit(
     let grace = grace.min(timeout / 2);
     let mut pause = Duration::from_millis(2);
     let mut written = Vec::new();
+    let mut rounds = 0u32;
     loop {
         let mut open: Vec<(String, StillOpen)> = Vec::new();
         let mut unknown: Option<String> = None;
@@ -249,7 +250,14 @@ pub fn finish_commit(
                 }
             }
         }
+        rounds += 1;
         if open.is_empty() && unknown.is_none() {
+            tracing::debug!(
+                transactional_id,
+                rounds,
+                micros = started.elapsed().as_micros() as u64,
+                "Kafka sink: the commit's markers are in every partition"
+            );
             return Ok(written);
         }
         if Instant::now() >= deadline {
