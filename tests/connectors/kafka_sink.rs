@@ -237,6 +237,44 @@ fn transactions_awaiting_their_checkpoints_never_share_an_id() {
     assert_eq!(got, expected, "every pending transaction's records, once");
 }
 
+/// An exactly-once sink (subtask 0 of 1) that wrote `n` records `kI,I`
+/// into `topic` in one transaction and pre-committed it for checkpoint 1,
+/// not committed: the sink, the transaction and the records.
+fn pre_committed(
+    b: &str,
+    topic: &str,
+    prefix: &str,
+    n: usize,
+) -> (
+    floe::connectors::kafka_sink::KafkaTransactionalSink<String>,
+    floe::connectors::kafka_sink::KafkaTxn,
+    Vec<Record<String>>,
+) {
+    use floe::CheckpointId;
+    use floe::connectors::two_phase::TwoPhaseCommitSink;
+    use futures::executor::block_on;
+    let mut sink = KafkaSink::<String>::lines(b, topic)
+        .transactional_id_prefix(&unique(prefix))
+        .request_timeout(Duration::from_secs(20))
+        .exactly_once();
+    let records: Vec<Record<String>> = (0..n).map(|i| Record::new(format!("k{i},{i}"))).collect();
+    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
+    let mut txn = block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)).expect("begins");
+    block_on(TwoPhaseCommitSink::<String>::write(
+        &mut sink,
+        &mut txn,
+        records.clone(),
+    ))
+    .expect("writes");
+    block_on(TwoPhaseCommitSink::<String>::pre_commit(
+        &mut sink,
+        &mut txn,
+        Some(CheckpointId(1)),
+    ))
+    .expect("pre-commits");
+    (sink, txn, records)
+}
+
 /// The pre-commit checks that its transaction holds only its own records:
 /// it asks each partition's leader for the open transactions
 /// (`DescribeProducers`). Against the broker: the answer names the sink's
@@ -253,25 +291,8 @@ fn the_brokers_view_of_an_open_transaction_starts_at_its_first_record() {
     let Some(b) = broker() else { return };
     let topic = unique("sink-describe");
     create_topic(&b, &topic, 2);
-    let mut sink = KafkaSink::<String>::lines(&b, &topic)
-        .transactional_id_prefix(&unique("describe"))
-        .request_timeout(Duration::from_secs(10))
-        .exactly_once();
-    let records: Vec<Record<String>> = (0..40).map(|i| Record::new(format!("k{i},{i}"))).collect();
-    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
-    let mut txn = block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)).expect("begins");
-    block_on(TwoPhaseCommitSink::<String>::write(
-        &mut sink,
-        &mut txn,
-        records.clone(),
-    ))
-    .expect("writes");
-    block_on(TwoPhaseCommitSink::<String>::pre_commit(
-        &mut sink,
-        &mut txn,
-        Some(CheckpointId(1)),
-    ))
-    .expect("pre-commits: the check passes");
+    // Pre-commit's check passes.
+    let (mut sink, txn, records) = pre_committed(&b, &topic, "describe", 40);
     let producer_id = txn
         .producer
         .expect("pre-commit reads its producer")
@@ -324,33 +345,11 @@ fn the_brokers_view_of_an_open_transaction_starts_at_its_first_record() {
 /// is then read once; asked again, it finds nothing open.
 #[test]
 fn a_commit_marker_the_broker_lost_is_written_by_the_sink() {
-    use floe::CheckpointId;
     use floe::connectors::kafka::producers::{self, Leaders, describe, finish_commit};
-    use floe::connectors::two_phase::TwoPhaseCommitSink;
-    use futures::executor::block_on;
     let Some(b) = broker() else { return };
     let topic = unique("sink-lost-marker");
     create_topic(&b, &topic, 2);
-    let id = unique("lost-marker");
-    let mut sink = KafkaSink::<String>::lines(&b, &topic)
-        .transactional_id_prefix(&id)
-        .request_timeout(Duration::from_secs(20))
-        .exactly_once();
-    let records: Vec<Record<String>> = (0..60).map(|i| Record::new(format!("k{i},{i}"))).collect();
-    block_on(TwoPhaseCommitSink::<String>::open(&mut sink, &ctx())).expect("opens");
-    let mut txn = block_on(TwoPhaseCommitSink::<String>::begin(&mut sink)).expect("begins");
-    block_on(TwoPhaseCommitSink::<String>::write(
-        &mut sink,
-        &mut txn,
-        records.clone(),
-    ))
-    .expect("writes");
-    block_on(TwoPhaseCommitSink::<String>::pre_commit(
-        &mut sink,
-        &mut txn,
-        Some(CheckpointId(1)),
-    ))
-    .expect("pre-commits");
+    let (_sink, txn, records) = pre_committed(&b, &topic, "lost-marker", 60);
     let producer = txn.producer.expect("pre-commit reads its producer");
     for p in 0..2 {
         let (stable, end) = stable_and_end(&b, &topic, p);

@@ -90,6 +90,17 @@ pub fn describe(
     partitions: &[i32],
     timeout: Duration,
 ) -> Result<Option<Vec<PartitionProducers>>, RecoveryError> {
+    let body = wire::describe_producers_request(topic, partitions);
+    match ask(leader, DESCRIBE_PRODUCERS, &body, timeout) {
+        Ok(answer) => Ok(Some(wire::decode_describe_producers(&answer)?)),
+        Err(RecoveryError::Unsupported { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends one `api` request to the broker at `leader` (`HOST:PORT`) in the
+/// newest version both speak, within `timeout`: its answer's body.
+fn ask(leader: &str, api: i16, body: &[u8], timeout: Duration) -> Result<Vec<u8>, RecoveryError> {
     let deadline = Instant::now() + timeout;
     let timed_out = |reason: String| RecoveryError::TimedOut {
         broker: leader.to_string(),
@@ -97,16 +108,9 @@ pub fn describe(
         reason,
     };
     let mut conn = Connection::open(leader, deadline).map_err(|e| timed_out(e.to_string()))?;
-    let version = match conn.version(DESCRIBE_PRODUCERS) {
-        Ok(v) => v,
-        Err(RecoveryError::Unsupported { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let body = wire::describe_producers_request(topic, partitions);
-    let answer = conn
-        .call(DESCRIBE_PRODUCERS, version, &body, deadline)
-        .map_err(|e| timed_out(e.to_string()))?;
-    Ok(Some(wire::decode_describe_producers(&answer)?))
+    let version = conn.version(api)?;
+    conn.call(api, version, body, deadline)
+        .map_err(|e| timed_out(e.to_string()))
 }
 
 /// How long after a commit the sink leaves a partition's commit marker to
@@ -162,14 +166,6 @@ pub fn write_commit_markers(
     open: &[StillOpen],
     timeout: Duration,
 ) -> Result<Vec<MarkerWritten>, RecoveryError> {
-    let deadline = Instant::now() + timeout;
-    let timed_out = |reason: String| RecoveryError::TimedOut {
-        broker: leader.to_string(),
-        timeout,
-        reason,
-    };
-    let mut conn = Connection::open(leader, deadline).map_err(|e| timed_out(e.to_string()))?;
-    let version = conn.version(WRITE_TXN_MARKERS)?;
     // One marker per coordinator epoch the partitions last saw.
     let mut by_epoch: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     for o in open {
@@ -189,9 +185,7 @@ pub fn write_commit_markers(
         })
         .collect();
     let body = wire::write_txn_markers_request(topic, &markers);
-    let answer = conn
-        .call(WRITE_TXN_MARKERS, version, &body, deadline)
-        .map_err(|e| timed_out(e.to_string()))?;
+    let answer = ask(leader, WRITE_TXN_MARKERS, &body, timeout)?;
     Ok(wire::decode_write_txn_markers(&answer)?)
 }
 
