@@ -196,7 +196,8 @@ pub type Leaders = HashMap<String, Vec<i32>>;
 /// `topic`: waits until no partition `leaders` names holds it open, and
 /// after `grace` writes the commit markers still missing itself, saying
 /// so (see the module documentation). `leaders` is asked again on every
-/// round (a partition without a leader is left out and asked again).
+/// round; its error (a partition without a leader) makes the round
+/// inconclusive, and the next round asks again.
 /// Fails after `timeout` with the partitions still open or the last
 /// error. `Ok` holds the partitions whose marker the sink wrote;
 /// a broker without `DescribeProducers` (before Apache Kafka 2.8) cannot
